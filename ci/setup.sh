@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh machine: system packages (as root), a virtualenv in .venv, torch,
+# and this project with its dev extras. Safe to run again; fast when everything is in place.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# System parts the harness uses: iptables for network faults (root only; skipped otherwise).
+if [ "$(id -u)" = 0 ] && ! command -v iptables >/dev/null 2>&1; then
+  echo "ci/setup.sh: installing iptables" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+# torch: the CPU build pinned here for CPU machines (any other version pulls GB of CUDA wheels);
+# pyproject keeps a loose range so GPU hosts keep their own build.
+if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  .venv/bin/pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
+fi
+if ! .venv/bin/python -c "import rlsim, pytest, xdist" >/dev/null 2>&1 \
+   || [ pyproject.toml -nt .venv/.rlsim-installed ]; then
+  .venv/bin/pip install -q -e ".[dev]" 2>&1 | grep -v -e "^WARNING: Location" -e "^ *$" || true
+  .venv/bin/python -c "import rlsim, pytest, xdist"
+  touch .venv/.rlsim-installed
+fi

@@ -1,0 +1,102 @@
+"""Start Ray nodes of one rlsim cluster; run as ``python -m rlsim.backends._launch NAME I [I ...]``.
+
+Runs in a child process of its own so that the caller never carries the cluster's labels or Ray's
+process-global state. Nodes start one after another through Ray's ``Node`` class (what
+``ray start`` and ``ray.cluster_utils.Cluster`` use), which is thread-unsafe and CPU-bound on a
+small machine: measured here, starting three worker nodes in parallel processes took 5.0 s against
+3.3 s one after another. Processes are detached (no reaper, no fate sharing): they outlive this
+launcher and are found again by their ``RLSIM_SESSION`` / ``RLSIM_NODE`` environment labels.
+
+Prints one JSON object per started node on stdout: ``{"index": i, "raylet_pid": pid}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from rlsim import cgroups, procs, state
+from rlsim.spec import ClusterState
+
+
+def cluster_env(st: ClusterState) -> dict[str, str]:
+    """Environment shared by every process of the cluster (never set in the caller's process)."""
+    return {
+        procs.SESSION_VAR: st.session,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(state.auth_token_path()),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        # No idle workers forked ahead of demand: on 2 cores they steal CPU from bring-up.
+        "RAY_enable_worker_prestart": "0",
+        "RAY_prestart_worker_first_driver": "0",
+        **st.spec.health.env(),
+    }
+
+
+def ray_params(st: ClusterState, index: int):
+    from ray._private.parameter import RayParams
+
+    plan = st.plan
+    node = plan.nodes[index]
+    spec = st.spec
+    p = node.ports
+    kwargs = dict(
+        node_ip_address=node.address,
+        num_cpus=spec.cpus_per_node,
+        num_gpus=spec.gpus_per_node,
+        resources={f"rlsim_node_{index}": 1.0},
+        labels={"rlsim-node-index": str(index), "rlsim-gpu-memory-gb": f"{spec.gpu_memory_gb:g}"},
+        object_store_memory=spec.object_store_mb * 1024 * 1024,
+        temp_dir=str(st.node_dir(index)),
+        node_manager_port=p.node_manager,
+        object_manager_port=p.object_manager,
+        metrics_agent_port=p.metrics_agent,
+        dashboard_agent_listen_port=p.dashboard_agent_listen,
+        runtime_env_agent_port=p.runtime_env_agent,
+        metrics_export_port=p.metrics_export,
+        min_worker_port=p.min_worker,
+        max_worker_port=p.max_worker,
+    )
+    if index == 0:
+        kwargs.update(
+            gcs_server_port=plan.gcs_port,
+            include_dashboard=True,
+            dashboard_host=node.address,
+            dashboard_port=plan.dashboard_port,
+        )
+    else:
+        # One log monitor per machine is what Ray's own test cluster runs, too.
+        kwargs.update(gcs_address=plan.gcs_address, include_log_monitor=False)
+    return RayParams(**kwargs)
+
+
+def start_node(st: ClusterState, index: int) -> int:
+    """Start node ``index`` and return its raylet's pid. Must run in a launcher process."""
+    import ray._private.node
+
+    os.environ[procs.NODE_VAR] = str(index)
+    if st.cgroups:
+        cgroups.NodeGroup(st.session, index).enter()
+    st.node_dir(index).mkdir(parents=True, exist_ok=True)
+    node = ray._private.node.Node(
+        ray_params(st, index), head=index == 0, shutdown_at_exit=False, spawn_reaper=False
+    )
+    return node.all_processes["raylet"][0].process.pid
+
+
+def main(argv: list[str]) -> int:
+    name, indices = argv[0], [int(i) for i in argv[1:]]
+    st = state.load(name)
+    if st is None:
+        print(f"no rlsim cluster named {name!r} is registered", file=sys.stderr)
+        return 2
+    os.environ.update(cluster_env(st))
+    for index in indices:
+        pid = start_node(st, index)
+        print(json.dumps({"index": index, "raylet_pid": pid}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

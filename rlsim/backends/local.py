@@ -1,0 +1,307 @@
+"""The local backend: every simulated node is a set of real Ray processes on its own 127.x address.
+
+``LocalCluster`` is a context manager: ``__enter__`` brings the cluster up (and tears down whatever
+it started if bring-up fails), ``__exit__`` tears it down. Teardown kills exactly the processes
+labelled with this cluster's session, never anything else: a user's own Ray on the same machine is
+left alone (no ``ray stop``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rlsim import cgroups, procs, state
+from rlsim.backends.base import ClusterStartError, NodeInfo
+from rlsim.backends.gcs import connect_env, node_table
+from rlsim.net import iptables
+from rlsim.net.alloc import named_ports
+from rlsim.net.iptables import Drop, Firewall
+from rlsim.spec import ClusterSpec, ClusterState
+
+
+class LocalCluster:
+    """A Ray cluster of ``spec.nodes`` nodes on loopback addresses, each with fake GPUs."""
+
+    name = "local"
+
+    def __init__(self, spec: ClusterSpec | None = None, *, detached: bool = False) -> None:
+        self.spec = spec or ClusterSpec()
+        self.detached = detached
+        self.state: ClusterState | None = None
+        self._firewall: Firewall | None = None
+        self.timings: dict[str, float] = {}
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    def attach(cls, name: str) -> LocalCluster:
+        """A handle on a running cluster started elsewhere (``rlsim cluster --detach``)."""
+        st = state.load(name)
+        if st is None:
+            raise LookupError(f"no rlsim cluster named {name!r} (see `rlsim status`)")
+        cluster = cls(st.spec, detached=st.detached)
+        cluster.state = st
+        cluster._firewall = Firewall(st.slot, st.session)
+        return cluster
+
+    def start(self) -> LocalCluster:
+        """Bring the cluster up and wait until every node is alive with its GPUs.
+
+        Raises ClusterStartError (after tearing down what was started) naming the node that did
+        not come up and its log tail.
+        """
+        t0 = time.monotonic()
+        reap_abandoned()
+        self.state = state.reserve(self.spec, backend=self.name, detached=self.detached)
+        self.state.cgroups = cgroups.available() is None
+        state.save(self.state)
+        self._firewall = Firewall(self.state.slot, self.state.session)
+        try:
+            self._firewall.heal()  # a chain left by a crashed owner of this slot
+            shutil.rmtree(self.state.root, ignore_errors=True)
+            self.state.root.mkdir(parents=True)
+            self._launch(list(range(self.spec.nodes)))
+            self.timings["launched_s"] = time.monotonic() - t0
+            self.wait_for_nodes()
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["ready_s"] = time.monotonic() - t0
+        return self
+
+    def __enter__(self) -> LocalCluster:
+        return self.start() if self.state is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Heal faults, SIGCONT and SIGKILL every labelled process, drop the state. Safe twice."""
+        st = self.state
+        if st is None:
+            return
+        reap(st)
+        self.state = None
+
+    # ---- addresses -------------------------------------------------------------------------
+
+    @property
+    def _st(self) -> ClusterState:
+        if self.state is None:
+            raise RuntimeError("the cluster is not running: call start() or use it as a context")
+        return self.state
+
+    @property
+    def address(self) -> str:
+        return self._st.plan.gcs_address
+
+    @property
+    def dashboard_url(self) -> str:
+        return self._st.plan.dashboard_url
+
+    def driver_env(self) -> dict[str, str]:
+        return {"RAY_ADDRESS": self.address, **connect_env(str(state.auth_token_path()))}
+
+    def port(self, name: str) -> tuple[int, int]:
+        """A named port range of this cluster (``gcs``, ``dashboard``, ``workers:1``, ...)."""
+        ports = named_ports(self._st.plan)
+        if name not in ports:
+            raise KeyError(f"unknown port name {name!r}; known: {', '.join(sorted(ports))}")
+        return ports[name]
+
+    # ---- observation -----------------------------------------------------------------------
+
+    def nodes(self) -> list[NodeInfo]:
+        st = self._st
+        alive: dict[str, tuple[int, str]] = {}
+        for entry in node_table(self.address, str(state.auth_token_path())):
+            if entry["Alive"]:
+                gpus = int(entry["Resources"].get("GPU", 0))
+                alive[entry["NodeManagerAddress"]] = (gpus, entry["NodeID"])
+        infos = []
+        for node in st.plan.nodes:
+            gpus, node_id = alive.get(node.address, (0, None))
+            infos.append(
+                NodeInfo(
+                    index=node.index,
+                    address=node.address,
+                    gpus=gpus if node_id else st.spec.gpus_per_node,
+                    alive=node_id is not None,
+                    pids=self._pids(node.index),
+                    node_id=node_id,
+                )
+            )
+        return infos
+
+    def wait_for_nodes(
+        self, timeout: float | None = None, indices: list[int] | None = None
+    ) -> list[NodeInfo]:
+        """Wait until the nodes (all, or ``indices``) are alive with ``gpus_per_node`` each.
+
+        Raises TimeoutError with the last state seen, the setting to tune and the log tail of the
+        first missing node.
+        """
+        st = self._st
+        timeout = st.spec.ready_timeout_s if timeout is None else timeout
+        want = set(range(st.spec.nodes) if indices is None else indices)
+        deadline = time.monotonic() + timeout
+        while True:
+            infos = self.nodes()
+            ready = {n.index for n in infos if n.alive and n.gpus == st.spec.gpus_per_node}
+            if want <= ready:
+                return infos
+            if time.monotonic() > deadline:
+                missing = sorted(want - ready)
+                first = missing[0]
+                gpus = sum(n.gpus for n in infos if n.alive)
+                raise TimeoutError(
+                    f"cluster {st.spec.name!r}: node(s) {missing} not alive after {timeout:.0f} s "
+                    f"(alive: {sorted(n.index for n in infos if n.alive)}, GPUs seen {gpus} of "
+                    f"{st.spec.nodes * st.spec.gpus_per_node}). Raise ready_timeout_s "
+                    f"(--ready-timeout) if the machine is just slow. Node {first} log tail:\n"
+                    + self.logs(first)
+                )
+            time.sleep(0.1)
+
+    def logs(self, index: int, lines: int = 40) -> str:
+        logs_dir = self._st.node_dir(index) / "session_latest" / "logs"
+        names = ["raylet.err", "raylet.out"] + (["gcs_server.err", "gcs_server.out"] * (index == 0))
+        chunks = []
+        for name in names:
+            path = logs_dir / name
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                if tail:
+                    chunks.append(f"--- {path}\n" + "\n".join(tail))
+        launch_log = self._st.root / "launch.log"
+        if launch_log.exists() and launch_log.stat().st_size:
+            tail = launch_log.read_text(errors="replace").splitlines()[-lines:]
+            chunks.append(f"--- {launch_log}\n" + "\n".join(tail))
+        return "\n".join(chunks) or f"(no logs under {logs_dir})"
+
+    # ---- node control ----------------------------------------------------------------------
+
+    def _launch(self, indices: list[int]) -> None:
+        st = self._st
+        log = st.root / "launch.log"
+        cmd = [sys.executable, "-m", "rlsim.backends._launch", st.spec.name, *map(str, indices)]
+        with open(log, "a") as err:
+            try:
+                proc = subprocess.run(
+                    cmd, stdout=subprocess.PIPE, stderr=err, text=True,
+                    timeout=st.spec.ready_timeout_s,
+                )
+            except subprocess.TimeoutExpired as e:
+                raise ClusterStartError(
+                    f"cluster {st.spec.name!r}: starting node(s) {indices} took over "
+                    f"{st.spec.ready_timeout_s:.0f} s (ready_timeout_s). Log tail:\n"
+                    + self.logs(indices[0])
+                ) from e
+        for line in proc.stdout.splitlines():
+            started = json.loads(line)
+            st.pids[started["index"]] = started["raylet_pid"]
+        state.save(st)
+        if proc.returncode != 0:
+            failed = next((i for i in indices if i not in st.pids), indices[-1])
+            raise ClusterStartError(
+                f"cluster {st.spec.name!r}: node {failed} "
+                f"({st.plan.nodes[failed].address}) failed to start (exit {proc.returncode}). "
+                f"Log tail:\n" + self.logs(failed)
+            )
+
+    def _check_index(self, index: int) -> None:
+        if not 0 <= index < self._st.spec.nodes:
+            last = self._st.spec.nodes - 1
+            raise IndexError(f"node {index} does not exist: the cluster has nodes 0..{last}")
+
+    def _pids(self, index: int) -> list[int]:
+        st = self._st
+        if st.cgroups:
+            return cgroups.NodeGroup(st.session, index).pids()
+        return procs.find(st.session, index)
+
+    def kill_node(self, index: int) -> list[int]:
+        self._check_index(index)
+        st = self._st
+        if st.cgroups:
+            return cgroups.NodeGroup(st.session, index).kill()
+        procs.signal_all(procs.find(st.session, index), signal.SIGCONT)
+        return procs.kill_and_wait(st.session, index)
+
+    def restart_node(self, index: int, timeout: float | None = None) -> NodeInfo:
+        self._check_index(index)
+        if index == 0:
+            raise NotImplementedError(
+                "restarting the head needs GCS fault tolerance (external Redis), which the local "
+                "backend does not run: kill_head ends the cluster; start a new one"
+            )
+        self.kill_node(index)
+        self._launch([index])
+        return self.wait_for_nodes(timeout, indices=[index])[index]
+
+    def pause_node(self, index: int) -> list[int]:
+        """Freeze node ``index``: cgroup freeze (atomic, covers processes forked meanwhile), or
+        SIGSTOP to each labelled process without cgroups."""
+        self._check_index(index)
+        if self._st.cgroups:
+            return cgroups.NodeGroup(self._st.session, index).set_frozen(True)
+        return procs.signal_all(procs.find(self._st.session, index), signal.SIGSTOP)
+
+    def resume_node(self, index: int) -> list[int]:
+        self._check_index(index)
+        if self._st.cgroups:
+            return cgroups.NodeGroup(self._st.session, index).set_frozen(False)
+        return procs.signal_all(procs.find(self._st.session, index), signal.SIGCONT)
+
+    # ---- network ---------------------------------------------------------------------------
+
+    @property
+    def firewall(self) -> Firewall:
+        if self._firewall is None:
+            raise RuntimeError("the cluster is not running")
+        return self._firewall
+
+    def partition(self, groups: list[list[int]]) -> list[Drop]:
+        st = self._st
+        return self.firewall.apply(iptables.partition_rules(st.plan, st.session, groups))
+
+    def block_port(
+        self, node: int, ports: tuple[int, int] | str, sources: list[int] | None = None
+    ) -> list[Drop]:
+        if isinstance(ports, str):
+            ports = self.port(ports)
+        st = self._st
+        rules = iptables.block_port_rules(st.plan, st.session, node, ports, sources)
+        return self.firewall.apply(rules)
+
+    def heal_network(self) -> None:
+        self.firewall.heal()
+
+
+def reap_abandoned() -> list[str]:
+    """Tear down clusters whose owner died without stopping them; returns their names."""
+    reaped = []
+    for st in state.abandoned():
+        reap(st)
+        reaped.append(st.spec.name)
+    return reaped
+
+
+def reap(st: ClusterState) -> None:
+    """Remove every trace of ``st``: network rules, processes, cgroups, state file, node dirs.
+
+    Safe twice. Network rules go first so that nothing stays cut off if a later step fails.
+    """
+    if Firewall.available() is None:
+        iptables.heal_chain(f"RLSIM-{st.slot}")
+    cgroups.remove_session(st.session)
+    procs.signal_all(procs.find(st.session), signal.SIGCONT)  # a stopped process ignores KILL
+    procs.kill_and_wait(st.session)
+    state.remove(st.spec.name)
+    shutil.rmtree(Path(st.root), ignore_errors=True)

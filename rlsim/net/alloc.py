@@ -1,0 +1,154 @@
+"""Address and port plans for simulated clusters: pure data, no I/O.
+
+Every cluster on a machine holds one *slot*. A slot gives the cluster its own loopback block
+(``127.77.<slot>.0/24``) and its own port block, so clusters started by parallel pytest-xdist
+workers never collide even if Ray binds some daemons to 0.0.0.0. Node ``i`` of slot ``s`` lives at
+``127.77.s.(10 + i)``; 127.0.0.1 is never used because Ray rewrites it to the host's IP.
+
+Port block of slot ``s`` (``base = PORT_LO + s * SLOT_PORTS``)::
+
+    base + 0           GCS (the "6379" of this cluster)
+    base + 1           dashboard and Jobs API (head only)
+    base + 2           Ray client server (reserved)
+    base + 10 + i*NODE_STRIDE + k   per-node daemons, k in NODE_DAEMONS order
+    ... + WORKER_OFFSET .. + NODE_STRIDE-1   that node's worker port range
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ADDRESS_PREFIX = "127.77"
+FIRST_HOST = 10
+PORT_LO = 20000
+SLOT_PORTS = 1000
+MAX_SLOTS = 12  # 20000..31999: below Linux's ephemeral range (32768+) and Ray's defaults
+NODE_STRIDE = 60
+WORKER_OFFSET = 10
+MAX_NODES = (SLOT_PORTS - 10) // NODE_STRIDE  # 16
+NODE_DAEMONS = (
+    "node_manager",
+    "object_manager",
+    "metrics_agent",
+    "dashboard_agent_listen",
+    "runtime_env_agent",
+    "metrics_export",
+)
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    """The fixed ports of one simulated node and its worker port range (inclusive)."""
+
+    node_manager: int
+    object_manager: int
+    metrics_agent: int
+    dashboard_agent_listen: int
+    runtime_env_agent: int
+    metrics_export: int
+    min_worker: int
+    max_worker: int
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    index: int
+    address: str
+    ports: NodePorts
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """Where every node of one cluster lives. Derived from (slot, nodes) alone."""
+
+    slot: int
+    gcs_port: int
+    dashboard_port: int
+    client_port: int
+    nodes: tuple[NodePlan, ...]
+
+    @property
+    def head(self) -> NodePlan:
+        return self.nodes[0]
+
+    @property
+    def gcs_address(self) -> str:
+        return f"{self.head.address}:{self.gcs_port}"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://{self.head.address}:{self.dashboard_port}"
+
+    @property
+    def port_range(self) -> tuple[int, int]:
+        base = slot_base(self.slot)
+        return base, base + SLOT_PORTS - 1
+
+
+def slot_base(slot: int) -> int:
+    return PORT_LO + slot * SLOT_PORTS
+
+
+def node_address(slot: int, index: int) -> str:
+    return f"{ADDRESS_PREFIX}.{slot}.{FIRST_HOST + index}"
+
+
+def plan_cluster(slot: int, nodes: int) -> ClusterPlan:
+    """The address and port plan of a cluster of ``nodes`` nodes in ``slot``.
+
+    Raises ValueError naming the limit when the slot or node count is out of range.
+    """
+    if not 0 <= slot < MAX_SLOTS:
+        raise ValueError(f"slot {slot} is outside 0..{MAX_SLOTS - 1}")
+    if not 1 <= nodes <= MAX_NODES:
+        raise ValueError(
+            f"nodes={nodes}: a simulated cluster has 1..{MAX_NODES} nodes "
+            f"(each node owns {NODE_STRIDE} ports of its cluster's {SLOT_PORTS}-port block)"
+        )
+    base = slot_base(slot)
+    plans = []
+    for i in range(nodes):
+        first = base + 10 + i * NODE_STRIDE
+        daemons = {name: first + k for k, name in enumerate(NODE_DAEMONS)}
+        ports = NodePorts(
+            **daemons,
+            min_worker=first + WORKER_OFFSET,
+            max_worker=first + NODE_STRIDE - 1,
+        )
+        plans.append(NodePlan(index=i, address=node_address(slot, i), ports=ports))
+    return ClusterPlan(
+        slot=slot,
+        gcs_port=base,
+        dashboard_port=base + 1,
+        client_port=base + 2,
+        nodes=tuple(plans),
+    )
+
+
+def pick_slot(taken: set[int]) -> int:
+    """The lowest free slot. Raises RuntimeError naming the fix when all are taken."""
+    for slot in range(MAX_SLOTS):
+        if slot not in taken:
+            return slot
+    raise RuntimeError(
+        f"all {MAX_SLOTS} rlsim cluster slots on this machine are in use: "
+        "stop one with `rlsim down NAME` (or `rlsim down --all`)"
+    )
+
+
+def named_ports(plan: ClusterPlan) -> dict[str, tuple[int, int]]:
+    """Symbolic port names a fault may block, as inclusive ranges.
+
+    ``gcs``, ``dashboard`` and ``client`` are the head's; ``workers:<i>`` is node i's worker
+    range and ``daemons:<i>`` its fixed daemon ports.
+    """
+    names = {
+        "gcs": (plan.gcs_port, plan.gcs_port),
+        "dashboard": (plan.dashboard_port, plan.dashboard_port),
+        "client": (plan.client_port, plan.client_port),
+    }
+    for node in plan.nodes:
+        p = node.ports
+        names[f"workers:{node.index}"] = (p.min_worker, p.max_worker)
+        names[f"daemons:{node.index}"] = (p.node_manager, p.metrics_export)
+    return names

@@ -1,0 +1,198 @@
+"""Network faults for loopback clusters: iptables rules in a chain of the cluster's own.
+
+On loopback every connection leaves from 127.0.0.1 whatever node opened it, so a rule cannot tell
+senders apart by source address. It tells them apart by cgroup instead: each node's processes live
+in cgroup ``rlsim/<session>/n<i>`` (see :mod:`rlsim.cgroups`) and ``-m cgroup --path`` matches the
+packets their sockets send. Receivers are matched by the node's own address.
+
+Planning (which packets to drop) is pure data, apart from applying it. Every rule carries the
+comment ``rlsim:<session>`` and lives in chain ``RLSIM-<slot>``, jumped to from OUTPUT (loopback
+traffic crosses OUTPUT once per packet, so one rule per direction suffices). ``heal()`` removes the
+jump, flushes and deletes the chain; it is safe to call any number of times.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rlsim.net.alloc import ClusterPlan
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Drop packets sent by processes in cgroup ``src`` (or by any process *outside* it when
+    ``exclude_src``; None = any sender) to address ``dst``, optionally only TCP to ports lo..hi."""
+
+    src: str | None
+    dst: str | None
+    ports: tuple[int, int] | None = None
+    reject: bool = False
+    exclude_src: bool = False
+
+    def args(self, comment: str) -> list[str]:
+        out: list[str] = []
+        if self.src:
+            out += ["-m", "cgroup"] + (["!"] if self.exclude_src else []) + ["--path", self.src]
+        if self.dst:
+            out += ["-d", self.dst]
+        if self.ports:
+            lo, hi = self.ports
+            out += ["-p", "tcp", "--dport", f"{lo}:{hi}" if hi != lo else str(lo)]
+        out += ["-m", "comment", "--comment", comment]
+        if self.reject:
+            return out + ["-j", "REJECT"] + (["--reject-with", "tcp-reset"] if self.ports else [])
+        return out + ["-j", "DROP"]
+
+
+def grudge(nodes: Sequence[int], groups: Sequence[Sequence[int]]) -> dict[int, set[int]]:
+    """Jepsen's grudge: for each node, the nodes it must not reach.
+
+    ``groups`` lists disjoint groups of node indices; nodes named in no group form one more group.
+    Nodes in different groups cannot talk. Raises ValueError for unknown or repeated indices.
+    """
+    seen: set[int] = set()
+    for group in groups:
+        for n in group:
+            if n not in nodes:
+                raise ValueError(f"partition names node {n}; the cluster has nodes {list(nodes)}")
+            if n in seen:
+                raise ValueError(f"partition names node {n} in two groups")
+            seen.add(n)
+    rest = [n for n in nodes if n not in seen]
+    all_groups = [list(g) for g in groups] + ([rest] if rest else [])
+    side = {n: i for i, g in enumerate(all_groups) for n in g}
+    return {a: {b for b in nodes if side[b] != side[a]} for a in nodes}
+
+
+def node_cgroup(session: str, index: int) -> str:
+    return f"rlsim/{session}/n{index}"
+
+
+def partition_rules(
+    plan: ClusterPlan, session: str, groups: Sequence[Sequence[int]]
+) -> list[Drop]:
+    """Drops that split the cluster into ``groups`` (both directions, every port).
+
+    Drivers outside the cluster (tests, ``ray job submit``) still reach every node.
+    """
+    addr = {n.index: n.address for n in plan.nodes}
+    cut = grudge(sorted(addr), groups)
+    return [
+        Drop(node_cgroup(session, a), addr[b]) for a in sorted(cut) for b in sorted(cut[a])
+    ]
+
+
+def block_port_rules(
+    plan: ClusterPlan,
+    session: str,
+    node: int,
+    ports: tuple[int, int],
+    sources: Iterable[int] | None = None,
+    reject: bool = False,
+) -> list[Drop]:
+    """Drops of TCP connections to ``ports`` on ``node`` from the nodes ``sources``; with None,
+    from every process but the node's own (other nodes, and drivers such as ``ray job submit``).
+
+    Traffic a node sends to itself is never blocked: a firewall sits between hosts.
+    """
+    addr = {n.index: n.address for n in plan.nodes}
+    if node not in addr:
+        raise ValueError(f"block_port names node {node}; the cluster has nodes {sorted(addr)}")
+    lo, hi = ports
+    if not 0 < lo <= hi < 65536:
+        raise ValueError(f"block_port ports {lo}..{hi} are not a valid TCP port range")
+    if sources is None:
+        return [Drop(node_cgroup(session, node), addr[node], ports, reject, exclude_src=True)]
+    srcs = sorted(set(sources))
+    for s in srcs:
+        if s not in addr:
+            raise ValueError(f"block_port names source node {s}; the cluster has {sorted(addr)}")
+    return [Drop(node_cgroup(session, s), addr[node], ports, reject) for s in srcs if s != node]
+
+
+class IptablesError(RuntimeError):
+    pass
+
+
+class Firewall:
+    """The iptables chain of one cluster. Needs root and the ``iptables`` binary."""
+
+    def __init__(self, slot: int, session: str) -> None:
+        self.chain = f"RLSIM-{slot}"
+        self.comment = f"rlsim:{session}"
+        self.rules: list[Drop] = []
+
+    @staticmethod
+    def available() -> str | None:
+        """None when rules can be applied here, else the reason (for a clear error or skip)."""
+        import os
+
+        from rlsim import cgroups
+
+        if shutil.which("iptables") is None:
+            return "iptables is not installed (Debian: apt-get install iptables)"
+        if os.geteuid() != 0:
+            return "network faults need root (iptables): run as root"
+        reason = cgroups.available()
+        return f"network faults need per-node cgroups: {reason}" if reason else None
+
+    def _ipt(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run(["iptables", "-w", "5", *args], capture_output=True, text=True)
+        if check and proc.returncode != 0:
+            raise IptablesError(f"iptables {' '.join(args)}: {proc.stderr.strip()}")
+        return proc
+
+    def _ensure_chain(self) -> None:
+        if self._ipt("-n", "-L", self.chain, check=False).returncode != 0:
+            self._ipt("-N", self.chain)
+        jump = ["OUTPUT", "-m", "comment", "--comment", self.comment, "-j", self.chain]
+        if self._ipt("-C", *jump, check=False).returncode != 0:
+            self._ipt("-I", *jump)
+
+    def apply(self, drops: Iterable[Drop]) -> list[Drop]:
+        """Append ``drops`` to the chain; returns what was applied (recorded for heal and logs)."""
+        reason = self.available()
+        if reason:
+            raise IptablesError(reason)
+        self._ensure_chain()
+        applied = []
+        for d in drops:
+            self._ipt("-A", self.chain, *d.args(self.comment))
+            applied.append(d)
+        self.rules += applied
+        return applied
+
+    def heal(self) -> None:
+        """Remove every rule of this chain and the chain itself. Safe twice, safe if never used."""
+        self.rules = []
+        if self.available():
+            return
+        heal_chain(self.chain)
+
+
+def heal_chain(chain: str) -> None:
+    """Delete every OUTPUT jump to ``chain``, then flush and delete it (no error if absent)."""
+    listing = subprocess.run(
+        ["iptables", "-w", "5", "-S", "OUTPUT"], capture_output=True, text=True
+    )
+    for line in listing.stdout.splitlines():
+        if line.startswith("-A OUTPUT") and line.endswith(f"-j {chain}"):
+            spec = line.split()[2:]
+            subprocess.run(["iptables", "-w", "5", "-D", "OUTPUT", *_unquote(spec)], check=False)
+    subprocess.run(["iptables", "-w", "5", "-F", chain], capture_output=True, check=False)
+    subprocess.run(["iptables", "-w", "5", "-X", chain], capture_output=True, check=False)
+
+
+def rlsim_chains() -> list[str]:
+    """Every RLSIM-* chain on this machine (for the reaper)."""
+    if shutil.which("iptables") is None:
+        return []
+    listing = subprocess.run(["iptables", "-w", "5", "-S"], capture_output=True, text=True)
+    return [ln.split()[1] for ln in listing.stdout.splitlines() if ln.startswith("-N RLSIM-")]
+
+
+def _unquote(tokens: list[str]) -> list[str]:
+    return [t.strip('"') for t in tokens]

@@ -1,0 +1,105 @@
+"""Find and signal the processes of a simulated node by the labels in their environment.
+
+Every process rlsim starts (GCS, raylet, dashboard, agents, and the Ray workers the raylet forks)
+inherits ``RLSIM_SESSION`` and ``RLSIM_NODE``. Matching on the environment rather than on a pid
+tree matters: when a raylet dies its agents are re-parented and live on, and a reaper run after a
+crash has no tree to walk. Nothing here matches a process that rlsim did not label.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+SESSION_VAR = "RLSIM_SESSION"
+NODE_VAR = "RLSIM_NODE"
+PROC = Path("/proc")
+
+
+def _labels(pid: int) -> dict[str, str] | None:
+    """The rlsim labels of ``pid``, or None if it has none or is gone."""
+    try:
+        raw = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return None
+    if SESSION_VAR.encode() not in raw:
+        return None
+    labels = {}
+    for item in raw.split(b"\0"):
+        key, _, value = item.partition(b"=")
+        if key in (SESSION_VAR.encode(), NODE_VAR.encode()):
+            labels[key.decode()] = value.decode(errors="replace")
+    return labels if SESSION_VAR in labels else None
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+def find(session: str | None = None, node: int | None = None) -> list[int]:
+    """Live (non-zombie) pids labelled with ``session`` (any rlsim session if None) and ``node``."""
+    me = os.getpid()
+    pids = []
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        labels = _labels(int(entry.name))
+        if labels is None:
+            continue
+        if session is not None and labels[SESSION_VAR] != session:
+            continue
+        if node is not None and labels.get(NODE_VAR) != str(node):
+            continue
+        if not _is_zombie(int(entry.name)):
+            pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def sessions() -> set[str]:
+    """Every rlsim session label that still has a live process on this machine."""
+    found = set()
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            labels = _labels(int(entry.name))
+            if labels and not _is_zombie(int(entry.name)):
+                found.add(labels[SESSION_VAR])
+    return found
+
+
+def signal_all(pids: Iterable[int], sig: signal.Signals) -> list[int]:
+    """Send ``sig`` to each pid; returns the pids it reached."""
+    reached = []
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+            reached.append(pid)
+        except ProcessLookupError:
+            pass
+    return reached
+
+
+def kill_and_wait(session: str, node: int | None = None, timeout: float = 10.0) -> list[int]:
+    """SIGKILL every process of ``session`` (one node, or all) until none is left.
+
+    Repeats the scan because a dying raylet may fork a worker between scans. Raises TimeoutError
+    listing the survivors after ``timeout`` seconds.
+    """
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = find(session, node)
+        if not pids:
+            return killed
+        killed += signal_all(pids, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"processes of rlsim session {session} (node {node}) survive SIGKILL: {pids}"
+            )
+        time.sleep(0.05)

@@ -1,0 +1,68 @@
+"""pytest plugin (entry point ``pytest11: rlsim``): the ``rlsim_cluster`` fixture and markers.
+
+Shape a cluster with a marker or indirect parametrization::
+
+    @pytest.mark.rlsim_cluster(nodes=3, gpus_per_node=8)
+    def test_x(rlsim_cluster): ...
+
+    @pytest.mark.parametrize("rlsim_cluster", [{"nodes": 2}], indirect=True)
+    def test_y(rlsim_cluster): ...
+
+Each test gets its own cluster (its own slot: addresses and ports), so pytest-xdist workers never
+collide; teardown runs whether the test passed, failed or was interrupted, and a cluster whose
+test process died is reaped by the next rlsim start on the machine.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from rlsim.backends.local import LocalCluster
+from rlsim.spec import ClusterSpec
+
+STRICT_VAR = "RLSIM_STRICT"
+_counter = itertools.count()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in (
+        "rlsim_cluster(**spec): shape of the rlsim_cluster fixture (ClusterSpec fields)",
+        "root: needs root, iptables and cgroup2 (network faults)",
+        "docker: needs a reachable Docker engine",
+        "gpu: needs a real GPU",
+        "real: runs against a real cluster (--backend real)",
+    ):
+        config.addinivalue_line("markers", line)
+
+
+def require(reason: str | None) -> None:
+    """Skip the calling test when ``reason`` says a system part is missing; with RLSIM_STRICT=1
+    (as in CI) fail instead, so a missing part never passes silently."""
+    if reason is None:
+        return
+    if os.environ.get(STRICT_VAR) == "1":
+        pytest.fail(f"{reason} (RLSIM_STRICT=1 turns this skip into a failure)")
+    pytest.skip(reason)
+
+
+def _spec(request: pytest.FixtureRequest) -> ClusterSpec:
+    fields: dict = {"nodes": 2, "gpus_per_node": 8}
+    marker = request.node.get_closest_marker("rlsim_cluster")
+    if marker:
+        fields.update(marker.kwargs)
+    if isinstance(getattr(request, "param", None), dict):
+        fields.update(request.param)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
+    fields.setdefault("name", f"pt-{worker}-{os.getpid()}-{next(_counter)}")
+    return ClusterSpec(**fields)
+
+
+@pytest.fixture
+def rlsim_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """A running local rlsim cluster (2 nodes x 8 fake GPUs unless shaped otherwise)."""
+    with LocalCluster(_spec(request)) as cluster:
+        yield cluster

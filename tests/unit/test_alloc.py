@@ -1,0 +1,66 @@
+import itertools
+
+import pytest
+
+from rlsim.net import alloc
+
+
+def all_ports(plan):
+    ports = [plan.gcs_port, plan.dashboard_port, plan.client_port]
+    for n in plan.nodes:
+        p = n.ports
+        ports += [getattr(p, d) for d in alloc.NODE_DAEMONS]
+        ports += list(range(p.min_worker, p.max_worker + 1))
+    return ports
+
+
+def test_every_node_has_its_own_loopback_address_never_127_0_0_1():
+    plan = alloc.plan_cluster(slot=3, nodes=4)
+    addrs = [n.address for n in plan.nodes]
+    assert addrs == ["127.77.3.10", "127.77.3.11", "127.77.3.12", "127.77.3.13"]
+    assert "127.0.0.1" not in addrs
+    assert plan.gcs_address == "127.77.3.10:23000"
+    assert plan.dashboard_url == "http://127.77.3.10:23001"
+
+
+@pytest.mark.parametrize("nodes", [1, 4, alloc.MAX_NODES])
+def test_ports_are_unique_and_inside_the_slot_block(nodes):
+    plan = alloc.plan_cluster(slot=5, nodes=nodes)
+    ports = all_ports(plan)
+    assert len(ports) == len(set(ports))
+    lo, hi = plan.port_range
+    assert all(lo <= p <= hi for p in ports)
+
+
+def test_no_two_slots_share_a_port_or_an_address():
+    plans = [alloc.plan_cluster(s, alloc.MAX_NODES) for s in range(alloc.MAX_SLOTS)]
+    for a, b in itertools.combinations(plans, 2):
+        assert not set(all_ports(a)) & set(all_ports(b))
+        assert not {n.address for n in a.nodes} & {n.address for n in b.nodes}
+
+
+def test_ports_stay_below_the_ephemeral_range_and_ray_defaults():
+    plan = alloc.plan_cluster(alloc.MAX_SLOTS - 1, alloc.MAX_NODES)
+    assert max(all_ports(plan)) < 32768
+    assert min(all_ports(alloc.plan_cluster(0, 1))) >= 20000  # above Ray's 10002-19999 workers
+
+
+def test_too_many_nodes_names_the_limit():
+    with pytest.raises(ValueError, match=f"1..{alloc.MAX_NODES}"):
+        alloc.plan_cluster(0, alloc.MAX_NODES + 1)
+    with pytest.raises(ValueError, match="slot"):
+        alloc.plan_cluster(alloc.MAX_SLOTS, 2)
+
+
+def test_pick_slot_takes_the_lowest_free_and_names_the_fix_when_full():
+    assert alloc.pick_slot(set()) == 0
+    assert alloc.pick_slot({0, 1, 3}) == 2
+    with pytest.raises(RuntimeError, match="rlsim down"):
+        alloc.pick_slot(set(range(alloc.MAX_SLOTS)))
+
+
+def test_named_ports_cover_head_services_and_worker_ranges():
+    plan = alloc.plan_cluster(0, 2)
+    names = alloc.named_ports(plan)
+    assert names["gcs"] == (20000, 20000)
+    assert names["workers:1"] == (plan.nodes[1].ports.min_worker, plan.nodes[1].ports.max_worker)
