@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -39,7 +40,7 @@ def alive(cluster: LocalCluster) -> list[int]:
 
 
 def can_connect(cluster: LocalCluster, src: int, dst: int, port: int) -> bool:
-    """Open a TCP connection to node ``dst``:``port`` from a process inside node ``src``'s cgroup."""
+    """Connect to node ``dst``:``port`` from a process inside node ``src``'s cgroup."""
     group = cgroups.NodeGroup(cluster.state.session, src)
     code = (
         f"open({str(group.path / 'cgroup.procs')!r}, 'w').write(str(__import__('os').getpid()));"
@@ -97,19 +98,19 @@ def test_kill_marks_the_node_dead_and_restart_rejoins(rlsim_cluster):
     assert killed and not rlsim_cluster.nodes()[1].pids
     wait_until(lambda: alive(rlsim_cluster) == [0], 15, "Ray declaring node 1 dead")
     info = rlsim_cluster.restart_node(1)
-    assert info.alive and info.address == "127.77.%d.11" % rlsim_cluster.state.slot
+    assert info.alive and info.address == f"127.77.{rlsim_cluster.state.slot}.11"
     assert alive(rlsim_cluster) == [0, 1]
 
 
 def test_pause_freezes_every_process_and_resume_thaws(rlsim_cluster):
     pids = rlsim_cluster.pause_node(1)
     assert pids
-    states = {open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] for p in pids}
     if rlsim_cluster.state.cgroups:
-        assert (cgroups.NodeGroup(rlsim_cluster.state.session, 1).path / "cgroup.events") \
-            .read_text().count("frozen 1") == 1
+        events = cgroups.NodeGroup(rlsim_cluster.state.session, 1).path / "cgroup.events"
+        assert "frozen 1" in events.read_text()
     else:
-        assert states == {"T"}
+        stats = [Path(f"/proc/{p}/stat").read_text() for p in pids]
+        assert {s.rsplit(")", 1)[1].split()[0] for s in stats} == {"T"}
     wait_until(lambda: alive(rlsim_cluster) == [0], 20, "Ray declaring the frozen node dead")
     rlsim_cluster.resume_node(1)
     rlsim_cluster.resume_node(1)  # safe twice
