@@ -1,0 +1,170 @@
+"""Cluster bring-up, failure detection and memory, measured side by side in one run.
+
+    .venv/bin/python bench/cluster.py [--nodes 4] [--gpus 8] [--repeat 3] [--skip-defaults]
+
+Rows: time until NODES x GPUS are alive with
+  * rlsim's local backend (own 127.x address per node, dashboard + Jobs API on the head),
+  * Ray's in-process test cluster ``ray.cluster_utils.Cluster`` (one IP for all nodes),
+  * sequential ``ray start`` (head with dashboard, then workers), each on its own 127.x address,
+then seconds from SIGKILL of a worker node to Ray declaring it dead (rlsim's tuned health checks
+and Ray's defaults), and RSS per node. Needs root (cgroups) for the ``ray start`` baseline cleanup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+from rlsim import cgroups
+from rlsim.backends.gcs import node_table
+from rlsim.backends.local import LocalCluster
+from rlsim.spec import ClusterSpec, HealthChecks
+
+RAY_DEFAULTS = HealthChecks(initial_delay_ms=5000, period_ms=3000, timeout_ms=10000,
+                            failure_threshold=5)
+BIN = Path(sys.executable).parent
+
+
+def rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            total += psutil.Process(pid).memory_info().rss
+    return total / 2**20
+
+
+def time_rlsim(nodes: int, gpus: int) -> tuple[float, dict[str, float]]:
+    with LocalCluster(ClusterSpec(name="bench-up", nodes=nodes, gpus_per_node=gpus)) as c:
+        ready = c.timings["ready_s"]
+        time.sleep(3)  # let agents settle before measuring memory
+        infos = c.nodes()
+        mem = {
+            "head": rss_mb(infos[0].pids),
+            "worker": statistics.mean(rss_mb(n.pids) for n in infos[1:]) if nodes > 1 else 0.0,
+        }
+    return ready, mem
+
+
+RAY_CLUSTER_CODE = """
+import time, ray
+from ray.cluster_utils import Cluster
+t = time.monotonic()
+c = Cluster()
+for _ in range({nodes}):
+    c.add_node(num_cpus=1, num_gpus={gpus}, include_dashboard=False)
+c.wait_for_nodes()
+print(time.monotonic() - t)
+c.shutdown()
+"""
+
+
+def time_ray_cluster_utils(nodes: int, gpus: int) -> float:
+    out = subprocess.run(
+        [sys.executable, "-c", RAY_CLUSTER_CODE.format(nodes=nodes, gpus=gpus)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"},
+    )
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def time_ray_start(nodes: int, gpus: int) -> float:
+    """Sequential `ray start`, every process inside one cgroup so that cleanup touches nothing
+    else (no `ray stop`, which would also stop a user's own Ray)."""
+    group = cgroups.NodeGroup("bench-raystart", 0)
+    group.path.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    head, port, tmp = "127.78.0.10", 30500, "/tmp/.rlsim-bench-raystart"
+    enter = f"echo $$ > {group.path / 'cgroup.procs'}; exec "
+    t = time.monotonic()
+    try:
+        for i in range(nodes):
+            addr = f"127.78.0.{10 + i}"
+            base = 30600 + i * 50
+            args = (
+                f"{BIN}/ray start --node-ip-address {addr} --num-gpus {gpus} --num-cpus 1 "
+                f"--node-manager-port {base} --object-manager-port {base + 1} "
+                f"--metrics-export-port {base + 2} --dashboard-agent-grpc-port {base + 3} "
+                f"--dashboard-agent-listen-port {base + 4} --runtime-env-agent-port {base + 5} "
+                f"--min-worker-port {base + 10} --max-worker-port {base + 49} "
+            )
+            if i == 0:
+                args += (f"--head --port {port} --temp-dir {tmp} --include-dashboard true "
+                         f"--dashboard-host {head} --dashboard-port {port + 1}")
+            else:
+                args += f"--address {head}:{port}"
+            subprocess.run(["sh", "-c", enter + args], env=env, check=True,
+                           capture_output=True, timeout=120)
+        while sum(1 for n in node_table(f"{head}:{port}", "/dev/null") if n["Alive"]) < nodes:
+            time.sleep(0.05)
+        return time.monotonic() - t
+    finally:
+        cgroups.remove_session("bench-raystart")
+        subprocess.run(["rm", "-rf", tmp])
+
+
+def time_detection(health: HealthChecks, repeat: int) -> list[float]:
+    spec = ClusterSpec(name="bench-kill", nodes=2, gpus_per_node=1, health=health)
+    out = []
+    with LocalCluster(spec) as c:
+        for _ in range(repeat):
+            time.sleep(health.initial_delay_ms / 1000 + 0.5)
+            t = time.monotonic()
+            c.kill_node(1)
+            while c.nodes()[1].alive:
+                time.sleep(0.02)
+            out.append(time.monotonic() - t)
+            c.restart_node(1)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--skip-defaults", action="store_true", help="skip Ray-default detection")
+    a = ap.parse_args()
+    con = Console()
+    shape = f"{a.nodes}x{a.gpus}"
+
+    con.print(f"measuring bring-up of {shape} ...")
+    ours, mem = time_rlsim(a.nodes, a.gpus)
+    theirs = time_ray_cluster_utils(a.nodes, a.gpus)
+    cli = time_ray_start(a.nodes, a.gpus)
+    con.print("measuring failure detection ...")
+    tuned = time_detection(HealthChecks(), a.repeat)
+    default = [] if a.skip_defaults else time_detection(RAY_DEFAULTS, 1)
+
+    t = Table(title=f"rlsim bench: cluster ({os.cpu_count()} cores)")
+    for col in ("measure", "value", "vs Ray Cluster", "target"):
+        t.add_column(col)
+    t.add_row(f"ready {shape}: rlsim local (own IPs, dashboard)", f"{ours:.2f} s",
+              f"{ours / theirs:.2f}x", "<= 0.6x")
+    t.add_row(f"ready {shape}: ray.cluster_utils.Cluster (one IP)", f"{theirs:.2f} s", "1.00x", "")
+    t.add_row(f"ready {shape}: sequential ray start (own IPs)", f"{cli:.2f} s",
+              f"{cli / theirs:.2f}x", "")
+    t.add_row("kill -> dead, rlsim tuned health checks (median)",
+              f"{statistics.median(tuned):.2f} s", "", "<= 1 s")
+    t.add_row("  all runs", " ".join(f"{x:.2f}" for x in tuned), "", "")
+    if default:
+        t.add_row("kill -> dead, Ray default health checks", f"{default[0]:.2f} s", "", "")
+    t.add_row("RSS head node (gcs, dashboard, raylet, agents)", f"{mem['head']:.0f} MB", "", "")
+    t.add_row("RSS per worker node (raylet + agents)", f"{mem['worker']:.0f} MB", "",
+              "<= 250 MB")
+    con.print(t)
+
+
+if __name__ == "__main__":
+    main()
