@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import secrets
 from collections.abc import Iterator
@@ -143,8 +142,3 @@ def abandoned() -> list[ClusterState]:
     """Clusters that no one will tear down (see :func:`is_abandoned`)."""
     live = procs.sessions()
     return [s for s in load_all() if is_abandoned(s, live)]
-
-
-def describe(state: ClusterState) -> dict:
-    """A JSON-friendly summary (used by ``rlsim status --json``)."""
-    return json.loads(state.model_dump_json())
