@@ -120,7 +120,9 @@ class LocalCluster:
     def nodes(self) -> list[NodeInfo]:
         st = self._st
         alive: dict[str, tuple[int, str]] = {}
-        for entry in node_table(self.address, str(state.auth_token_path())):
+        # With the head gone there is no GCS to ask (Ray's client would retry for ~15 s).
+        head_up = bool(self._pids(0))
+        for entry in node_table(self.address, str(state.auth_token_path())) if head_up else []:
             if entry["Alive"]:
                 gpus = int(entry["Resources"].get("GPU", 0))
                 alive[entry["NodeManagerAddress"]] = (gpus, entry["NodeID"])

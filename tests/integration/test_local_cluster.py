@@ -227,3 +227,10 @@ def test_bad_cluster_name_and_unknown_node_give_clear_errors(rlsim_cluster):
         rlsim_cluster.restart_node(0)
     with pytest.raises(KeyError, match="known: "):
         rlsim_cluster.port("nope")
+
+
+def test_status_of_a_cluster_whose_head_died_answers_at_once(rlsim_cluster):
+    rlsim_cluster.kill_node(0)
+    t = time.monotonic()
+    assert [n.alive for n in rlsim_cluster.nodes()] == [False, False]
+    assert time.monotonic() - t < 5
