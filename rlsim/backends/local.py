@@ -120,8 +120,9 @@ class LocalCluster:
     def nodes(self) -> list[NodeInfo]:
         st = self._st
         alive: dict[str, tuple[int, str]] = {}
+        pids = {node.index: self._pids(node.index) for node in st.plan.nodes}
         # With the head gone there is no GCS to ask (Ray's client would retry for ~15 s).
-        head_up = bool(self._pids(0))
+        head_up = bool(pids[0])
         for entry in node_table(self.address, str(state.auth_token_path())) if head_up else []:
             if entry["Alive"]:
                 gpus = int(entry["Resources"].get("GPU", 0))
@@ -135,7 +136,7 @@ class LocalCluster:
                     address=node.address,
                     gpus=gpus if node_id else st.spec.gpus_per_node,
                     alive=node_id is not None,
-                    pids=self._pids(node.index),
+                    pids=pids[node.index],
                     node_id=node_id,
                 )
             )
