@@ -1,0 +1,32 @@
+"""``python -m trainer --config PATH [key=value ...]`` on the Ray cluster named by RAY_ADDRESS.
+
+Also runs as a Ray Job: ``ray job submit --address http://<head>:<dashboard> -- python -m trainer
+--config PATH``. Exit codes: 0 completed, 2 failed with a typed error (see ``events.jsonl``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trainer.config import load_config
+from trainer.errors import ConfigError
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m trainer", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="trainer YAML (e.g. fixtures/trainer/...)")
+    ap.add_argument("overrides", nargs="*", help="dotted overrides: total_steps=40 actor.lr=3e-3")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as e:
+        print(f"trainer: {e}", file=sys.stderr)
+        return 2
+    from trainer.driver import run  # imports ray and torch: only once the config is sound
+
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

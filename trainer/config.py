@@ -1,0 +1,220 @@
+"""The trainer's configuration: every field documented, loaded from YAML plus dotted overrides.
+
+``python -m trainer --config fixtures/trainer/grpo_tiny.yaml total_steps=40 actor.lr=3e-3``
+
+The top-level keys ``run_dir``, ``total_steps``, ``save_freq``, ``seed`` and ``resume`` always
+exist, so scenarios and CI can set them without knowing the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from trainer.errors import ConfigError
+
+RANGE_RE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Section):
+    """A small causal LM from a ``transformers`` GPT-2 config, random init (no downloads)."""
+
+    path: str | None = Field(None, description="local HF model dir; loads real weights instead")
+    n_layer: int = Field(2, ge=1, description="transformer blocks")
+    n_embd: int = Field(64, ge=8, description="hidden width")
+    n_head: int = Field(2, ge=1, description="attention heads (must divide n_embd)")
+    vocab_size: int = Field(12, ge=12, description="digits 0-9, '=', pad (fixtures' tokenizer)")
+    n_positions: int = Field(32, ge=8, description="longest prompt + response")
+
+
+class DataConfig(_Section):
+    path: str = Field("fixtures/data/digits.jsonl", description="prompt set (jsonl)")
+    prompts_per_step: int = Field(16, ge=1, description="prompts drawn per step (the batch)")
+
+
+class RolloutConfig(_Section):
+    engine: Literal["torch", "vllm"] = Field("torch", description="torch: CPU sampler; vllm: GPU")
+    n_samples: int = Field(8, ge=1, description="responses per prompt (GRPO group size)")
+    response_length: int = Field(2, ge=1, description="tokens generated per response")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per rollout engine")
+    gpu_memory_utilization: float = Field(
+        0.4, gt=0, le=1, description="vLLM: share of a GPU its KV cache reserves"
+    )
+    free_cache_after_generate: bool = Field(
+        True, description="release the KV cache before training (verl's sleep mode)"
+    )
+
+
+class OptimConfig(_Section):
+    """A training engine (the actor's, or the critic's under PPO)."""
+
+    engine: Literal["deepspeed", "ddp"] = Field("deepspeed", description="training engine")
+    zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage (0 = plain DP)")
+    lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
+    warmup_steps: int = Field(0, ge=0, description="linear LR warm-up steps")
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, ge=0, description="global grad-norm clip (0 = off)")
+    micro_batch_size: int = Field(32, ge=1, description="sequences per forward/backward per rank")
+    auto_micro_batch: bool = Field(
+        False, description="halve micro_batch_size until the memory ledger fits (else OOM)"
+    )
+
+
+class AlgoConfig(_Section):
+    ppo_epochs: int = Field(1, ge=1, description="passes over each batch")
+    mini_batches: int = Field(1, ge=1, description="optimizer steps per pass")
+    clip_ratio: float = Field(0.2, gt=0, description="PPO ratio clip")
+    kl_coef: float = Field(0.01, ge=0, description="KL to the frozen reference")
+    gamma: float = Field(1.0, ge=0, le=1, description="PPO discount")
+    lam: float = Field(0.95, ge=0, le=1, description="PPO GAE lambda")
+    value_clip: float = Field(0.2, gt=0, description="PPO value clip")
+
+
+class PlacementConfig(_Section):
+    """Which GPUs each role gets. Global GPU ``g`` lives on node ``g // gpus_per_node``.
+
+    ``colocated``: every role shares every GPU (one worker per GPU hosts them all, a hybrid
+    engine). ``disaggregated``: ``roles`` maps each role to an inclusive range, RLinf style
+    (``rollout: 0-19``, ``ref: 20-23``, ``actor: 24-31``).
+    """
+
+    nnodes: int = Field(2, ge=1, description="nodes the run uses")
+    gpus_per_node: int = Field(1, ge=1, description="GPUs the run uses on each node")
+    mode: Literal["colocated", "disaggregated"] = "colocated"
+    roles: dict[str, str] = Field(default_factory=dict, description="role -> 'a-b' (disaggregated)")
+
+    @field_validator("roles")
+    @classmethod
+    def _ranges_parse(cls, roles: dict[str, str]) -> dict[str, str]:
+        for role, text in roles.items():
+            if not RANGE_RE.match(str(text)):
+                raise ValueError(f"placement.roles.{role}={text!r}: write an inclusive range 'a-b'")
+        return {role: str(text) for role, text in roles.items()}
+
+
+class MemoryConfig(_Section):
+    """The fake-GPU memory ledger (real GPUs report real CUDA OOMs instead)."""
+
+    gpu_memory_gb: float | None = Field(None, description="per GPU; default: the node's label")
+    model_params_b: float | None = Field(
+        None, description="account as if the model had this many billion parameters"
+    )
+    dtype_bytes: int = Field(2, description="bytes per weight/grad on GPU (bf16)")
+    reserve_gb: float = Field(0.0, ge=0, description="taken on every GPU by something else")
+
+
+class FaultToleranceConfig(_Section):
+    """Every wait is bounded: nothing the driver does can hang."""
+
+    max_restarts: int = Field(2, ge=0, description="rebuilds after a lost worker or node")
+    resources_timeout_s: float = Field(60, gt=0, description="wait for the GPUs the run needs")
+    init_timeout_s: float = Field(180, gt=0, description="worker start and process-group setup")
+    step_timeout_s: float = Field(120, gt=0, description="any single role call")
+    collective_timeout_s: float = Field(30, gt=0, description="gloo/NCCL process-group timeout")
+
+
+class LoggingConfig(_Section):
+    tensorboard: bool = Field(False, description="also write TensorBoard scalars (if installed)")
+
+
+class TrainerConfig(_Section):
+    """Everything one run needs; the first five keys always exist."""
+
+    run_dir: str = Field("runs/default", description="events, metrics and checkpoints go here")
+    total_steps: int = Field(20, ge=1, description="train until this global step")
+    save_freq: int = Field(10, ge=0, description="checkpoint every N steps (0 = only at the end)")
+    seed: int = Field(1, description="seeds model init, data order, sampling")
+    resume: str = Field("auto", description="auto | disable | <checkpoint dir>")
+    keep_last: int = Field(3, ge=1, description="checkpoints kept")
+    algorithm: Literal["grpo", "ppo"] = "grpo"
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    actor: OptimConfig = Field(default_factory=OptimConfig)
+    critic: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=3e-3))
+    algo: AlgoConfig = Field(default_factory=AlgoConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    fault_tolerance: FaultToleranceConfig = Field(default_factory=FaultToleranceConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    def roles(self) -> list[str]:
+        """The roles this algorithm runs (reward is rule-based and rides with the rollout)."""
+        return ["actor", "rollout", "ref"] + (["critic"] if self.algorithm == "ppo" else [])
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["a.b=1", "c=x"]`` -> nested dict; values parse as YAML scalars."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: write key=value, e.g. total_steps=40")
+        node = out
+        *parents, leaf = key.strip().split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(raw) if raw else ""
+    return out
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _explain(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid trainer config"]
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            hint = "unknown key: check its spelling against trainer/config.py"
+        else:
+            hint = e["msg"]
+        got = f" (got {e['input']!r})" if e["type"] != "missing" else ""
+        lines.append(f"  field `{field}`: {hint}{got}")
+    return "\n".join(lines)
+
+
+def load_config(path: str | Path | None, overrides: list[str] | dict | None = None) -> TrainerConfig:
+    """Read a YAML config and apply overrides; errors name the file, the field and the fix."""
+    data: dict = {}
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file (pass --config PATH)") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of keys, not {type(data)}")
+    extra = overrides if isinstance(overrides, dict) else parse_overrides(list(overrides or []))
+    if extra:
+        source += " + overrides " + ", ".join(sorted(_flat(extra)))
+    try:
+        return TrainerConfig.model_validate(_merge(data, extra))
+    except ValidationError as e:
+        raise ConfigError(_explain(e, source)) from None
+
+
+def _flat(d: dict, prefix: str = "") -> list[str]:
+    keys: list[str] = []
+    for k, v in d.items():
+        keys += _flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
+    return keys

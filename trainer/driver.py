@@ -1,0 +1,192 @@
+"""The driver: plan, start role groups, train, checkpoint; on a lost worker or node, rebuild and resume.
+
+Fault tolerance: when a worker or its node dies, a collective fails or times out, or a call hangs
+past ``fault_tolerance.step_timeout_s``, the driver records the cause (``worker_died``,
+``node_lost``), tears every worker group down, waits (bounded) for the GPUs it needs, rebuilds and
+resumes from the latest valid checkpoint, up to ``fault_tolerance.max_restarts`` times. Anything
+else, or one failure too many, ends the run with an ``error`` event and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import ray
+import torch
+
+from trainer import checkpoint as ckpt
+from trainer import grpo, ppo
+from trainer.config import TrainerConfig
+from trainer.data import PromptLoader, load_prompts
+from trainer.errors import CheckpointError, SimulatedCudaOOM, TrainerError
+from trainer.events import EventLog
+from trainer.groups import Roles, alive_gpu_nodes
+from trainer.memory import fit, gpu_capacity
+from trainer.placement import Plan, plan_placement
+
+ALGORITHMS = {"grpo": grpo.step, "ppo": ppo.step}
+
+
+class Run:
+    """One training run across restarts: the state a checkpoint must carry, and the loop."""
+
+    def __init__(self, cfg: TrainerConfig, plan: Plan, log: EventLog) -> None:
+        self.cfg, self.plan, self.log = cfg, plan, log
+        self.prompts = load_prompts(cfg.data.path)
+        self.loader = PromptLoader(len(self.prompts), cfg.data.prompts_per_step, cfg.seed)
+        self.step = 0
+        self.restarts = 0
+        self.micro, changes = fit(cfg, plan, gpu_capacity(cfg, _label_memory()))
+        for change in changes:
+            log.emit("oom", message="planned micro-batch does not fit the GPU", action=change)
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def resume_point(self) -> str | None:
+        mode = self.cfg.resume
+        if mode == "disable":
+            return None
+        if mode != "auto":
+            reason = ckpt.validate(ckpt.Path(mode))
+            if reason:
+                raise CheckpointError(f"resume={mode!r}: {reason}. Fix: point resume at a "
+                                      "global_step_N dir, or use resume=auto / resume=disable")
+            return mode
+        path, rejected = ckpt.latest_valid(self.cfg.run_dir)
+        for reason in rejected:
+            self.log.emit("checkpoint_invalid", reason=reason)
+        return str(path) if path else None
+
+    def load(self, roles: Roles, path: str) -> None:
+        state = ckpt.read_state(ckpt.Path(path))
+        roles.load(path)
+        self.step = state["step"]
+        self.loader.load_state(state["loader"])
+        roles.sync_weights()
+        self.log.emit("checkpoint_loaded", step=self.step, path=path)
+        self.log.emit("resume", from_step=self.step)
+
+    def save(self, roles: Roles) -> None:
+        t0 = time.monotonic()
+        tmp = ckpt.begin(self.cfg.run_dir, self.step)
+        roles.save(str(tmp))
+        state = {"step": self.step, "loader": self.loader.state(), "seed": self.cfg.seed,
+                 "algorithm": self.cfg.algorithm, "restarts": self.restarts}
+        final = ckpt.commit(self.cfg.run_dir, self.step, tmp, state, self.cfg.keep_last)
+        self.log.emit("checkpoint_saved", step=self.step, path=str(final),
+                      seconds=round(time.monotonic() - t0, 3))
+
+    # -- one attempt -----------------------------------------------------------------------------
+    def attempt(self) -> None:
+        """Start workers, resume if asked, train to ``total_steps``. Workers die on the way out."""
+        cfg = self.cfg
+        ckpt.clean_temp(cfg.run_dir)
+        self.step, self.loader.epoch, self.loader.cursor = 0, 0, 0
+        with Roles(cfg, self.plan, self.micro) as roles:
+            roles.start()
+            self.nodes = roles.nodes
+            self.log.emit("placement", workers=roles.where)
+            path = self.resume_point()
+            if path:
+                self.load(roles, path)
+            step_fn = ALGORITHMS[cfg.algorithm]
+            while self.step < cfg.total_steps:
+                t0 = time.monotonic()
+                idx = self.loader.next_indices()
+                seeds = [_mix(cfg.seed, self.step, i) for i in idx]
+                metrics = step_fn(roles, self.prompts[idx], seeds, cfg)
+                self.step += 1
+                dt = time.monotonic() - t0
+                rows = len(idx) * cfg.rollout.n_samples
+                metrics |= {"perf/step_s": dt, "perf/tokens_per_s": rows * (
+                    self.prompts.shape[1] + cfg.rollout.response_length) / dt}
+                self.log.metrics(self.step, metrics)
+                self.log.emit("step_end", step=self.step, metrics=metrics)
+                if (cfg.save_freq and self.step % cfg.save_freq == 0) or \
+                        self.step == cfg.total_steps:
+                    self.save(roles)
+
+    def lost_nodes(self, grace_s: float = 3.0) -> list[dict]:
+        """Nodes this attempt used that Ray now declares dead; a node death can reach the driver
+        as a dead actor a moment before the GCS marks the node, hence the short bounded grace."""
+        deadline = time.monotonic() + grace_s
+        while True:
+            alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+            lost = [n for n in getattr(self, "nodes", []) if n["NodeID"] not in alive]
+            if lost or time.monotonic() > deadline:
+                return lost
+            time.sleep(0.2)
+
+
+def run(cfg: TrainerConfig) -> int:
+    """Train; return the process exit code (0 completed, 2 failed with a typed error)."""
+    log = EventLog(cfg.run_dir, cfg.logging.tensorboard)
+    t0 = time.monotonic()
+    step = 0
+    try:
+        plan = plan_placement(cfg)
+        log.emit("run_start", algorithm=cfg.algorithm, total_steps=cfg.total_steps, pid=os.getpid(),
+                 plan=[{"index": w.index, "node": w.node, "gpus": w.gpus, "roles": w.ranks}
+                       for w in plan.workers], warnings=list(plan.warnings))
+        _connect()
+        r = Run(cfg, plan, log)
+        while True:
+            try:
+                r.attempt()
+                break
+            except TrainerError as e:
+                step = r.step
+                if not e.recoverable or r.restarts >= cfg.fault_tolerance.max_restarts:
+                    raise
+                _record_loss(log, r, e)
+                r.restarts += 1
+                log.attempt = r.restarts
+                latest, _ = ckpt.latest_valid(cfg.run_dir)
+                log.emit("restart", restart=r.restarts, cause=e.kind, message=str(e)[:500],
+                         from_step=ckpt.read_state(latest)["step"] if latest else 0)
+                if cfg.resume != "auto":  # a rebuild resumes from this run's own checkpoints
+                    cfg = cfg.model_copy(update={"resume": "auto"})
+                    r.cfg = cfg
+        step = r.step
+        log.emit("run_end", status="completed", step=step, restarts=r.restarts,
+                 seconds=round(time.monotonic() - t0, 3))
+        return 0
+    except (TrainerError, FileNotFoundError) as e:
+        kind = getattr(e, "kind", "error")
+        if isinstance(e, SimulatedCudaOOM) or isinstance(e, torch.OutOfMemoryError):
+            log.emit("oom", message=str(e), action="fatal")
+        log.emit("error", kind=kind, message=str(e))
+        log.emit("run_end", status="failed", step=step, seconds=round(time.monotonic() - t0, 3))
+        print(f"trainer: {type(e).__name__}: {e}", flush=True)
+        return 2
+    except Exception as e:  # a bug, or an error nobody typed yet: still end the log properly
+        log.emit("error", kind="internal", message=f"{type(e).__name__}: {str(e)[:2000]}")
+        log.emit("run_end", status="failed", step=step, seconds=round(time.monotonic() - t0, 3))
+        raise
+    finally:
+        log.close()
+
+
+def _record_loss(log: EventLog, r: Run, e: TrainerError) -> None:
+    log.emit("worker_died", cause=e.kind, message=str(e)[:500])
+    for node in r.lost_nodes():
+        log.emit("node_lost", ip=node["NodeManagerAddress"], node_id=node["NodeID"])
+
+
+def _connect() -> None:
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), logging_level="ERROR",
+                 log_to_driver=os.environ.get("TRAINER_WORKER_LOGS") == "1")
+
+
+def _label_memory() -> float | None:
+    for node in alive_gpu_nodes():
+        label = node.get("Labels", {}).get("rlsim-gpu-memory-gb")
+        if label:
+            return float(label)
+    return None
+
+
+def _mix(seed: int, step: int, prompt: int) -> int:
+    """The sampling seed of one prompt at one step: independent of how prompts are split."""
+    return ((seed * 1_000_003 + step) * 1_000_003 + prompt) % (2**62)

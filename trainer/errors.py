@@ -1,0 +1,72 @@
+"""Typed errors of the reference trainer. Each names what failed, where, and the setting to change.
+
+The driver turns every one of them into an ``error`` event and a non-zero exit; the recoverable
+ones (:class:`WorkerLost`, :class:`CollectiveTimeout`, :class:`StepTimeout`) first trigger a
+restart from the latest valid checkpoint while ``fault_tolerance.max_restarts`` allows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class TrainerError(RuntimeError):
+    """Base of every error the trainer raises on purpose. ``kind`` is the event-log name."""
+
+    kind = "error"
+    recoverable = False
+
+
+class ConfigError(TrainerError, ValueError):
+    """A config file or override is malformed: names the file, the field and the fix."""
+
+    kind = "config_error"
+
+
+class PlacementError(TrainerError, ValueError):
+    """The requested placement cannot fit the cluster (or itself): names the field and numbers."""
+
+    kind = "placement_error"
+
+
+class ResourceTimeout(TrainerError):
+    """The GPUs or nodes the run needs did not show up within ``fault_tolerance.resources_timeout_s``."""
+
+    kind = "resource_timeout"
+
+
+class WorkerLost(TrainerError):
+    """A role's worker (or the node under it) died mid-call."""
+
+    kind = "worker_died"
+    recoverable = True
+
+
+class StepTimeout(TrainerError):
+    """A role call did not answer within ``fault_tolerance.step_timeout_s`` (hung or frozen node)."""
+
+    kind = "step_timeout"
+    recoverable = True
+
+
+class CollectiveTimeout(TrainerError):
+    """A process-group operation failed or timed out (``fault_tolerance.collective_timeout_s``)."""
+
+    kind = "collective_timeout"
+    recoverable = True
+
+
+class CheckpointError(TrainerError):
+    """A checkpoint cannot be written or read (missing, corrupt, or of another run shape)."""
+
+    kind = "checkpoint_error"
+
+
+class SimulatedCudaOOM(torch.OutOfMemoryError, TrainerError):
+    """The fake-GPU memory ledger found a rank over its GPU's capacity.
+
+    Subclasses ``torch.OutOfMemoryError`` so code that handles a real CUDA OOM handles this one too;
+    the message follows torch's wording, then names role, node, GPU and the knob to turn.
+    """
+
+    kind = "oom"

@@ -1,0 +1,83 @@
+"""The run's event log, ``<run_dir>/events.jsonl``: what the scenario engine judges a run by.
+
+One JSON object per line, appended and flushed as it happens (a resumed run appends to the same
+file): ``{"ts": <unix seconds>, "type": <name>, "attempt": <n>, ...fields}``. Types and fields:
+
+==================  =============================================================================
+run_start           algorithm, total_steps, plan (workers: index, node, gpus, roles), pid
+placement           workers (index, roles, ip, pid) once the workers stand
+step_end            step, metrics (``rollout/*``, ``train/*``, ``perf/*``)
+checkpoint_saved    step, path, seconds
+checkpoint_loaded   step, path
+checkpoint_invalid  path/reason of a checkpoint skipped on resume (a warning)
+resume              from_step
+worker_died         role, worker, ip, message
+node_lost           ip, node_id
+restart             restart (count), cause, from_step (the checkpoint it will resume from)
+oom                 message, action (what auto_micro_batch changed, or "fatal")
+error               kind (a :mod:`trainer.errors` kind), message
+run_end             status (completed | failed), step, restarts, seconds
+==================  =============================================================================
+
+``metrics.jsonl`` holds ``{"step": n, ...metrics}`` per step; TensorBoard scalars optionally.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+EVENT_TYPES = frozenset({
+    "run_start", "placement", "step_end", "checkpoint_saved", "checkpoint_loaded",
+    "checkpoint_invalid", "resume", "worker_died", "node_lost", "restart", "oom", "error",
+    "run_end",
+})
+
+
+class EventLog:
+    def __init__(self, run_dir: str | Path, tensorboard: bool = False) -> None:
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._events = (self.dir / "events.jsonl").open("a", buffering=1)
+        self._metrics = (self.dir / "metrics.jsonl").open("a", buffering=1)
+        self.attempt = 0
+        self._tb = _tensorboard(self.dir) if tensorboard else None
+
+    def emit(self, type: str, **fields) -> dict:
+        """Append one event; unknown types are a programming error, refused at once."""
+        if type not in EVENT_TYPES:
+            raise ValueError(f"unknown event type {type!r}; known: {sorted(EVENT_TYPES)}")
+        event = {"ts": round(time.time(), 4), "type": type, "attempt": self.attempt, **fields}
+        self._events.write(json.dumps(event, default=str) + "\n")
+        os.fsync(self._events.fileno())
+        return event
+
+    def metrics(self, step: int, metrics: dict[str, float]) -> None:
+        self._metrics.write(json.dumps({"step": step, **metrics}) + "\n")
+        if self._tb is not None:
+            for k, v in metrics.items():
+                self._tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        self._events.close()
+        self._metrics.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _tensorboard(run_dir: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard not installed: the jsonl files still hold every metric
+        return None
+    return SummaryWriter(str(run_dir / "tb"))
+
+
+def read_events(run_dir: str | Path) -> list[dict]:
+    """Every event of a run dir, in order (for checks and tests)."""
+    path = Path(run_dir) / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,161 @@
+"""The fake-GPU memory ledger, pure: what each rank would hold on a real GPU, and the OOM it would hit.
+
+Per role on a GPU (bytes; ``P`` parameters, ``b`` bytes per weight, ZeRO stage ``z``, dp size ``d``):
+- training roles (actor, critic): weights ``b*P`` (/d at z>=3), grads ``b*P`` (/d at z>=2, only
+  while training), Adam fp32 master+m+v ``12*P`` (/d at z>=1), activations per micro-batch
+  ``34*s*h*L`` (Korthikanti et al.) plus fp32 logits and their gradient ``8*s*V``;
+- ref: weights, plus a no-grad forward (logits);
+- rollout: weights / tp, plus the KV cache ``2*L*h*b*rows*len`` / tp (torch sampler), or vLLM's
+  ``gpu_memory_utilization`` share of the GPU.
+A GPU's peak is the larger of its two phases: *generate* (all weights, optimizer states, KV cache)
+and *train* (the same plus grads and activations; the KV cache only if it is not freed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainer.config import TrainerConfig
+from trainer.errors import SimulatedCudaOOM
+from trainer.placement import Plan
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Item:
+    role: str
+    what: str
+    nbytes: float
+    knob: str
+
+
+def param_count(cfg: TrainerConfig) -> float:
+    """Parameters of the GPT-2-shaped model (or ``memory.model_params_b`` when set)."""
+    if cfg.memory.model_params_b is not None:
+        return cfg.memory.model_params_b * 1e9
+    m = cfg.model
+    h = m.n_embd
+    return m.vocab_size * h + m.n_positions * h + m.n_layer * (12 * h * h + 13 * h) + 2 * h
+
+
+def _shape(cfg: TrainerConfig) -> tuple[float, float, float, float]:
+    """(layers, hidden, vocab, sequence length), scaled to ``model_params_b`` when it is set."""
+    m = cfg.model
+    seq = 8 + cfg.rollout.response_length
+    if cfg.memory.model_params_b is None:
+        return m.n_layer, m.n_embd, m.vocab_size, seq
+    # a model of P params with 12*L*h^2 ~= P at L = h / 128 (GPT-3 family proportions)
+    h = (param_count(cfg) * 128 / 12) ** (1 / 3)
+    return h / 128, h, 32000, seq
+
+
+def role_items(cfg: TrainerConfig, plan: Plan, role: str, micro: dict[str, int]) -> list[Item]:
+    """What one rank of ``role`` holds on each of its GPUs, item by item."""
+    P, b = param_count(cfg), cfg.memory.dtype_bytes
+    L, h, V, s = _shape(cfg)
+    if role in ("actor", "critic"):
+        oc, d = getattr(cfg, role), plan.dp[role]
+        z = oc.zero_stage if oc.engine == "deepspeed" else 0
+        mb = micro[role]
+        return [
+            Item(role, "weights", b * P / (d if z >= 3 else 1), f"{role}.zero_stage"),
+            Item(role, "optimizer", 12 * P / (d if z >= 1 else 1), f"{role}.zero_stage"),
+            Item(role, "grads", b * P / (d if z >= 2 else 1), f"{role}.zero_stage"),
+            Item(role, "activations", mb * s * (34 * h * L + 8 * V), f"{role}.micro_batch_size"),
+        ]
+    if role == "ref":
+        mb = micro["actor"]
+        return [
+            Item(role, "weights", b * P, "placement.mode"),
+            Item(role, "activations", mb * s * (4 * V + 2 * b * h), "actor.micro_batch_size"),
+        ]
+    if role == "rollout":
+        rc, tp = cfg.rollout, cfg.rollout.tensor_parallel_size
+        rows = cfg.data.prompts_per_step // plan.dp["rollout"] * rc.n_samples
+        kv = 2 * L * h * b * rows * s / tp
+        knob = "data.prompts_per_step"
+        if rc.engine == "vllm":
+            kv, knob = rc.gpu_memory_utilization * gpu_capacity(cfg), "rollout.gpu_memory_utilization"
+        return [Item(role, "weights", b * P / tp, "rollout.tensor_parallel_size"),
+                Item(role, "kv_cache", kv, knob)]
+    return []
+
+
+def gpu_capacity(cfg: TrainerConfig, label_gb: float | None = None) -> float:
+    gb = cfg.memory.gpu_memory_gb or label_gb or 80.0
+    return gb * GIB
+
+
+def phases(cfg: TrainerConfig, plan: Plan, gpu: int, micro: dict[str, int]) -> dict[str, list[Item]]:
+    """The allocations on one global GPU in each phase, in the order they are made."""
+    items = [i for role in plan.gpu_roles(gpu) for i in role_items(cfg, plan, role, micro)]
+    resident = [i for i in items if i.what in ("weights", "optimizer")]
+    kv = [i for i in items if i.what == "kv_cache"]
+    gen = resident + kv + [i for i in items if i.role == "ref" and i.what == "activations"]
+    train = resident + ([] if cfg.rollout.free_cache_after_generate else kv)
+    trainers = {i.role for i in items if i.what == "grads"}
+    # actor and critic train one after the other: the larger one sets the peak
+    peak_role = max(trainers, key=lambda r: sum(i.nbytes for i in items if i.role == r
+                                                and i.what in ("grads", "activations")),
+                    default=None)
+    train += [i for i in items if i.role == peak_role and i.what in ("grads", "activations")]
+    return {"generate": gen, "train": train}
+
+
+def check_gpu(cfg: TrainerConfig, plan: Plan, gpu: int, micro: dict[str, int],
+              capacity: float, reserve: float = 0.0) -> None:
+    """Raise :class:`SimulatedCudaOOM` if one of the GPU's phases does not fit ``capacity``."""
+    for phase, items in phases(cfg, plan, gpu, micro).items():
+        used = reserve
+        for n, item in enumerate(items):
+            if used + item.nbytes > capacity:
+                raise SimulatedCudaOOM(_message(cfg, plan, gpu, phase, items[:n], item,
+                                                used, capacity, reserve, micro))
+            used += item.nbytes
+
+
+def _message(cfg, plan, gpu, phase, held, item, used, capacity, reserve, micro) -> str:
+    node, local = divmod(gpu, plan.gpus_per_node)
+    parts = ", ".join(f"{i.role} {i.what} {i.nbytes / GIB:.2f} GiB" for i in held) or "nothing"
+    knob = item.knob
+    if knob.endswith("micro_batch_size"):
+        role = knob.split(".")[0]
+        fix = f"reduce {knob} (now {micro[role]}) or set {role}.auto_micro_batch=true"
+    elif knob.endswith("zero_stage"):
+        fix = f"raise {knob} (now {getattr(cfg, item.role).zero_stage}) or add GPUs to the role"
+    else:
+        fix = f"lower {knob}"
+    if len({i.role for i in held} | {item.role}) > 1 and plan.mode == "colocated":
+        fix += ", or set placement.mode=disaggregated (roles share this GPU)"
+    return (
+        f"CUDA out of memory. Tried to allocate {item.nbytes / GIB:.2f} GiB. GPU {local} has a "
+        f"total capacity of {capacity / GIB:.2f} GiB of which {(capacity - used) / GIB:.2f} GiB "
+        f"is free. Of the allocated memory {(used - reserve) / GIB:.2f} GiB is held by this run "
+        f"({parts}) and {reserve / GIB:.2f} GiB by others. "
+        f"[rlsim memory ledger: role={item.role} node={node} gpu={local} (global {gpu}) "
+        f"phase={phase} allocating {item.what}] Fix: {fix}."
+    )
+
+
+def fit(cfg: TrainerConfig, plan: Plan, capacity: float) -> tuple[dict[str, int], list[str]]:
+    """Check every GPU of the plan; with ``auto_micro_batch``, halve micro-batches until they fit.
+
+    Returns the micro-batch sizes to use and what was changed; raises the OOM otherwise.
+    """
+    micro = {r: getattr(cfg, r).micro_batch_size for r in ("actor", "critic")}
+    reserve = cfg.memory.reserve_gb * GIB
+    changes: list[str] = []
+    gpus = sorted({g for w in plan.workers for g in w.gpus})
+    while True:
+        try:
+            for g in gpus:
+                check_gpu(cfg, plan, g, micro, capacity, reserve)
+            return micro, changes
+        except SimulatedCudaOOM as oom:
+            role = next((r for r in micro if f"role={r} " in str(oom)), None)
+            if (role is None or not getattr(cfg, role).auto_micro_batch or micro[role] == 1
+                    or "micro_batch_size" not in str(oom).split("Fix:")[1]):
+                raise
+            changes.append(f"{role}.micro_batch_size {micro[role]} -> {micro[role] // 2}")
+            micro[role] //= 2

@@ -1,0 +1,245 @@
+"""The worker process: one Ray actor on one placement-group bundle, hosting one or more roles.
+
+In colocated mode one worker per GPU hosts actor, rollout and ref (and critic under PPO), like a
+hybrid engine; in disaggregated mode a worker hosts the roles whose ranges cover its GPUs. The
+training roles a process hosts share its one process group, whose ranks may sit on different nodes:
+gloo is bound to this node's address so cross-node traffic really goes to that address (and network
+faults on it bite).
+
+Methods are called by the driver through :mod:`trainer.groups`; none of them waits unboundedly:
+the process group carries ``fault_tolerance.collective_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from trainer import memory
+from trainer.config import TrainerConfig
+from trainer.data import reward
+from trainer.errors import CollectiveTimeout
+from trainer.losses import clipped_policy_loss, clipped_value_loss, kl_k3
+from trainer.model import build_critic, build_policy, response_logprobs, response_values
+from trainer.placement import Plan, WorkerSlot
+
+PROMPT_LEN = 7
+
+
+@contextlib.contextmanager
+def _gloo_bound_to(ip: str):
+    """Make ``init_process_group('gloo')`` bind its device to ``ip`` instead of the hostname's
+    address (torch exposes no argument for it; GLOO_SOCKET_IFNAME only takes an interface)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    real = c10d.ProcessGroupGloo
+
+    class _Bound(type):  # called like the class; isinstance() still sees the real class
+        def __call__(cls, store, rank, size, timeout):
+            opts = real._Options()
+            opts._timeout = timeout
+            opts._devices = [real.create_device(hostname=ip)]
+            return real(store, rank, size, opts)
+
+        def __instancecheck__(cls, obj) -> bool:
+            return isinstance(obj, real)
+
+    bound = _Bound("ProcessGroupGloo", (), {})
+    c10d.ProcessGroupGloo = bound
+    try:
+        yield
+    finally:
+        c10d.ProcessGroupGloo = real
+
+
+class Worker:
+    """Hosts the roles of one :class:`WorkerSlot`. Created by ``trainer.groups`` as a Ray actor."""
+
+    def __init__(self, cfg: dict, plan: Plan, slot: WorkerSlot, micro: dict[str, int],
+                 capacity: float) -> None:
+        torch.set_num_threads(1)
+        torch.use_deterministic_algorithms(True)
+        self.cfg = TrainerConfig.model_validate(cfg)
+        self.plan, self.slot, self.micro, self.capacity = plan, slot, micro, capacity
+        self.ip = _node_ip()
+        self.engines: dict = {}
+        self.rollout = self.ref = None
+        self.store = None
+        seed = self.cfg.seed * 7919 + slot.index
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+
+    # -- set-up -------------------------------------------------------------------------------
+    def where(self) -> dict:
+        return {"ip": self.ip, "pid": os.getpid(), "index": self.slot.index,
+                "roles": list(self.slot.roles), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+    def open_store(self) -> tuple[str, int]:
+        """On the world's rank 0: host the rendezvous store on this node's address."""
+        timeout = datetime.timedelta(seconds=self.cfg.fault_tolerance.collective_timeout_s)
+        self.store = dist.TCPStore(self.ip, 0, is_master=True, timeout=timeout,
+                                   wait_for_workers=False)
+        return self.ip, self.store.port
+
+    def setup(self, store_addr: tuple[str, int] | None, rank: int, world: int) -> dict:
+        """Join the training process group (if this worker trains) and build every role."""
+        cfg = self.cfg
+        timeout = datetime.timedelta(seconds=cfg.fault_tolerance.collective_timeout_s)
+        if store_addr is not None:
+            store = self.store or dist.TCPStore(store_addr[0], store_addr[1], is_master=False,
+                                                timeout=timeout)
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            # what torchrun would export; DeepSpeed insists on LOCAL_RANK. Ray gives each worker
+            # its own CUDA_VISIBLE_DEVICES, so its device is always local index 0.
+            os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0",
+                              LOCAL_WORLD_SIZE="1", MASTER_ADDR=store_addr[0],
+                              MASTER_PORT=str(store_addr[1]))
+            with _gloo_bound_to(self.ip):
+                dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                                        timeout=timeout)
+        self.check_memory()
+        roles = self.slot.roles
+        for role in ("actor", "critic"):
+            if role in roles:
+                self.engines[role] = self._engine(role)
+        if "ref" in roles:
+            self.ref = build_policy(cfg.model, cfg.seed).eval()
+        if "rollout" in roles:
+            from trainer.rollout import make_engine
+
+            self.rollout = make_engine(cfg)
+        return self.where()
+
+    def _engine(self, role: str):
+        from trainer.engine import make_engine
+
+        cfg, oc = self.cfg, getattr(self.cfg, role)
+        module = build_policy(cfg.model, cfg.seed) if role == "actor" else build_critic(
+            cfg.model, cfg.seed)
+        rows = cfg.data.prompts_per_step * cfg.rollout.n_samples
+        per_rank = rows // (self.plan.dp[role] * cfg.algo.mini_batches)
+        micro = min(self.micro[role], per_rank)
+        return make_engine(module, oc, micro, per_rank // micro)
+
+    def check_memory(self) -> None:
+        """The fake-GPU ledger for this worker's GPUs (real GPUs raise real CUDA OOMs)."""
+        if torch.cuda.is_available():
+            return
+        reserve = self.cfg.memory.reserve_gb * memory.GIB
+        for gpu in self.slot.gpus:
+            memory.check_gpu(self.cfg, self.plan, gpu, self.micro, self.capacity, reserve)
+
+    # -- rollout and scoring -------------------------------------------------------------------
+    def generate(self, prompts: torch.Tensor, seeds: list[int]) -> torch.Tensor:
+        return self.rollout.generate(prompts, seeds)
+
+    def reward(self, prompts: torch.Tensor, seqs: torch.Tensor) -> torch.Tensor:
+        n = seqs.shape[0] // prompts.shape[0]
+        return reward(prompts.repeat_interleave(n, 0), seqs[:, PROMPT_LEN:])
+
+    @torch.no_grad()
+    def logprobs(self, role: str, seqs: torch.Tensor) -> torch.Tensor:
+        model = self.ref if role == "ref" else self.engines["actor"].module
+        return response_logprobs(model, seqs, PROMPT_LEN)
+
+    @torch.no_grad()
+    def values(self, seqs: torch.Tensor) -> torch.Tensor:
+        return response_values(self.engines["critic"].module, seqs, PROMPT_LEN)
+
+    # -- training -----------------------------------------------------------------------------
+    def train(self, role: str, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Train ``role`` on this rank's shard; collective with the role's other ranks."""
+        cfg, engine = self.cfg, self.engines[role]
+        rows = batch["seqs"].shape[0]
+        mini = rows // cfg.algo.mini_batches
+        micro = min(self.micro[role], mini)
+        loss_fn = self._actor_loss if role == "actor" else self._critic_loss
+        out: dict[str, float] = {}
+        try:
+            for _ in range(cfg.algo.ppo_epochs):
+                for m0 in range(0, rows, mini):
+                    mbs = [{k: v[i : i + micro] for k, v in batch.items()}
+                           for i in range(m0, m0 + mini, micro)]
+                    self.check_memory()
+                    out = engine.train(mbs, loss_fn)
+        except RuntimeError as e:
+            if _is_collective_failure(e):
+                raise CollectiveTimeout(f"{role} rank {self.slot.ranks[role]} on {self.ip}: {e}. "
+                                        "Tune fault_tolerance.collective_timeout_s") from None
+            raise
+        return {f"train/{role}_{k}": v for k, v in out.items()}
+
+    def _actor_loss(self, model, mb):
+        logp = response_logprobs(model, mb["seqs"], PROMPT_LEN)
+        pg, clipfrac = clipped_policy_loss(logp, mb["old_logp"], mb["adv"], self.cfg.algo.clip_ratio)
+        loss, info = pg, {"pg_loss": pg.item(), "clipfrac": clipfrac.item()}
+        if "ref_logp" in mb:
+            kl = kl_k3(logp, mb["ref_logp"])
+            loss = pg + self.cfg.algo.kl_coef * kl
+            info["kl_loss"] = kl.item()
+        return loss, info
+
+    def _critic_loss(self, model, mb):
+        v = response_values(model, mb["seqs"], PROMPT_LEN)
+        loss = clipped_value_loss(v, mb["old_values"], mb["returns"], self.cfg.algo.value_clip)
+        return loss, {"value_loss": loss.item()}
+
+    # -- weights and checkpoints ---------------------------------------------------------------
+    def export_weights(self) -> dict[str, torch.Tensor] | None:
+        """The actor's full weights (collective under ZeRO-3); returned by actor rank 0 only."""
+        state = self.engines["actor"].full_state()
+        return state if self.slot.ranks["actor"] == 0 else None
+
+    def load_weights(self, state: dict[str, torch.Tensor]) -> None:
+        self.rollout.load_weights(state)
+
+    def save(self, path: str) -> None:
+        """Write this worker's share of a checkpoint into ``path`` (collective per role)."""
+        root = Path(path)
+        for role, engine in self.engines.items():
+            engine.save(root / role)
+        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+               "python": random.getstate()}
+        (root / "rng").mkdir(parents=True, exist_ok=True)
+        torch.save(rng, root / "rng" / f"worker_{self.slot.index}.pt")
+        if "actor" in self.engines:
+            state = self.engines["actor"].full_state()  # every actor rank: collective at ZeRO-3
+            if self.slot.ranks["actor"] == 0:
+                model = build_policy(self.cfg.model, self.cfg.seed)
+                model.load_state_dict(state)
+                model.save_pretrained(root / "hf")  # the actor in Hugging Face format
+
+    def load(self, path: str) -> None:
+        root = Path(path)
+        for role, engine in self.engines.items():
+            engine.load(root / role)
+        rng = torch.load(root / "rng" / f"worker_{self.slot.index}.pt", weights_only=False)
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+
+    def shutdown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # outside Ray (unit tests): loopback
+        return "127.0.0.1"
+
+
+def _is_collective_failure(e: RuntimeError) -> bool:
+    text = str(e).lower()
+    return any(s in text for s in ("gloo", "connection closed", "timed out", "nccl", "timeout"))
