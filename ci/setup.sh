@@ -18,7 +18,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   .venv/bin/pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
 fi
-if ! .venv/bin/python -c "import rlsim, pytest, xdist" >/dev/null 2>&1 \
+if ! .venv/bin/python -c "import rlsim, trainer, pytest, xdist, deepspeed, transformers, faker" >/dev/null 2>&1 \
    || [ pyproject.toml -nt .venv/.rlsim-installed ]; then
   .venv/bin/pip install -q -e ".[dev]" 2>&1 | grep -v -e "^WARNING: Location" -e "^ *$" || true
   .venv/bin/python -c "import rlsim, pytest, xdist"

@@ -6,6 +6,7 @@
 from trainer.config import TrainerConfig, load_config
 from trainer.errors import (
     CheckpointError,
+    CollectiveError,
     CollectiveTimeout,
     ConfigError,
     PlacementError,
@@ -18,6 +19,7 @@ from trainer.errors import (
 
 __all__ = [
     "CheckpointError",
+    "CollectiveError",
     "CollectiveTimeout",
     "ConfigError",
     "PlacementError",

@@ -3,8 +3,8 @@
 Layout: ``<run_dir>/checkpoints/global_step_N/`` plus ``latest_checkpointed_iteration.txt``.
 A save goes: workers write into ``.tmp-global_step_N-<nonce>/`` -> ``trainer_state.json`` ->
 ``manifest.json`` (size and sha256 of every file) -> fsync files and dirs -> rename to
-``global_step_N`` -> fsync the parent -> pointer replaced atomically (temp file + rename) -> prune to
-``keep_last``. A kill at any point leaves the pointer on the previous complete checkpoint.
+``global_step_N`` -> fsync the parent -> pointer replaced atomically (temp file + rename) ->
+prune to ``keep_last``. A kill at any point leaves the pointer on the previous complete checkpoint.
 """
 
 from __future__ import annotations

@@ -190,7 +190,8 @@ def _explain(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def load_config(path: str | Path | None, overrides: list[str] | dict | None = None) -> TrainerConfig:
+def load_config(path: str | Path | None,
+                overrides: list[str] | dict | None = None) -> TrainerConfig:
     """Read a YAML config and apply overrides; errors name the file, the field and the fix."""
     data: dict = {}
     source = "<defaults>"

@@ -60,7 +60,8 @@ def reward(prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class PromptLoader:
-    """Seeded epoch shuffles; ``state()``/``load_state()`` make a resumed run draw the same batches."""
+    """Seeded epoch shuffles; ``state()``/``load_state()`` let a resumed run draw the same
+    batches."""
 
     size: int
     batch: int

@@ -1,4 +1,4 @@
-"""The driver: plan, start role groups, train, checkpoint; on a lost worker or node, rebuild and resume.
+"""The driver: plan, start role groups, train, checkpoint; rebuild and resume after a loss.
 
 Fault tolerance: when a worker or its node dies, a collective fails or times out, or a call hangs
 past ``fault_tolerance.step_timeout_s``, the driver records the cause (``worker_died``,
@@ -138,11 +138,12 @@ def run(cfg: TrainerConfig) -> int:
                 step = r.step
                 if not e.recoverable or r.restarts >= cfg.fault_tolerance.max_restarts:
                     raise
-                _record_loss(log, r, e)
+                lost = _record_loss(log, r, e)
                 r.restarts += 1
                 log.attempt = r.restarts
                 latest, _ = ckpt.latest_valid(cfg.run_dir)
-                log.emit("restart", restart=r.restarts, cause=e.kind, message=str(e)[:500],
+                log.emit("restart", restart=r.restarts, cause="node_lost" if lost else e.kind,
+                         message=str(e)[:500],
                          from_step=ckpt.read_state(latest)["step"] if latest else 0)
                 if cfg.resume != "auto":  # a rebuild resumes from this run's own checkpoints
                     cfg = cfg.model_copy(update={"resume": "auto"})
@@ -153,7 +154,7 @@ def run(cfg: TrainerConfig) -> int:
         return 0
     except (TrainerError, FileNotFoundError) as e:
         kind = getattr(e, "kind", "error")
-        if isinstance(e, SimulatedCudaOOM) or isinstance(e, torch.OutOfMemoryError):
+        if isinstance(e, (SimulatedCudaOOM, torch.OutOfMemoryError)):
             log.emit("oom", message=str(e), action="fatal")
         log.emit("error", kind=kind, message=str(e))
         log.emit("run_end", status="failed", step=step, seconds=round(time.monotonic() - t0, 3))
@@ -167,10 +168,13 @@ def run(cfg: TrainerConfig) -> int:
         log.close()
 
 
-def _record_loss(log: EventLog, r: Run, e: TrainerError) -> None:
+def _record_loss(log: EventLog, r: Run, e: TrainerError) -> list[dict]:
+    """Log what was lost: the failing call, then any node Ray declares dead. Returns the nodes."""
     log.emit("worker_died", cause=e.kind, message=str(e)[:500])
-    for node in r.lost_nodes():
+    lost = r.lost_nodes()
+    for node in lost:
         log.emit("node_lost", ip=node["NodeManagerAddress"], node_id=node["NodeID"])
+    return lost
 
 
 def _connect() -> None:

@@ -1,7 +1,7 @@
 """Typed errors of the reference trainer. Each names what failed, where, and the setting to change.
 
 The driver turns every one of them into an ``error`` event and a non-zero exit; the recoverable
-ones (:class:`WorkerLost`, :class:`CollectiveTimeout`, :class:`StepTimeout`) first trigger a
+ones (:class:`WorkerLost`, :class:`CollectiveError`, :class:`StepTimeout`) first trigger a
 restart from the latest valid checkpoint while ``fault_tolerance.max_restarts`` allows.
 """
 
@@ -30,7 +30,8 @@ class PlacementError(TrainerError, ValueError):
 
 
 class ResourceTimeout(TrainerError):
-    """The GPUs or nodes the run needs did not show up within ``fault_tolerance.resources_timeout_s``."""
+    """The GPUs or nodes the run needs did not show up within
+    ``fault_tolerance.resources_timeout_s``."""
 
     kind = "resource_timeout"
 
@@ -43,17 +44,24 @@ class WorkerLost(TrainerError):
 
 
 class StepTimeout(TrainerError):
-    """A role call did not answer within ``fault_tolerance.step_timeout_s`` (hung or frozen node)."""
+    """A role call did not answer within ``fault_tolerance.step_timeout_s`` (a hung or frozen
+    node)."""
 
     kind = "step_timeout"
     recoverable = True
 
 
-class CollectiveTimeout(TrainerError):
-    """A process-group operation failed or timed out (``fault_tolerance.collective_timeout_s``)."""
+class CollectiveError(TrainerError):
+    """A process-group operation failed: a peer went away (connection reset, closed)."""
+
+    kind = "collective_error"
+    recoverable = True
+
+
+class CollectiveTimeout(CollectiveError):
+    """A process-group operation waited past ``fault_tolerance.collective_timeout_s``."""
 
     kind = "collective_timeout"
-    recoverable = True
 
 
 class CheckpointError(TrainerError):
@@ -70,3 +78,4 @@ class SimulatedCudaOOM(torch.OutOfMemoryError, TrainerError):
     """
 
     kind = "oom"
+    knob = ""  # the config field that would fix it (set by the ledger)

@@ -8,6 +8,7 @@ past ``fault_tolerance.step_timeout_s`` raises :class:`StepTimeout`. Nothing her
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import ray
@@ -17,7 +18,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from trainer.config import TrainerConfig
-from trainer.errors import CollectiveTimeout, ResourceTimeout, StepTimeout, TrainerError, WorkerLost
+from trainer.errors import CollectiveError, ResourceTimeout, StepTimeout, TrainerError, WorkerLost
 from trainer.placement import TRAINING_ROLES, Plan, check_cluster, worker_bundles
 from trainer.worker import Worker
 
@@ -115,15 +116,11 @@ class Roles:
     def stop(self) -> None:
         """Kill every worker and remove every placement group; safe to call twice."""
         for w in self.workers:
-            try:
+            with contextlib.suppress(Exception):  # already dead
                 ray.kill(w, no_restart=True)
-            except Exception:  # already dead
-                pass
         for pg in self.pgs:
-            try:
+            with contextlib.suppress(Exception):  # its node is gone
                 remove_placement_group(pg)
-            except Exception:  # its node is gone
-                pass
         self.workers, self.pgs = [], []
 
     # -- bounded, fail-fast calls ----------------------------------------------------------------
@@ -151,7 +148,7 @@ class Roles:
             if isinstance(cause, TrainerError):
                 raise cause from None
             if isinstance(cause, RuntimeError) and "gloo" in str(cause).lower():
-                raise CollectiveTimeout(f"{what}: {_first_line(cause)}") from None
+                raise CollectiveError(f"{what}: {_first_line(cause)}") from None
             raise
         except GetTimeoutError:  # not expected after ray.wait said done
             raise StepTimeout(f"{what}: result not ready") from None

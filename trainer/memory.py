@@ -1,14 +1,15 @@
-"""The fake-GPU memory ledger, pure: what each rank would hold on a real GPU, and the OOM it would hit.
+"""The fake-GPU memory ledger, pure: what each rank would hold on a real GPU, and the OOM it hits.
 
-Per role on a GPU (bytes; ``P`` parameters, ``b`` bytes per weight, ZeRO stage ``z``, dp size ``d``):
+Per role on a GPU (bytes; ``P`` params, ``b`` bytes per weight, ZeRO stage ``z``, dp size ``d``):
 - training roles (actor, critic): weights ``b*P`` (/d at z>=3), grads ``b*P`` (/d at z>=2, only
   while training), Adam fp32 master+m+v ``12*P`` (/d at z>=1), activations per micro-batch
   ``34*s*h*L`` (Korthikanti et al.) plus fp32 logits and their gradient ``8*s*V``;
 - ref: weights, plus a no-grad forward (logits);
 - rollout: weights / tp, plus the KV cache ``2*L*h*b*rows*len`` / tp (torch sampler), or vLLM's
   ``gpu_memory_utilization`` share of the GPU.
-A GPU's peak is the larger of its two phases: *generate* (all weights, optimizer states, KV cache)
-and *train* (the same plus grads and activations; the KV cache only if it is not freed).
+A GPU's peak is the largest of its phases: *generate* (all weights, optimizer states, KV cache),
+*score* (the ref forward) and *train* (grads and activations); the KV cache stays resident after
+generation only when ``rollout.free_cache_after_generate`` is off.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def role_items(cfg: TrainerConfig, plan: Plan, role: str, micro: dict[str, int])
         kv = 2 * L * h * b * rows * s / tp
         knob = "data.prompts_per_step"
         if rc.engine == "vllm":
-            kv, knob = rc.gpu_memory_utilization * gpu_capacity(cfg), "rollout.gpu_memory_utilization"
+            kv = rc.gpu_memory_utilization * gpu_capacity(cfg)
+            knob = "rollout.gpu_memory_utilization"
         return [Item(role, "weights", b * P / tp, "rollout.tensor_parallel_size"),
                 Item(role, "kv_cache", kv, knob)]
     return []
@@ -87,20 +89,23 @@ def gpu_capacity(cfg: TrainerConfig, label_gb: float | None = None) -> float:
     return gb * GIB
 
 
-def phases(cfg: TrainerConfig, plan: Plan, gpu: int, micro: dict[str, int]) -> dict[str, list[Item]]:
+def phases(cfg: TrainerConfig, plan: Plan, gpu: int,
+           micro: dict[str, int]) -> dict[str, list[Item]]:
     """The allocations on one global GPU in each phase, in the order they are made."""
     items = [i for role in plan.gpu_roles(gpu) for i in role_items(cfg, plan, role, micro)]
     resident = [i for i in items if i.what in ("weights", "optimizer")]
     kv = [i for i in items if i.what == "kv_cache"]
-    gen = resident + kv + [i for i in items if i.role == "ref" and i.what == "activations"]
-    train = resident + ([] if cfg.rollout.free_cache_after_generate else kv)
+    gen = resident + kv
+    kept = [] if cfg.rollout.free_cache_after_generate else kv
+    score = resident + kept + [i for i in items if i.role == "ref" and i.what == "activations"]
+    train = resident + kept
     trainers = {i.role for i in items if i.what == "grads"}
     # actor and critic train one after the other: the larger one sets the peak
     peak_role = max(trainers, key=lambda r: sum(i.nbytes for i in items if i.role == r
                                                 and i.what in ("grads", "activations")),
                     default=None)
     train += [i for i in items if i.role == peak_role and i.what in ("grads", "activations")]
-    return {"generate": gen, "train": train}
+    return {"generate": gen, "score": score, "train": train}
 
 
 def check_gpu(cfg: TrainerConfig, plan: Plan, gpu: int, micro: dict[str, int],
@@ -110,8 +115,10 @@ def check_gpu(cfg: TrainerConfig, plan: Plan, gpu: int, micro: dict[str, int],
         used = reserve
         for n, item in enumerate(items):
             if used + item.nbytes > capacity:
-                raise SimulatedCudaOOM(_message(cfg, plan, gpu, phase, items[:n], item,
+                oom = SimulatedCudaOOM(_message(cfg, plan, gpu, phase, items[:n], item,
                                                 used, capacity, reserve, micro))
+                oom.knob = item.knob
+                raise oom
             used += item.nbytes
 
 
@@ -122,6 +129,9 @@ def _message(cfg, plan, gpu, phase, held, item, used, capacity, reserve, micro) 
     if knob.endswith("micro_batch_size"):
         role = knob.split(".")[0]
         fix = f"reduce {knob} (now {micro[role]}) or set {role}.auto_micro_batch=true"
+    elif knob.endswith("zero_stage") and getattr(cfg, item.role).engine == "ddp":
+        fix = (f"DDP keeps a full copy on every GPU: set {item.role}.engine=deepspeed with "
+               f"{item.role}.zero_stage>=1, or add GPUs to the role")
     elif knob.endswith("zero_stage"):
         fix = f"raise {knob} (now {getattr(cfg, item.role).zero_stage}) or add GPUs to the role"
     else:
@@ -143,7 +153,10 @@ def fit(cfg: TrainerConfig, plan: Plan, capacity: float) -> tuple[dict[str, int]
 
     Returns the micro-batch sizes to use and what was changed; raises the OOM otherwise.
     """
-    micro = {r: getattr(cfg, r).micro_batch_size for r in ("actor", "critic")}
+    rows = cfg.data.prompts_per_step * cfg.rollout.n_samples
+    micro = {r: min(getattr(cfg, r).micro_batch_size,
+                    max(1, rows // (plan.dp.get(r, 1) * cfg.algo.mini_batches)))
+             for r in ("actor", "critic")}
     reserve = cfg.memory.reserve_gb * GIB
     changes: list[str] = []
     gpus = sorted({g for w in plan.workers for g in w.gpus})
@@ -153,9 +166,9 @@ def fit(cfg: TrainerConfig, plan: Plan, capacity: float) -> tuple[dict[str, int]
                 check_gpu(cfg, plan, g, micro, capacity, reserve)
             return micro, changes
         except SimulatedCudaOOM as oom:
-            role = next((r for r in micro if f"role={r} " in str(oom)), None)
-            if (role is None or not getattr(cfg, role).auto_micro_batch or micro[role] == 1
-                    or "micro_batch_size" not in str(oom).split("Fix:")[1]):
+            role, _, knob = oom.knob.partition(".")
+            if knob != "micro_batch_size" or not getattr(cfg, role).auto_micro_batch \
+                    or micro[role] == 1:
                 raise
             changes.append(f"{role}.micro_batch_size {micro[role]} -> {micro[role] // 2}")
             micro[role] //= 2

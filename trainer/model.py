@@ -28,15 +28,17 @@ def build_policy(mc: ModelConfig, seed: int) -> torch.nn.Module:
 
     if mc.path:
         return GPT2LMHeadModel.from_pretrained(mc.path, attn_implementation="eager")
-    torch.manual_seed(seed)
-    return GPT2LMHeadModel(_config(mc, attn_implementation="eager"))
+    with torch.random.fork_rng(devices=[]):  # seeded init must not reset the caller's RNG
+        torch.manual_seed(seed)
+        return GPT2LMHeadModel(_config(mc, attn_implementation="eager"))
 
 
 def build_critic(mc: ModelConfig, seed: int) -> torch.nn.Module:
     from transformers import GPT2ForTokenClassification
 
-    torch.manual_seed(seed + 1)
-    return GPT2ForTokenClassification(_config(mc, num_labels=1, attn_implementation="eager"))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 1)
+        return GPT2ForTokenClassification(_config(mc, num_labels=1, attn_implementation="eager"))
 
 
 def response_logprobs(model: torch.nn.Module, seqs: torch.Tensor, prompt_len: int) -> torch.Tensor:

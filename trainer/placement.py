@@ -1,4 +1,4 @@
-"""Placement math, pure: which worker hosts which roles on which GPUs, checked before anything starts.
+"""Placement math, pure: which worker hosts which roles on which GPUs, checked before any start.
 
 Global GPU ``g`` of a run lives on logical node ``g // gpus_per_node``. A *worker* is one Ray actor
 (one process) holding one or more GPUs; in ``colocated`` mode one worker per GPU hosts every role
@@ -64,7 +64,7 @@ def parse_range(text: str, where: str) -> tuple[int, int]:
 
 
 def plan_placement(cfg: TrainerConfig) -> Plan:
-    """Plan the workers of a run; raise :class:`PlacementError` naming the field if it cannot fit."""
+    """Plan the workers of a run; raise :class:`PlacementError` naming the field if it can't fit."""
     pc = cfg.placement
     total = pc.nnodes * pc.gpus_per_node
     tp = cfg.rollout.tensor_parallel_size

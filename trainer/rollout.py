@@ -61,8 +61,9 @@ class VLLMSampler:
     def generate(self, prompts: torch.Tensor, seeds: list[int]) -> torch.Tensor:  # pragma: no cover
         rc = self.cfg.rollout
         requests = [{"prompt_token_ids": p.tolist()} for p in prompts]
-        params = [self.params(n=rc.n_samples, max_tokens=rc.response_length, min_tokens=rc.response_length,
-                              temperature=rc.temperature, seed=s, detokenize=False) for s in seeds]
+        params = [self.params(n=rc.n_samples, max_tokens=rc.response_length,
+                              min_tokens=rc.response_length, temperature=rc.temperature, seed=s,
+                              detokenize=False) for s in seeds]
         outs = self.llm.generate(requests, params, use_tqdm=False)
         rows = [list(p.tolist()) + list(c.token_ids) for p, o in zip(prompts, outs, strict=True)
                 for c in o.outputs]

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from trainer import memory
 from trainer.config import TrainerConfig
 from trainer.data import reward
-from trainer.errors import CollectiveTimeout
+from trainer.errors import CollectiveError, CollectiveTimeout
 from trainer.losses import clipped_policy_loss, clipped_value_loss, kl_k3
 from trainer.model import build_critic, build_policy, response_logprobs, response_values
 from trainer.placement import Plan, WorkerSlot
@@ -171,15 +171,18 @@ class Worker:
                     self.check_memory()
                     out = engine.train(mbs, loss_fn)
         except RuntimeError as e:
-            if _is_collective_failure(e):
-                raise CollectiveTimeout(f"{role} rank {self.slot.ranks[role]} on {self.ip}: {e}. "
-                                        "Tune fault_tolerance.collective_timeout_s") from None
-            raise
+            kind = _collective_failure(e)
+            if kind is None:
+                raise
+            raise kind(f"{role} rank {self.slot.ranks[role]} on {self.ip}: {_line(e)} "
+                       f"(fault_tolerance.collective_timeout_s="
+                       f"{cfg.fault_tolerance.collective_timeout_s:g})") from None
         return {f"train/{role}_{k}": v for k, v in out.items()}
 
     def _actor_loss(self, model, mb):
         logp = response_logprobs(model, mb["seqs"], PROMPT_LEN)
-        pg, clipfrac = clipped_policy_loss(logp, mb["old_logp"], mb["adv"], self.cfg.algo.clip_ratio)
+        clip = self.cfg.algo.clip_ratio
+        pg, clipfrac = clipped_policy_loss(logp, mb["old_logp"], mb["adv"], clip)
         loss, info = pg, {"pg_loss": pg.item(), "clipfrac": clipfrac.item()}
         if "ref_logp" in mb:
             kl = kl_k3(logp, mb["ref_logp"])
@@ -240,6 +243,15 @@ def _node_ip() -> str:
         return "127.0.0.1"
 
 
-def _is_collective_failure(e: RuntimeError) -> bool:
+def _collective_failure(e: RuntimeError) -> type[CollectiveError] | None:
+    """Which typed error a process-group failure is, or None if ``e`` is something else."""
     text = str(e).lower()
-    return any(s in text for s in ("gloo", "connection closed", "timed out", "nccl", "timeout"))
+    if "timed out" in text or "timeout" in text:
+        return CollectiveTimeout
+    if any(s in text for s in ("gloo", "nccl", "connection reset", "connection closed")):
+        return CollectiveError
+    return None
+
+
+def _line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]

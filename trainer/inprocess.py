@@ -1,10 +1,12 @@
-"""The same training loop in one process: the workers' code without Ray (bench baseline)."""
+"""The same training loop in one process, no Ray: one Worker hosts every role (world size 1).
+
+The baseline `bench/trainer.py` measures the Ray roles against, and a fast way to test engines and
+algorithms; it has no fault tolerance and no checkpoints of its own.
+"""
 
 from __future__ import annotations
 
 import time
-
-import torch
 
 from trainer.config import TrainerConfig
 from trainer.data import PromptLoader, load_prompts

@@ -1,0 +1,60 @@
+"""GRPO and PPO math, the prompt set and the reward: pure functions on small tensors."""
+
+import json
+from pathlib import Path
+
+import torch
+
+from trainer import data
+from trainer.grpo import group_advantages
+from trainer.losses import clipped_policy_loss, kl_k3
+from trainer.ppo import gae
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_group_advantages_are_normalised_within_each_group():
+    adv = group_advantages(torch.tensor([0.0, 1.0, 1.0, 0.0, 0.5, 0.5, 0.5, 0.5]), 4)
+    assert torch.allclose(adv[:4].mean(), torch.tensor(0.0), atol=1e-6)
+    assert adv[1] > 0 > adv[0]
+    assert torch.all(adv[4:] == 0)  # a group where every answer scored the same teaches nothing
+
+
+def test_gae_with_lambda_one_is_return_minus_value():
+    rewards = torch.tensor([[0.0, 0.0, 1.0]])
+    values = torch.tensor([[0.2, 0.4, 0.6]])
+    adv, ret = gae(rewards, values, gamma=1.0, lam=1.0)
+    assert torch.allclose(ret, torch.tensor([[1.0, 1.0, 1.0]]))
+    assert torch.allclose(adv, ret - values)
+
+
+def test_clipped_loss_and_k3():
+    logp = torch.log(torch.tensor([0.5, 0.5]))
+    loss, frac = clipped_policy_loss(logp, logp, torch.tensor([1.0, -1.0]), 0.2)
+    assert loss.item() == 0.0 and frac.item() == 0.0
+    assert kl_k3(logp, logp).item() == 0.0
+    assert kl_k3(logp, logp - 1).item() > 0
+
+
+def test_the_shipped_prompt_set_regenerates_byte_identical(tmp_path):
+    out = tmp_path / "digits.jsonl"
+    data.main([str(out), "--count", "512", "--seed", "1234"])
+    assert out.read_bytes() == (ROOT / "fixtures" / "data" / "digits.jsonl").read_bytes()
+    first = json.loads(out.read_text().splitlines()[0])
+    assert first["answer"] == first["prompt"][-2]
+
+
+def test_reward_is_the_share_of_tokens_repeating_the_last_digit():
+    prompts = torch.tensor([data.encode("123457=")] * 2)
+    assert data.reward(prompts, torch.tensor([[7, 7], [7, 3]])).tolist() == [1.0, 0.5]
+
+
+def test_loader_resumes_on_the_same_batches():
+    a = data.PromptLoader(10, 4, seed=3)
+    seen = [a.next_indices() for _ in range(3)]  # crosses an epoch boundary
+    b = data.PromptLoader(10, 4, seed=3)
+    b.next_indices()
+    state = b.state()
+    c = data.PromptLoader(10, 4, seed=3)
+    c.load_state(state)
+    assert [c.next_indices(), c.next_indices()] == seen[1:]
