@@ -6,7 +6,11 @@ algorithms; it has no fault tolerance and no checkpoints of its own.
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
+
+import torch
 
 from trainer.config import TrainerConfig
 from trainer.data import PromptLoader, load_prompts
@@ -25,7 +29,10 @@ class InProcessRoles:
         self.plan = Plan(1, 1, "colocated", (slot,), {r: 1 for r in roles})
         micro, _ = fit(cfg, self.plan, gpu_capacity(cfg))
         self.w = Worker(cfg.model_dump(), self.plan, slot, micro, gpu_capacity(cfg))
-        self.w.setup(("127.0.0.1", self.w.open_store()[1]), 0, 1)
+        # one world-size-1 process group for the life of the process: DeepSpeed caches its groups,
+        # so a second run in the same process must reuse the first one's
+        first = not torch.distributed.is_initialized()
+        self.w.setup(("127.0.0.1", self.w.open_store()[1]) if first else None, 0, 1)
 
     def generate(self, prompts, seeds):
         return self.w.generate(prompts, seeds)
@@ -46,17 +53,26 @@ class InProcessRoles:
         self.w.load_weights(self.w.export_weights())
 
 
-def run_inprocess(cfg: TrainerConfig) -> list[dict]:
-    """Train ``cfg.total_steps`` steps in this process; the metrics of every step."""
+def run_inprocess(cfg: TrainerConfig, first_step: int = 0, load: Path | None = None,
+                  save: Path | None = None) -> tuple[list[dict], dict[str, torch.Tensor]]:
+    """Train steps ``first_step`` .. ``cfg.total_steps`` in this process, optionally starting from
+    a worker checkpoint ``load`` and writing one to ``save``; the metrics of every step and the
+    actor's final weights."""
     roles = InProcessRoles(cfg)
     prompts = load_prompts(cfg.data.path)
     loader = PromptLoader(len(prompts), cfg.data.prompts_per_step, cfg.seed)
+    if load is not None:
+        roles.w.load(str(load))
+        loader.load_state(json.loads((load / "loader.json").read_text()))
+        roles.sync_weights()
     out = []
-    for step in range(cfg.total_steps):
+    for step in range(first_step, cfg.total_steps):
         t0 = time.monotonic()
         idx = loader.next_indices()
         m = ALGORITHMS[cfg.algorithm](roles, prompts[idx], [_mix(cfg.seed, step, i) for i in idx],
                                       cfg)
         out.append(m | {"perf/step_s": time.monotonic() - t0})
-    roles.w.shutdown()
-    return out
+    if save is not None:
+        roles.w.save(str(save))
+        (save / "loader.json").write_text(json.dumps(loader.state()))
+    return out, roles.w.export_weights()
