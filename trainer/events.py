@@ -19,7 +19,8 @@ error               kind (a :mod:`trainer.errors` kind), message
 run_end             status (completed | failed), step, restarts, seconds
 ==================  =============================================================================
 
-``metrics.jsonl`` holds ``{"step": n, ...metrics}`` per step; TensorBoard scalars optionally.
+``metrics.jsonl`` holds ``{"step": n, "attempt": a, ...metrics}`` per step (steps redone after a
+restart appear again, with the new attempt); TensorBoard scalars optionally.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class EventLog:
         return event
 
     def metrics(self, step: int, metrics: dict[str, float]) -> None:
-        self._metrics.write(json.dumps({"step": step, **metrics}) + "\n")
+        self._metrics.write(json.dumps({"step": step, "attempt": self.attempt, **metrics}) + "\n")
         if self._tb is not None:
             for k, v in metrics.items():
                 self._tb.add_scalar(k, v, step)

@@ -49,7 +49,8 @@ def trainer(cluster, config: Path, run_dir: Path, *overrides: str, wait: bool = 
 
 def metrics(run_dir: Path) -> dict[int, dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: {k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows}
+    skip = ("perf/", "attempt")
+    return {r["step"]: {k: v for k, v in r.items() if not k.startswith(skip)} for r in rows}
 
 
 def final_weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
@@ -93,10 +94,16 @@ def test_grpo_completes_with_reward_rising_on_two_nodes(straight):
 def test_stop_and_resume_equals_the_uninterrupted_run(cluster, straight, tmp_path):
     rc, out = trainer(cluster, GRPO, tmp_path, "total_steps=10", "save_freq=5")
     assert rc == 0, out
+    # the latest checkpoint goes bad on disk: resume must skip it, warn, and use step 5
+    latest = tmp_path / "checkpoints" / "global_step_10" / "trainer_state.json"
+    latest.write_text(latest.read_text().replace('"step": 10', '"step": 11'))
     rc, out = trainer(cluster, GRPO, tmp_path, "save_freq=5")
     assert rc == 0, out
-    assert "resume" in types(tmp_path)
-    assert metrics(tmp_path) == metrics(straight)
+    events = read_events(tmp_path)
+    invalid = next(e for e in events if e["type"] == "checkpoint_invalid")
+    assert "global_step_10" in invalid["reason"] and "sha256" in invalid["reason"]
+    assert next(e for e in events if e["type"] == "resume")["from_step"] == 5
+    assert metrics(tmp_path) == metrics(straight)  # steps 6-10 ran twice, identically
     assert same_weights(final_weights(tmp_path, 20), final_weights(straight, 20))
 
 
@@ -128,12 +135,23 @@ def test_node_killed_mid_run_restarts_on_the_spare_and_matches(cluster, straight
     cluster.restart_node(1)
 
 
-def test_ppo_with_critic_and_ddp(cluster, tmp_path):
-    rc, out = trainer(cluster, PPO, tmp_path, "total_steps=6", "save_freq=3")
+DISAGGREGATED = ["placement.gpus_per_node=2", "placement.mode=disaggregated",
+                 "placement.roles={rollout: '0', ref: '1', reward: '1', actor: '2', critic: '3'}"]
+
+
+@pytest.mark.parametrize("placement", [[], DISAGGREGATED], ids=["colocated", "disaggregated"])
+def test_ppo_with_critic_and_ddp(cluster, tmp_path, placement):
+    rc, out = trainer(cluster, PPO, tmp_path, "total_steps=4", "save_freq=2", *placement)
     assert rc == 0, out
     m = metrics(tmp_path)
-    assert len(m) == 6 and all("train/critic_value_loss" in r for r in m.values())
-    assert (tmp_path / "checkpoints" / "global_step_6" / "critic" / "ddp.pt").is_file()
+    assert len(m) == 4 and all("train/critic_value_loss" in r for r in m.values())
+    assert (tmp_path / "checkpoints" / "global_step_4" / "critic" / "ddp.pt").is_file()
+    workers = next(e for e in read_events(tmp_path) if e["type"] == "placement")["workers"]
+    roles = [sorted(w["roles"]) for w in workers]
+    if placement:  # actor and critic in separate process groups, on the second node
+        assert roles == [["rollout"], ["ref", "reward"], ["actor"], ["critic"]]
+    else:
+        assert roles == [["actor", "critic", "ref", "rollout"]] * 2
 
 
 def test_gloo_group_crosses_node_addresses(cluster):
