@@ -38,7 +38,8 @@ def build_critic(mc: ModelConfig, seed: int) -> torch.nn.Module:
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + 1)
-        return GPT2ForTokenClassification(_config(mc, num_labels=1, attn_implementation="eager"))
+        return GPT2ForTokenClassification(_config(mc, num_labels=1, classifier_dropout=0.0,
+                                                  attn_implementation="eager"))
 
 
 def response_logprobs(model: torch.nn.Module, seqs: torch.Tensor, prompt_len: int) -> torch.Tensor:

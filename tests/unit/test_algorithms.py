@@ -58,3 +58,19 @@ def test_loader_resumes_on_the_same_batches():
     c = data.PromptLoader(10, 4, seed=3)
     c.load_state(state)
     assert [c.next_indices(), c.next_indices()] == seen[1:]
+
+
+def test_models_are_pure_functions_in_train_mode():
+    """No dropout anywhere (the critic's head defaults to 0.1 in transformers): a forward pass must
+    not depend on the process's RNG, or ranks and placements disagree and resume drifts."""
+    from trainer.config import ModelConfig
+    from trainer.model import build_critic, build_policy
+
+    seqs = torch.tensor([data.encode("123457=") + [7, 7]] * 3)
+    for build in (build_policy, build_critic):
+        model = build(ModelConfig(), seed=5).train()
+        torch.manual_seed(0)
+        a = model(input_ids=seqs).logits
+        torch.manual_seed(1)
+        assert torch.equal(a, model(input_ids=seqs).logits)
+        assert torch.equal(a, build(ModelConfig(), seed=5).train()(input_ids=seqs).logits)
