@@ -27,12 +27,17 @@ from pathlib import Path
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).parent.resolve():
     sys.path.pop(0)
 
+from rlsim.backends.gcs import export_auth_env  # noqa: E402
+
+export_auth_env()  # before Ray is imported (below, through trainer)
+
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from rlsim.backends.local import LocalCluster  # noqa: E402
 from rlsim.spec import ClusterSpec  # noqa: E402
 from trainer.config import load_config  # noqa: E402
+from trainer.inprocess import run_inprocess  # noqa: E402
 
 ROOT = Path(__file__).parents[1]
 
@@ -56,10 +61,6 @@ def on_cluster(cluster: LocalCluster, config: Path, steps: int) -> tuple[float, 
 
 
 def in_process(config: Path, steps: int) -> tuple[float, list[dict]]:
-    # imported late: it imports Ray's core, which must not read its auth settings before
-    # LocalCluster has exported them
-    from trainer.inprocess import run_inprocess
-
     t0 = time.monotonic()
     rows, _ = run_inprocess(load_config(config, [f"total_steps={steps}"]))
     return time.monotonic() - t0, rows

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from rlsim.backends.gcs import export_auth_env
 from rlsim.backends.local import LocalCluster
 from rlsim.spec import ClusterSpec
 
@@ -29,6 +30,8 @@ _counter = itertools.count()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # before any test module imports ray: Ray fixes its auth mode at import (see export_auth_env)
+    export_auth_env()
     for line in (
         "rlsim_cluster(**spec): shape of the rlsim_cluster fixture (ClusterSpec fields)",
         "root: needs root, iptables and cgroup2 (network faults)",

@@ -235,12 +235,15 @@ class Worker:
 
 
 def _node_ip() -> str:
-    try:
-        import ray
+    """This node's address inside a Ray worker; loopback outside Ray (``trainer.inprocess``).
 
-        return ray.util.get_node_ip_address()
-    except Exception:  # outside Ray (unit tests): loopback
-        return "127.0.0.1"
+    Outside Ray, ``ray.util.get_node_ip_address()`` would initialise Ray's C++ config, which then
+    keeps the auth mode it saw: a later connection to a token-auth cluster in the same process
+    (tests, benches) would be refused.
+    """
+    import ray
+
+    return ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
 
 
 def _collective_failure(e: RuntimeError) -> type[CollectiveError] | None:

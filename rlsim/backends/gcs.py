@@ -10,6 +10,20 @@ def connect_env(token_path: str) -> dict[str, str]:
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}
 
 
+def export_auth_env() -> dict[str, str]:
+    """Put the rlsim token-auth settings into this process's environment, unless already set.
+
+    Call it before anything imports ``ray``: Ray's C++ config reads ``RAY_AUTH_MODE`` once, when
+    ``ray`` is first imported, and a process that imported Ray without it can never connect to a
+    token-auth cluster (the pytest plugin does this at start-up).
+    """
+    from rlsim.state import auth_token_path
+
+    for key, value in connect_env(str(auth_token_path())).items():
+        os.environ.setdefault(key, value)
+    return connect_env(os.environ["RAY_AUTH_TOKEN_PATH"])
+
+
 def node_table(gcs_address: str, token_path: str) -> list[dict]:
     """Ray's node table: one dict per registration (a restarted node appears twice).
 
