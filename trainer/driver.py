@@ -136,9 +136,11 @@ def run(cfg: TrainerConfig) -> int:
                 break
             except TrainerError as e:
                 step = r.step
-                if not e.recoverable or r.restarts >= cfg.fault_tolerance.max_restarts:
+                if not e.recoverable:
                     raise
                 lost = _record_loss(log, r, e)
+                if r.restarts >= cfg.fault_tolerance.max_restarts:
+                    raise
                 r.restarts += 1
                 log.attempt = r.restarts
                 latest, _ = ckpt.latest_valid(cfg.run_dir)

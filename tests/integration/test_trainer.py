@@ -47,6 +47,14 @@ def trainer(cluster, config: Path, run_dir: Path, *overrides: str, wait: bool = 
     return proc.returncode, out
 
 
+def wait_for_step(proc: subprocess.Popen, run_dir: Path, step: int, timeout: float = 120) -> None:
+    """Until the running trainer has logged ``step``; fails with its output if it exits first."""
+    deadline = time.monotonic() + timeout
+    while not any(e["type"] == "step_end" and e["step"] >= step for e in read_events(run_dir)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+        time.sleep(0.1)
+
+
 def metrics(run_dir: Path) -> dict[int, dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     skip = ("perf/", "attempt")
@@ -110,10 +118,7 @@ def test_stop_and_resume_equals_the_uninterrupted_run(cluster, straight, tmp_pat
 def test_node_killed_mid_run_restarts_on_the_spare_and_matches(cluster, straight, tmp_path):
     proc = trainer(cluster, GRPO, tmp_path, "save_freq=5", wait=False)
     try:
-        deadline = time.monotonic() + 120
-        while not any(e["type"] == "step_end" and e["step"] >= 7 for e in read_events(tmp_path)):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
-            time.sleep(0.1)
+        wait_for_step(proc, tmp_path, 7)
         cluster.kill_node(1)
         out, _ = proc.communicate(timeout=180)
     finally:
@@ -132,6 +137,27 @@ def test_node_killed_mid_run_restarts_on_the_spare_and_matches(cluster, straight
     assert events[-1]["status"] == "completed" and events[-1]["restarts"] == 1
     # rebuilt on another node from a checkpoint, and still the same run, bit for bit
     assert same_weights(final_weights(tmp_path, 20), final_weights(straight, 20))
+    cluster.restart_node(1)
+
+
+def test_out_of_restarts_fails_fast_with_the_cause(cluster, tmp_path):
+    proc = trainer(cluster, GRPO, tmp_path, "fault_tolerance.max_restarts=0", wait=False)
+    try:
+        wait_for_step(proc, tmp_path, 3)
+        killed_at = time.monotonic()
+        cluster.kill_node(1)
+        out, _ = proc.communicate(timeout=120)
+        failed_after = time.monotonic() - killed_at
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, out
+    events = read_events(tmp_path)
+    error = next(e for e in events if e["type"] == "error")
+    assert error["kind"] in ("worker_died", "collective_error", "collective_timeout")
+    assert events[-1]["type"] == "run_end" and events[-1]["status"] == "failed"
+    kinds = [e["type"] for e in events]
+    assert "restart" not in kinds and "worker_died" in kinds and "node_lost" in kinds
+    assert failed_after < 20, failed_after  # detected and reported, not left hanging
     cluster.restart_node(1)
 
 

@@ -74,3 +74,15 @@ def test_models_are_pure_functions_in_train_mode():
         torch.manual_seed(1)
         assert torch.equal(a, model(input_ids=seqs).logits)
         assert torch.equal(a, build(ModelConfig(), seed=5).train()(input_ids=seqs).logits)
+
+
+def test_model_path_loads_an_hf_export(tmp_path):
+    """``model.path`` loads real weights (here: the format checkpoints export the actor in)."""
+    from trainer.config import ModelConfig
+    from trainer.model import build_policy
+
+    trained = build_policy(ModelConfig(), seed=9)
+    trained.save_pretrained(tmp_path)
+    loaded = build_policy(ModelConfig(path=str(tmp_path)), seed=0)
+    a, b = trained.state_dict(), loaded.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
