@@ -120,6 +120,7 @@ class Run:
 
 def run(cfg: TrainerConfig) -> int:
     """Train; return the process exit code (0 completed, 2 failed with a typed error)."""
+    cfg = _absolute_paths(cfg)  # workers run in other directories
     log = EventLog(cfg.run_dir, cfg.logging.tensorboard)
     t0 = time.monotonic()
     step = 0
@@ -177,6 +178,17 @@ def _record_loss(log: EventLog, r: Run, e: TrainerError) -> list[dict]:
     for node in lost:
         log.emit("node_lost", ip=node["NodeManagerAddress"], node_id=node["NodeID"])
     return lost
+
+
+def _absolute_paths(cfg: TrainerConfig) -> TrainerConfig:
+    from pathlib import Path
+
+    model = cfg.model
+    if model.path:
+        model = model.model_copy(update={"path": str(Path(model.path).resolve())})
+    data = cfg.data.model_copy(update={"path": str(Path(cfg.data.path).resolve())})
+    return cfg.model_copy(update={"run_dir": str(Path(cfg.run_dir).resolve()), "model": model,
+                                  "data": data})
 
 
 def _connect() -> None:

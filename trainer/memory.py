@@ -84,6 +84,23 @@ def role_items(cfg: TrainerConfig, plan: Plan, role: str, micro: dict[str, int])
     return []
 
 
+RESERVE_FILE = "faults/gpu_reserve.json"
+
+
+def external_reserve_gb(run_dir: str, node_ip: str) -> float:
+    """GiB that something outside the run holds on every GPU of ``node_ip``, read each time from
+    ``<run_dir>/faults/gpu_reserve.json`` (``{"<ip>" or "*": GiB}``), where a harness that
+    injects GPU memory pressure on fake GPUs writes it. 0 when the file is absent."""
+    import json
+    from pathlib import Path
+
+    try:
+        table = json.loads((Path(run_dir) / RESERVE_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return 0.0
+    return float(table.get(node_ip, table.get("*", 0.0)))
+
+
 def gpu_capacity(cfg: TrainerConfig, label_gb: float | None = None) -> float:
     gb = cfg.memory.gpu_memory_gb or label_gb or 80.0
     return gb * GIB

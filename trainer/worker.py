@@ -133,7 +133,8 @@ class Worker:
         """The fake-GPU ledger for this worker's GPUs (real GPUs raise real CUDA OOMs)."""
         if torch.cuda.is_available():
             return
-        reserve = self.cfg.memory.reserve_gb * memory.GIB
+        reserve = (self.cfg.memory.reserve_gb + memory.external_reserve_gb(
+            self.cfg.run_dir, self.ip)) * memory.GIB
         for gpu in self.slot.gpus:
             memory.check_gpu(self.cfg, self.plan, gpu, self.micro, self.capacity, reserve)
 

@@ -165,6 +165,13 @@ class Firewall:
         self.rules += applied
         return applied
 
+    def remove(self, drops: Iterable[Drop]) -> None:
+        """Delete these rules only (one fault healed while others stay); absent rules are fine."""
+        for d in drops:
+            self._ipt("-D", self.chain, *d.args(self.comment), check=False)
+            if d in self.rules:
+                self.rules.remove(d)
+
     def heal(self) -> None:
         """Remove every rule of this chain and the chain itself. Safe twice, safe if never used."""
         self.rules = []

@@ -1,0 +1,201 @@
+"""Checks: judge a finished scenario from its timeline alone (Jepsen's checker), never during it.
+
+Each check returns a :class:`Verdict`: whether the expectation held, a sentence in the scenario's
+words, the figure measured (seconds, steps) and the timeline lines that show it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlsim.scenario.runner import Outcome
+
+KILLS = ("kill_node", "kill_role", "kill_head", "pause_node", "partition", "block_port", "gpu_oom",
+         "host_oom", "restart_node")
+
+
+@dataclass
+class Verdict:
+    check: str
+    ok: bool
+    message: str
+    value: float | None = None
+    evidence: list[str] = field(default_factory=list)
+
+
+def _line(e: dict, t0: float) -> str:
+    extra = {k: v for k, v in e.items() if k not in ("ts", "source", "type", "metrics")}
+    if "metrics" in e:
+        extra["reward"] = round(e["metrics"].get("rollout/reward_mean", float("nan")), 3)
+    return f"+{e['ts'] - t0:7.2f}s {e['source']:7} {e['type']:18} {json.dumps(extra)[:160]}"
+
+
+def _end(o: Outcome) -> dict | None:
+    ends = o.trainer("run_end")
+    return ends[-1] if ends else None
+
+
+def _interesting(o: Outcome) -> list[str]:
+    keep = [e for e in o.timeline if e["type"] != "step_end" or e is o.trainer("step_end")[-1:]]
+    return [_line(e, o.started) for e in keep][-25:]
+
+
+def completes(o: Outcome, p) -> Verdict:
+    end = _end(o)
+    ok = o.returncode == 0 and end is not None and end["status"] == "completed"
+    errors = [e["message"][:300] for e in o.trainer("error")]
+    msg = ("the trainer completed" if ok else
+           f"the trainer did not complete (exit {o.returncode}; run_end "
+           f"{end['status'] if end else 'missing'}){': ' + errors[-1] if errors else ''}")
+    return Verdict("completes", ok, msg, evidence=_interesting(o))
+
+
+def fails(o: Outcome, p) -> Verdict:
+    errors = o.trainer("error")
+    text = " | ".join(f"{e['kind']}: {e['message']}" for e in errors)
+    matched = bool(errors) and re.search(p.pattern, text) is not None
+    took = (errors[-1]["ts"] - o.started) if errors else None
+    in_time = took is not None and (p.within_s is None or took <= p.within_s)
+    ok = o.returncode not in (0, None) and matched and in_time
+    if ok:
+        msg = f"failed as expected after {took:.1f} s: {text[:300]}"
+    elif not errors:
+        msg = f"expected a failure matching {p.pattern!r}, but the trainer logged no error " \
+              f"(exit {o.returncode})"
+    elif not matched:
+        msg = f"the trainer failed, but not with {p.pattern!r}: {text[:300]}"
+    else:
+        msg = f"the failure came after {took:.1f} s, expected within {p.within_s} s"
+    return Verdict("fails", ok, msg, took, _interesting(o))
+
+
+def resumed_from_step(o: Outcome, p) -> Verdict:
+    steps = [e["from_step"] for e in o.trainer("resume")]
+    ok = p.step in steps
+    return Verdict("resumed_from_step", ok, f"resumed from step(s) {steps or 'none'}, expected "
+                   f"{p.step}", evidence=_interesting(o))
+
+
+def restarts(o: Outcome, p) -> Verdict:
+    n = len(o.trainer("restart"))
+    ok = n >= p.min and (p.max is None or n <= p.max)
+    want = f">= {p.min}" + (f" and <= {p.max}" if p.max is not None else "")
+    return Verdict("restarts", ok, f"{n} restart(s), expected {want}", n, _interesting(o))
+
+
+def final_step(o: Outcome, p) -> Verdict:
+    steps = [e["step"] for e in o.trainer("step_end")]
+    last = max(steps, default=0)
+    return Verdict("final_step", last == p.step, f"last step {last}, expected {p.step}", last)
+
+
+def _first_fault(o: Outcome) -> dict | None:
+    hits = [e for e in o.rlsim("fault_injected") if e["fault"] in KILLS]
+    return hits[0] if hits else None
+
+
+def detected_within_s(o: Outcome, p) -> Verdict:
+    fault = _first_fault(o)
+    if fault is None:
+        return Verdict("detected_within_s", False, "no fault was injected",
+                       evidence=_interesting(o))
+    seen = [e for e in o.trainer() if e["type"] in ("worker_died", "node_lost", "error", "oom")
+            and e["ts"] >= fault["ts"]]
+    if not seen:
+        return Verdict("detected_within_s", False, f"the trainer never reported the "
+                       f"{fault['fault']} (no worker_died, node_lost or error event)",
+                       evidence=_interesting(o))
+    took = seen[0]["ts"] - fault["ts"]
+    return Verdict("detected_within_s", took <= p.seconds,
+                   f"{seen[0]['type']} {took:.2f} s after {fault['fault']} (limit {p.seconds} s)",
+                   took, _interesting(o))
+
+
+def recovered_within_s(o: Outcome, p) -> Verdict:
+    fault = _first_fault(o)
+    restarts_ = [e for e in o.trainer("restart") if fault and e["ts"] >= fault["ts"]]
+    if fault is None or not restarts_:
+        return Verdict("recovered_within_s", False, "no restart after the fault",
+                       evidence=_interesting(o))
+    after = [e for e in o.trainer("step_end") if e["ts"] > restarts_[0]["ts"]]
+    if not after:
+        return Verdict("recovered_within_s", False, "training never resumed after the restart",
+                       evidence=_interesting(o))
+    took = after[0]["ts"] - fault["ts"]
+    return Verdict("recovered_within_s", took <= p.seconds,
+                   f"training resumed (step {after[0]['step']}) {took:.2f} s after "
+                   f"{fault['fault']} (limit {p.seconds} s)", took, _interesting(o))
+
+
+def _metrics(run_dir: Path) -> dict[int, dict]:
+    path = run_dir / "metrics.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    return {r["step"]: {k: v for k, v in r.items() if not k.startswith(("perf/", "attempt"))}
+            for r in rows}
+
+
+def matches_baseline(o: Outcome, p) -> Verdict:
+    if o.baseline_dir is None:
+        return Verdict("matches_baseline", False, "the baseline twin did not run")
+    a, b = _metrics(o.run_dir), _metrics(o.baseline_dir)
+    differ = [s for s in sorted(set(a) | set(b)) if a.get(s) != b.get(s)]
+    if not b:
+        return Verdict("matches_baseline", False, "the baseline twin logged no metrics")
+    if differ:
+        s = differ[0]
+        return Verdict("matches_baseline", False, f"metrics differ from the fault-free twin from "
+                       f"step {s} on ({len(differ)} steps): run {a.get(s)} vs twin {b.get(s)}")
+    msg = f"all {len(a)} steps' metrics equal the fault-free twin's"
+    if p.weights:
+        same, what = _same_weights(o.run_dir, o.baseline_dir, max(a))
+        if not same:
+            return Verdict("matches_baseline", False, what)
+        msg += "; " + what
+    return Verdict("matches_baseline", True, msg)
+
+
+def _same_weights(run: Path, twin: Path, step: int) -> tuple[bool, str]:
+    import torch
+    from safetensors.torch import load_file
+
+    rel = Path("checkpoints") / f"global_step_{step}" / "hf" / "model.safetensors"
+    if not (run / rel).exists() or not (twin / rel).exists():
+        return False, f"no final HF export at step {step} to compare ({rel})"
+    x, y = load_file(run / rel), load_file(twin / rel)
+    bad = [k for k in x if k not in y or not torch.equal(x[k], y[k])]
+    return (not bad, "final weights bit-identical" if not bad else
+            f"final weights differ in {len(bad)} tensors (first: {bad[0]})")
+
+
+def reward_improves(o: Outcome, p) -> Verdict:
+    rewards = [e["metrics"]["rollout/reward_mean"] for e in o.trainer("step_end")]
+    if len(rewards) < 10:
+        return Verdict("reward_improves", False, f"only {len(rewards)} steps logged; need 10")
+    gain = sum(rewards[-5:]) / 5 - sum(rewards[:5]) / 5
+    return Verdict("reward_improves", gain >= p.by, f"reward rose by {gain:.3f} (first 5 vs last "
+                   f"5 steps), expected at least {p.by}", gain)
+
+
+def no_leaks(o: Outcome, p) -> Verdict:
+    return Verdict("no_leaks", not o.leaks, "nothing left behind" if not o.leaks else
+                   "left behind: " + ", ".join(o.leaks))
+
+
+def event(o: Outcome, p) -> Verdict:
+    n = len(o.trainer(p.type))
+    return Verdict("event", n >= p.min, f"{n} {p.type!r} event(s), expected at least {p.min}", n,
+                   _interesting(o))
+
+
+CHECKS: dict[str, Callable[[Outcome, object], Verdict]] = {
+    f.__name__: f for f in (completes, fails, resumed_from_step, restarts, final_step,
+                            detected_within_s, recovered_within_s, matches_baseline,
+                            reward_improves, no_leaks, event)}
+
+
+def judge(o: Outcome) -> list[Verdict]:
+    return [CHECKS[name](o, params) for name, params in o.scenario.checks()]

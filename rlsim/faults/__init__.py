@@ -1,0 +1,19 @@
+"""The fault library: one module per fault, each an ``inject()``/``heal()`` pair on a backend."""
+
+from rlsim.faults.base import Fault, FaultContext
+from rlsim.faults.block_port import BlockPort
+from rlsim.faults.corrupt_checkpoint import CorruptCheckpoint
+from rlsim.faults.gpu_oom import GpuOom
+from rlsim.faults.host_oom import HostOom
+from rlsim.faults.kill_head import KillHead
+from rlsim.faults.kill_node import KillNode
+from rlsim.faults.kill_role import KillRole
+from rlsim.faults.partition import Partition
+from rlsim.faults.pause_node import PauseNode
+from rlsim.faults.restart_node import RestartNode
+
+FAULTS: dict[str, type[Fault]] = {f.name: f for f in (
+    KillNode, RestartNode, PauseNode, Partition, BlockPort, KillRole, CorruptCheckpoint, GpuOom,
+    HostOom, KillHead)}
+
+__all__ = ["FAULTS", "Fault", "FaultContext"]

@@ -1,0 +1,11 @@
+"""kill_head: SIGKILL node 0 (GCS, dashboard, the driver's Ray connection): the cluster is gone."""
+
+from rlsim.faults.base import Fault
+
+
+class KillHead(Fault):
+    name = "kill_head"
+
+    def inject(self):
+        pids = self.ctx.cluster.kill_node(0)
+        return {"node": 0, "pids": pids}

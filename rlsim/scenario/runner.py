@@ -1,0 +1,237 @@
+"""Run one scenario: cluster up, trainer started, faults fired on schedule, all healed, a timeline.
+
+The schedule (``at``) is checked every 100 ms against the trainer's own ``events.jsonl`` (steps and
+event types) and the clock. Every fault is healed at the end whatever happened (trainer crash, a
+check's failure, Ctrl-C); the cluster is torn down; then leaks are looked for. The merged timeline
+(trainer events and rlsim's fault and cluster events, by time) is what checks judge.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlsim.backends.local import LocalCluster
+from rlsim.faults import FAULTS, Fault, FaultContext
+from rlsim.scenario.loader import REPO, resolve
+from rlsim.scenario.schema import FaultEntry, Scenario
+from rlsim.spec import ClusterSpec
+
+_names = itertools.count()
+
+
+@dataclass
+class Outcome:
+    """What happened: the merged timeline, the trainer's exit and output, leaks after teardown."""
+
+    scenario: Scenario
+    run_dir: Path
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    returncode: int | None = None
+    output: str = ""
+    started: float = 0.0
+    leaks: list[str] = field(default_factory=list)
+    baseline_dir: Path | None = None
+
+    def trainer(self, type: str | None = None) -> list[dict]:
+        return [e for e in self.timeline if e["source"] == "trainer"
+                and (type is None or e["type"] == type)]
+
+    def rlsim(self, type: str | None = None) -> list[dict]:
+        return [e for e in self.timeline if e["source"] == "rlsim"
+                and (type is None or e["type"] == type)]
+
+
+class EventTail:
+    """New lines of a growing ``events.jsonl``, read incrementally."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.events = path, 0, []
+
+    def poll(self) -> list[dict]:
+        try:
+            with self.path.open() as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        complete = chunk[: chunk.rfind("\n") + 1]
+        self.offset += len(complete.encode())
+        new = [json.loads(line) for line in complete.splitlines() if line.strip()]
+        self.events += new
+        return new
+
+
+def trainer_command(sc: Scenario, run_dir: Path) -> list[str]:
+    overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...')}"
+                 .strip() for k, v in sc.trainer.overrides.items()]
+    return [sys.executable, "-m", "trainer", "--config", str(resolve(sc.trainer.config)),
+            f"run_dir={run_dir}", *overrides]
+
+
+class Schedule:
+    """Which faults are due now, given the trainer's events and the clock."""
+
+    def __init__(self, entries: list[FaultEntry]) -> None:
+        self.pending = list(enumerate(entries))
+
+    def due(self, events: list[dict], elapsed: float) -> list[tuple[int, FaultEntry]]:
+        fire = [(i, e) for i, e in self.pending if _reached(e, events, elapsed)]
+        self.pending = [p for p in self.pending if p not in fire]
+        return fire
+
+
+def _reached(entry: FaultEntry, events: list[dict], elapsed: float) -> bool:
+    at = entry.at
+    if at.seconds is not None:
+        return elapsed >= at.seconds
+    wanted = at.event or "step_end"
+    return any(e["type"] == wanted and (at.step is None or e.get("step", 0) >= at.step)
+               for e in events)
+
+
+def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
+                 on_progress=None) -> Outcome:
+    """Run ``sc`` with its outputs under ``out_dir``; never raises for a trainer failure."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    outcome = Outcome(sc, out_dir / "run")
+    log = _Recorder(outcome)
+    rng = random.Random(sc.seed if seed is None else seed)
+    log.emit("scenario_start", name=sc.name, seed=sc.seed if seed is None else seed)
+    spec = ClusterSpec(name=f"sc{os.getpid()}-{next(_names)}", nodes=sc.cluster.nodes,
+                       gpus_per_node=sc.cluster.gpus_per_node,
+                       gpu_memory_gb=sc.cluster.gpu_memory_gb)
+    cluster = LocalCluster(spec)
+    faults: list[Fault] = []
+    st = None
+    try:
+        with cluster:
+            st = cluster.state
+            log.emit("cluster_ready", nodes=[n.address for n in cluster.nodes()])
+            if any(name == "matches_baseline" for name, _ in sc.checks()):
+                outcome.baseline_dir = out_dir / "baseline"
+                _baseline(sc, cluster, outcome.baseline_dir, log)
+            _drive(sc, cluster, outcome, rng, faults, log, on_progress)
+    finally:
+        for fault in reversed(faults):
+            try:
+                healed = fault.heal()
+            except Exception as e:  # keep healing the others
+                log.emit("fault_heal_error", fault=fault.name, message=str(e))
+            else:
+                if healed is not None:
+                    log.emit("fault_healed", fault=fault.name, **healed)
+        cluster.stop()
+        outcome.leaks = leaks(st) if st is not None else []
+        log.emit("scenario_end", leaks=outcome.leaks)
+        (out_dir / "timeline.jsonl").write_text(
+            "".join(json.dumps(e, default=str) + "\n" for e in outcome.timeline))
+    return outcome
+
+
+def _drive(sc, cluster, outcome, rng, faults, log, on_progress) -> None:
+    run_dir = outcome.run_dir
+    env = {**os.environ, **cluster.driver_env()}
+    proc = subprocess.Popen(trainer_command(sc, run_dir), cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    outcome.started = time.time()
+    log.emit("trainer_started", pid=proc.pid)
+    tail = EventTail(run_dir / "events.jsonl")
+    schedule = Schedule(sc.faults)
+    heal_at: list[tuple[float, Fault]] = []
+    workers: list[dict] = []
+    deadline = time.monotonic() + sc.trainer.timeout_s
+    try:
+        while True:
+            for e in tail.poll():
+                log.trainer(e)
+                if e["type"] == "placement":
+                    workers = e["workers"]
+                if on_progress:
+                    on_progress(e)
+            elapsed = time.time() - outcome.started
+            for i, entry in schedule.due(tail.events, elapsed):
+                ctx = FaultContext(cluster, run_dir, rng, workers)
+                fault = FAULTS[entry.kind](entry.params, ctx)
+                faults.append(fault)
+                fired = time.time()  # detection is timed from the moment the fault starts
+                try:
+                    did = fault.inject()
+                except Exception as e:
+                    log.emit("fault_error", fault=entry.kind, index=i, message=str(e))
+                else:
+                    log.emit("fault_injected", ts=round(fired, 4), fault=entry.kind, index=i,
+                             took_s=round(time.time() - fired, 3), **did)
+                    if on_progress:
+                        on_progress({"type": "fault_injected", "fault": entry.kind, **did})
+                    if entry.for_s:
+                        heal_at.append((time.monotonic() + entry.for_s, fault))
+            for when, fault in list(heal_at):
+                if time.monotonic() >= when:
+                    heal_at.remove((when, fault))
+                    healed = fault.heal()
+                    if healed is not None:
+                        log.emit("fault_healed", fault=fault.name, **healed)
+            if proc.poll() is not None:
+                break
+            if time.monotonic() > deadline:
+                log.emit("trainer_timeout", seconds=sc.trainer.timeout_s)
+                proc.kill()
+                break
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        outcome.output = proc.communicate()[0] or ""
+        outcome.returncode = proc.returncode
+        for e in tail.poll():
+            log.trainer(e)
+        log.emit("trainer_exited", returncode=proc.returncode)
+
+
+def _baseline(sc: Scenario, cluster: LocalCluster, run_dir: Path, log) -> None:
+    """The fault-free twin (same config, same seed) on the same healthy cluster, run first."""
+    out = subprocess.run(trainer_command(sc, run_dir), cwd=REPO,
+                         env={**os.environ, **cluster.driver_env()}, capture_output=True,
+                         text=True, timeout=sc.trainer.timeout_s)
+    log.emit("baseline_done", returncode=out.returncode, run_dir=str(run_dir))
+
+
+class _Recorder:
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+
+    def emit(self, type: str, ts: float | None = None, **fields) -> None:
+        self.outcome.timeline.append({"ts": ts or round(time.time(), 4), "source": "rlsim",
+                                      "type": type, **fields})
+
+    def trainer(self, event: dict) -> None:
+        self.outcome.timeline.append({**event, "source": "trainer"})
+
+
+def leaks(st) -> list[str]:
+    """What a stopped cluster left behind: processes of its session, its iptables chain, cgroups."""
+    import shutil
+
+    from rlsim import cgroups, procs
+
+    found = [f"process {pid}" for pid in procs.find(st.session)]
+    if shutil.which("iptables") and os.geteuid() == 0:
+        chains = subprocess.run(["iptables", "-w", "5", "-S"], capture_output=True, text=True)
+        if f"RLSIM-{st.slot}" in chains.stdout:
+            found.append(f"iptables chain RLSIM-{st.slot}")
+    if st.session in cgroups.sessions():
+        found.append(f"cgroup rlsim/{st.session}")
+    v1 = list(Path("/sys/fs/cgroup/memory").glob(f"rlsim-{st.session}-*"))
+    found += [f"memory cgroup {p}" for p in v1]
+    return found

@@ -1,0 +1,252 @@
+"""What a scenario file says, as pydantic models: cluster, trainer, faults on a schedule, checks.
+
+A scenario reads top to bottom as a story::
+
+    name: node_failure_mid_run
+    tags: [node_failure]
+    cluster: {nodes: 3, gpus_per_node: 2}
+    trainer: {config: fixtures/trainer/grpo_tiny.yaml, overrides: {save_freq: 5}}
+    faults:
+      - at: {step: 7}
+        kill_node: {node: 1}
+    expect:
+      - completes: {}
+      - restarts: {min: 1}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+NodeRef = int | Literal["random"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ClusterSection(_Strict):
+    nodes: int = Field(3, ge=1, le=16)
+    gpus_per_node: int = Field(2, ge=0, le=64)
+    gpu_memory_gb: float = Field(80.0, gt=0)
+    backend: Literal["local", "docker", "real"] = "local"
+
+
+class TrainerSection(_Strict):
+    config: str = Field(description="trainer YAML, relative to the repository root or absolute")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="dotted key -> value")
+    timeout_s: float = Field(300, gt=0, description="the whole run, faults included")
+
+
+class At(_Strict):
+    """When a fault fires: at a trainer step, seconds after the trainer started, or an event."""
+
+    step: int | None = Field(None, ge=1)
+    seconds: float | None = Field(None, ge=0)
+    event: str | None = None
+
+    @model_validator(mode="after")
+    def _one_trigger(self) -> At:
+        if self.seconds is not None and (self.step is not None or self.event is not None):
+            raise ValueError("give `seconds`, or `step`, or `event` (with an optional `step`)")
+        if self.seconds is None and self.step is None and self.event is None:
+            raise ValueError("say when: {step: N}, {seconds: S} or {event: NAME}")
+        return self
+
+
+# -- faults: parameters of each, by name -----------------------------------------------------------
+class KillNode(_Strict):
+    node: NodeRef
+
+
+class RestartNode(_Strict):
+    node: NodeRef
+
+
+class PauseNode(_Strict):
+    node: NodeRef
+
+
+class Partition(_Strict):
+    groups: list[list[int]] = Field(description="node groups cut off from the rest and each other")
+
+
+class BlockPort(_Strict):
+    node: int = Field(description="the node whose port is blocked")
+    port: str | int | list[int] = Field(
+        description="gcs | dashboard | workers:<i> | 6379 | [lo, hi]")
+    sources: list[int] | None = Field(None, description="nodes that lose it (default: all others)")
+
+
+class KillRole(_Strict):
+    role: Literal["actor", "rollout", "ref", "critic", "reward"]
+    rank: int = Field(0, ge=0)
+
+
+class CorruptCheckpoint(_Strict):
+    mode: Literal["truncate", "bitflip", "delete"] = "bitflip"
+    which: Literal["latest"] = "latest"
+
+
+class GpuOom(_Strict):
+    node: NodeRef
+    gb: float = Field(gt=0, description="GiB taken on every GPU of the node")
+
+
+class HostOom(_Strict):
+    node: NodeRef
+    mb: int = Field(512, gt=0, description="memory limit of the node's cgroup (MiB)")
+
+
+class KillHead(_Strict):
+    pass
+
+
+FAULTS: dict[str, type[_Strict]] = {
+    "kill_node": KillNode, "restart_node": RestartNode, "pause_node": PauseNode,
+    "partition": Partition, "block_port": BlockPort, "kill_role": KillRole,
+    "corrupt_checkpoint": CorruptCheckpoint, "gpu_oom": GpuOom, "host_oom": HostOom,
+    "kill_head": KillHead,
+}
+
+
+class FaultEntry(BaseModel):
+    """``{at: {...}, <fault>: {...}, for_s: S}``: one fault, when, and for how long."""
+
+    model_config = ConfigDict(extra="allow")
+    at: At
+    for_s: float | None = Field(None, gt=0, description="heal after S seconds (else at the end)")
+
+    @model_validator(mode="after")
+    def _one_fault(self) -> FaultEntry:
+        names = list(self.model_extra or {})
+        unknown = [n for n in names if n not in FAULTS]
+        if unknown:
+            raise ValueError(f"unknown fault {unknown[0]!r}; known: {', '.join(FAULTS)}")
+        if len(names) != 1:
+            raise ValueError(f"one fault per entry, found {names or 'none'}")
+        try:
+            FAULTS[names[0]].model_validate(self.model_extra[names[0]] or {})
+        except ValidationError as e:
+            err = e.errors()[0]
+            field = ".".join(str(x) for x in err["loc"])
+            raise ValueError(f"{names[0]}.{field}: {err['msg']}") from None
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(iter(self.model_extra))
+
+    @property
+    def params(self) -> _Strict:
+        return FAULTS[self.kind].model_validate(self.model_extra[self.kind] or {})
+
+
+# -- expectations ------------------------------------------------------------------------------
+class Completes(_Strict):
+    pass
+
+
+class Fails(_Strict):
+    pattern: str = Field(".*", description="regex the trainer's error must match")
+    within_s: float | None = Field(None, gt=0, description="after the trainer started")
+
+
+class ResumedFromStep(_Strict):
+    step: int = Field(ge=0)
+
+
+class Restarts(_Strict):
+    min: int = Field(0, ge=0)
+    max: int | None = Field(None, ge=0)
+
+
+class FinalStep(_Strict):
+    step: int = Field(ge=0)
+
+
+class DetectedWithinS(_Strict):
+    seconds: float = Field(gt=0)
+
+
+class RecoveredWithinS(_Strict):
+    seconds: float = Field(gt=0)
+
+
+class MatchesBaseline(_Strict):
+    weights: bool = Field(True, description="also compare final weights bit for bit")
+
+
+class RewardImproves(_Strict):
+    by: float = Field(0.1, description="mean of the last 5 steps minus the first 5")
+
+
+class NoLeaks(_Strict):
+    pass
+
+
+class Event(_Strict):
+    """A trainer event of this type appears (at least ``min`` times)."""
+
+    type: str
+    min: int = Field(1, ge=0)
+
+
+CHECKS: dict[str, type[_Strict]] = {
+    "completes": Completes, "fails": Fails, "resumed_from_step": ResumedFromStep,
+    "restarts": Restarts, "final_step": FinalStep, "detected_within_s": DetectedWithinS,
+    "recovered_within_s": RecoveredWithinS, "matches_baseline": MatchesBaseline,
+    "reward_improves": RewardImproves, "no_leaks": NoLeaks, "event": Event,
+}
+
+
+class Scenario(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_]{0,62}$")
+    tags: list[str] = Field(default_factory=list)
+    description: str = ""
+    seed: int = 0
+    cluster: ClusterSection = Field(default_factory=ClusterSection)
+    trainer: TrainerSection
+    faults: list[FaultEntry] = Field(default_factory=list)
+    expect: list[dict[str, Any]] = Field(min_length=1)
+
+    @field_validator("expect")
+    @classmethod
+    def _checks(cls, expect: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, entry in enumerate(expect):
+            if len(entry) != 1:
+                raise ValueError(f"expect[{i}]: one check per entry, found {list(entry)}")
+            (name, params), = entry.items()
+            if name not in CHECKS:
+                raise ValueError(f"expect[{i}]: unknown check {name!r}; known: {', '.join(CHECKS)}")
+            try:
+                CHECKS[name].model_validate(params or {})
+            except ValidationError as e:
+                err = e.errors()[0]
+                field = ".".join(str(x) for x in err["loc"])
+                raise ValueError(f"expect[{i}].{name}.{field}: {err['msg']}") from None
+        return expect
+
+    @model_validator(mode="after")
+    def _nodes(self) -> Scenario:
+        for i, fault in enumerate(self.faults):
+            for field in ("node", "sources", "groups"):
+                for n in _nodes(getattr(fault.params, field, None)):
+                    if not 0 <= n < self.cluster.nodes:
+                        raise ValueError(f"faults[{i}].{fault.kind}.{field}: node {n} is outside "
+                                         f"the cluster (nodes 0-{self.cluster.nodes - 1})")
+        return self
+
+    def checks(self) -> list[tuple[str, _Strict]]:
+        return [(name, CHECKS[name].model_validate(p or {}))
+                for entry in self.expect for name, p in entry.items()]
+
+
+def _nodes(value) -> list[int]:
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, list):
+        return [n for v in value for n in _nodes(v)]
+    return []
