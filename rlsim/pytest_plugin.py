@@ -29,6 +29,25 @@ STRICT_VAR = "RLSIM_STRICT"
 _counter = itertools.count()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("rlsim", "rlsim scenarios")
+    group.addoption("--backend", dest="rlsim_backend", default=None,
+                    choices=["local", "docker", "real"], help="run scenarios on this backend")
+    group.addoption("--ray-address", dest="rlsim_ray_address", default=None,
+                    help="a real cluster's address (with --backend real)")
+    group.addoption("--rlsim-report", dest="rlsim_report", default=None,
+                    help="write each scenario's timeline and run directory under this folder")
+
+
+def pytest_collect_file(parent: pytest.Collector, file_path):
+    """``scenarios/**/*.yaml`` -> one item per scenario (see rlsim.scenario.items)."""
+    if file_path.suffix == ".yaml" and "scenarios" in file_path.parts:
+        from rlsim.scenario.items import ScenarioFile
+
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # before any test module imports ray: Ray fixes its auth mode at import (see export_auth_env)
     export_auth_env()

@@ -7,6 +7,7 @@ Also runs as a Ray Job: ``ray job submit --address http://<head>:<dashboard> -- 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from trainer.config import load_config
@@ -23,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"trainer: {e}", file=sys.stderr)
         return 2
+    # read by Ray when it is imported: a driver whose head (GCS) is gone exits after this long
+    # instead of Ray's 60 s default
+    os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s",
+                          str(int(cfg.fault_tolerance.gcs_reconnect_timeout_s)))
     from trainer.driver import run  # imports ray and torch: only once the config is sound
 
     return run(cfg)

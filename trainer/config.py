@@ -120,6 +120,8 @@ class FaultToleranceConfig(_Section):
     init_timeout_s: float = Field(180, gt=0, description="worker start and process-group setup")
     step_timeout_s: float = Field(120, gt=0, description="any single role call")
     collective_timeout_s: float = Field(30, gt=0, description="gloo/NCCL process-group timeout")
+    gcs_reconnect_timeout_s: float = Field(
+        15, gt=0, description="how long the driver waits for a lost head (GCS) before failing")
 
 
 class LoggingConfig(_Section):

@@ -1,0 +1,100 @@
+"""pytest collection of scenario files: one item per scenario, failures in the scenario's words.
+
+Registered by ``rlsim.pytest_plugin`` (the ``pytest11`` entry point): any ``*.yaml`` under a
+``scenarios`` directory becomes a :class:`ScenarioItem` named after the scenario, carrying its tags
+as keywords and markers (``pytest scenarios/ -k node_failure``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from rlsim.checks import Verdict, judge
+from rlsim.scenario.loader import ScenarioError, load
+from rlsim.scenario.runner import Outcome, run_scenario
+
+PROPERTIES = ("detected_within_s", "recovered_within_s", "fails")
+
+
+class ScenarioFailed(Exception):
+    def __init__(self, failed: list[Verdict], outcome: Outcome) -> None:
+        super().__init__(f"{len(failed)} expectation(s) failed")
+        self.failed, self.outcome = failed, outcome
+
+
+class ScenarioFile(pytest.File):
+    def collect(self):
+        try:
+            scenario = load(self.path)
+        except ScenarioError as e:
+            yield InvalidScenario.from_parent(self, name=self.path.stem, error=str(e))
+            return
+        yield ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
+
+
+class InvalidScenario(pytest.Item):
+    """A scenario file that does not validate: fails with the loader's ``path:line`` message."""
+
+    def __init__(self, *, error: str, **kw) -> None:
+        super().__init__(**kw)
+        self.error = error
+
+    def runtest(self) -> None:
+        raise ScenarioError(self.error)
+
+    def repr_failure(self, excinfo, style=None) -> str:
+        return f"invalid scenario:\n{self.error}"
+
+    def reportinfo(self):
+        return self.path, 0, f"scenario file {self.path.name}"
+
+
+class ScenarioItem(pytest.Item):
+    def __init__(self, *, scenario, **kw) -> None:
+        super().__init__(**kw)
+        self.scenario = scenario
+        for tag in scenario.tags:
+            self.config.addinivalue_line("markers", f"{tag}: rlsim scenario tag")
+            self.keywords[tag] = True
+            self.add_marker(tag)
+
+    def runtest(self) -> None:
+        from rlsim.pytest_plugin import require
+
+        backend = self.config.getoption("rlsim_backend") or self.scenario.cluster.backend
+        if backend != "local":
+            require(f"backend {backend!r} is not implemented yet (local only)")
+        report = self.config.getoption("rlsim_report")
+        out = Path(report) / self.scenario.name if report else \
+            Path(tempfile.mkdtemp(prefix=f"rlsim-{self.scenario.name}-"))
+        outcome = run_scenario(self.scenario, out)
+        verdicts = judge(outcome)
+        for v in verdicts:
+            if v.value is not None and v.check in PROPERTIES:
+                self.user_properties.append((v.check, round(v.value, 3)))
+        self.user_properties.append(("timeline", str(out / "timeline.jsonl")))
+        failed = [v for v in verdicts if not v.ok]
+        if failed:
+            raise ScenarioFailed(failed, outcome)
+
+    def repr_failure(self, excinfo, style=None) -> str:
+        if not isinstance(excinfo.value, ScenarioFailed):
+            return super().repr_failure(excinfo, style)
+        err = excinfo.value
+        lines = [f"scenario {self.scenario.name!r}: {len(err.failed)} expectation(s) not met"]
+        for v in err.failed:
+            lines.append(f"  - {v.check}: {v.message}")
+        evidence = next((v.evidence for v in err.failed if v.evidence), [])
+        if evidence:
+            lines += ["", "timeline (last lines):", *("  " + e for e in evidence)]
+        tail = err.outcome.output.strip().splitlines()[-8:]
+        if tail and err.outcome.returncode:
+            lines += ["", "trainer output (last lines):", *("  " + t for t in tail)]
+        lines.append(f"\nfull timeline: {err.outcome.run_dir.parent / 'timeline.jsonl'}")
+        return "\n".join(lines)
+
+    def reportinfo(self):
+        return self.path, 0, f"scenario {self.scenario.name}"
