@@ -235,6 +235,16 @@ def _train_tiny(c: LocalCluster) -> bool:
     return last > first
 
 
+def _scenario_commands() -> None:
+    from rlsim.scenario import cli as scenario_cli
+
+    app.command(name="run")(scenario_cli.run)
+    app.command(name="validate")(scenario_cli.validate)
+
+
+_scenario_commands()
+
+
 def main() -> None:
     reap_abandoned()
     app()

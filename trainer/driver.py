@@ -130,6 +130,7 @@ def run(cfg: TrainerConfig) -> int:
                  plan=[{"index": w.index, "node": w.node, "gpus": w.gpus, "roles": w.ranks}
                        for w in plan.workers], warnings=list(plan.warnings))
         _connect()
+        _watch_head(log, cfg.fault_tolerance.gcs_reconnect_timeout_s, t0)
         r = Run(cfg, plan, log)
         while True:
             try:
@@ -189,6 +190,37 @@ def _absolute_paths(cfg: TrainerConfig) -> TrainerConfig:
     data = cfg.data.model_copy(update={"path": str(Path(cfg.data.path).resolve())})
     return cfg.model_copy(update={"run_dir": str(Path(cfg.run_dir).resolve()), "model": model,
                                   "data": data})
+
+
+def _watch_head(log: EventLog, timeout_s: float, t0: float) -> None:
+    """A daemon thread that ends the run with an ``error`` event (kind ``head_lost``) and exit 2
+    once the head's GCS port refuses connections for ``timeout_s``. Without it, Ray ends a driver
+    whose GCS is gone with a bare exit 1 and no word in the event log."""
+    import socket
+    import threading
+
+    host, port = ray.get_runtime_context().gcs_address.rsplit(":", 1)
+
+    def watch() -> None:
+        down_since = None
+        while True:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                down_since = None
+            except OSError:
+                down_since = down_since or time.monotonic()
+                if time.monotonic() - down_since >= timeout_s * 0.6:
+                    msg = (f"the head's GCS at {host}:{port} has refused connections for "
+                           f"{time.monotonic() - down_since:.1f} s: the cluster is gone "
+                           "(fault_tolerance.gcs_reconnect_timeout_s)")
+                    log.emit("error", kind="head_lost", message=msg)
+                    log.emit("run_end", status="failed", step=None,
+                             seconds=round(time.monotonic() - t0, 3))
+                    print(f"trainer: {msg}", flush=True)
+                    os._exit(2)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, name="head-watchdog", daemon=True).start()
 
 
 def _connect() -> None:

@@ -15,7 +15,7 @@ worker_died         role, worker, ip, message
 node_lost           ip, node_id
 restart             restart (count), cause, from_step (the checkpoint it will resume from)
 oom                 message, action (what auto_micro_batch changed, or "fatal")
-error               kind (a :mod:`trainer.errors` kind), message
+error               kind (a :mod:`trainer.errors` kind, ``head_lost``, ``internal``), message
 run_end             status (completed | failed), step, restarts, seconds
 ==================  =============================================================================
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -44,6 +45,7 @@ class EventLog:
         self._events = (self.dir / "events.jsonl").open("a", buffering=1)
         self._metrics = (self.dir / "metrics.jsonl").open("a", buffering=1)
         self.attempt = 0
+        self._lock = threading.Lock()
         self._tb = _tensorboard(self.dir) if tensorboard else None
 
     def emit(self, type: str, **fields) -> dict:
@@ -51,8 +53,9 @@ class EventLog:
         if type not in EVENT_TYPES:
             raise ValueError(f"unknown event type {type!r}; known: {sorted(EVENT_TYPES)}")
         event = {"ts": round(time.time(), 4), "type": type, "attempt": self.attempt, **fields}
-        self._events.write(json.dumps(event, default=str) + "\n")
-        os.fsync(self._events.fileno())
+        with self._lock:  # the head watchdog writes from its own thread
+            self._events.write(json.dumps(event, default=str) + "\n")
+            os.fsync(self._events.fileno())
         return event
 
     def metrics(self, step: int, metrics: dict[str, float]) -> None:

@@ -1,0 +1,115 @@
+"""``rlsim run`` and ``rlsim validate``: scenarios from the command line, with live progress."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from rlsim.scenario.loader import ScenarioError, discover, load
+
+console = Console(soft_wrap=True)
+
+
+def _paths(paths: list[Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        out += discover(p) if p.is_dir() else [p]
+    return out
+
+
+Paths = Annotated[list[Path], typer.Argument(help="scenario files or folders")]
+
+
+def validate(paths: Paths) -> None:
+    """Check scenario files without running them; exit 2 on the first invalid one."""
+    bad = 0
+    for path in _paths(paths):
+        try:
+            sc = load(path)
+        except ScenarioError as e:
+            console.print(f"[red]{e}[/red]", highlight=False)
+            bad += 1
+        else:
+            console.print(f"ok  {path}: {sc.name} ({len(sc.faults)} faults, "
+                          f"{len(sc.expect)} checks)", highlight=False)
+    if bad:
+        raise typer.Exit(2)
+
+
+def run(
+    paths: Paths,
+    backend: str = typer.Option("local", help="local (docker and real: not yet)"),
+    report: Annotated[Path | None, typer.Option(help="write timelines and summary.json")] = None,
+    seed: int = typer.Option(None, help="override every scenario's seed (replay)"),
+) -> None:
+    """Run scenarios; exit 0 when every expectation holds, 1 when one fails, 2 for bad input."""
+    from rlsim.checks import judge
+
+    scenarios = []
+    for path in _paths(paths):
+        try:
+            scenarios.append(load(path))
+        except ScenarioError as e:
+            console.print(f"[red]{e}[/red]", highlight=False)
+            raise typer.Exit(2) from None
+    if backend != "local":
+        console.print(f"[red]--backend {backend}: only the local backend exists yet[/red]")
+        raise typer.Exit(2)
+    root = report or Path(f"reports/run-{time.strftime('%Y%m%d-%H%M%S')}")
+    summary, failed = [], 0
+    for sc in scenarios:
+        t0 = time.monotonic()
+        outcome = _run_live(sc, root, seed)
+        verdicts = judge(outcome)
+        ok = all(v.ok for v in verdicts)
+        failed += not ok
+        console.print(f"{'[green]PASS' if ok else '[red]FAIL'}[/] {sc.name} "
+                      f"({time.monotonic() - t0:.1f} s)")
+        for v in verdicts:
+            mark = "[green]ok[/]  " if v.ok else "[red]no[/]  "
+            console.print(f"   {mark}{v.check}: {v.message}", highlight=False)
+            if not v.ok:
+                for line in v.evidence[-10:]:
+                    console.print(f"        {line}", highlight=False, markup=False)
+        summary.append({"scenario": sc.name, "ok": ok, "seconds": round(time.monotonic() - t0, 2),
+                        "checks": [{"check": v.check, "ok": v.ok, "message": v.message,
+                                    "value": v.value} for v in verdicts]})
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "summary.json").write_text(json.dumps(summary, indent=1))
+    console.print(f"report: {root}/summary.json (timelines: {root}/<scenario>/timeline.jsonl)")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _run_live(sc, root: Path, seed: int | None):
+    """Run one scenario under a live table: step, reward, faults fired, restarts, last event."""
+    from rlsim.scenario.runner import run_scenario
+
+    state = {"step": 0, "reward": 0.0, "faults": 0, "restarts": 0, "last": "starting"}
+
+    def show() -> Table:
+        t = Table(title=f"scenario {sc.name}", show_header=False)
+        for k, v in state.items():
+            t.add_row(k, f"{v:.3f}" if isinstance(v, float) else str(v))
+        return t
+
+    with Live(show(), console=console, refresh_per_second=4, transient=True) as live:
+        def progress(e: dict) -> None:
+            if e["type"] == "step_end":
+                state["step"] = e["step"]
+                state["reward"] = e["metrics"].get("rollout/reward_mean", 0.0)
+            elif e["type"] == "fault_injected":
+                state["faults"] += 1
+            elif e["type"] == "restart":
+                state["restarts"] += 1
+            state["last"] = e["type"]
+            live.update(show())
+
+        return run_scenario(sc, root / sc.name, seed=seed, on_progress=progress)

@@ -1,0 +1,61 @@
+"""The pytest plugin with pytester: scenarios collected from YAML, selected by tag, failing in
+their own words, timing as JUnit properties, invalid files reported as path:line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+ROOT = Path(__file__).parents[2]
+CONFIG = ROOT / "fixtures" / "trainer" / "ppo_tiny.yaml"
+
+WRONG = f"""
+name: wrong_expectation
+tags: [placement, demo_tag]
+cluster: {{nodes: 2, gpus_per_node: 1}}
+trainer:
+  config: {CONFIG}
+  overrides: {{placement: {{nnodes: 4}}, fault_tolerance: {{resources_timeout_s: 2}}}}
+expect:
+  - completes: {{}}
+  - fails: {{pattern: "placement asks for 4 nodes", within_s: 30}}
+"""
+
+INVALID = """
+name: broken
+trainer: {config: fixtures/trainer/grpo_tiny.yaml}
+faults:
+  - at: {step: 2}
+    kill_node: {node: 9}
+expect: [{completes: {}}]
+"""
+
+
+@pytest.fixture
+def scenarios(pytester):
+    d = pytester.mkdir("scenarios")
+    (d / "wrong.yaml").write_text(WRONG)
+    (d / "broken.yaml").write_text(INVALID)
+    return d
+
+
+def test_collects_one_item_per_scenario_and_selects_by_tag(pytester, scenarios):
+    result = pytester.runpytest_subprocess("scenarios", "--collect-only", "-q", "-k", "demo_tag")
+    result.stdout.fnmatch_lines(["scenarios/wrong.yaml::wrong_expectation", "*1/2 tests*"])
+
+
+@pytest.mark.integration
+def test_a_wrong_expectation_fails_in_the_scenarios_words(pytester, scenarios):
+    result = pytester.runpytest_subprocess("scenarios", "-p", "no:cacheprovider",
+                                           "--junitxml=junit.xml")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert "scenario 'wrong_expectation': 1 expectation(s) not met" in out
+    assert "- completes: the trainer did not complete (exit 2; run_end failed)" in out
+    assert "placement asks for 4 nodes" in out and "timeline (last lines):" in out
+    assert "invalid scenario:" in out and "broken.yaml:6: faults[0].kill_node.node: node 9" in out
+    assert "Traceback" not in out
+    junit = (pytester.path / "junit.xml").read_text()
+    assert '<property name="fails" value="' in junit

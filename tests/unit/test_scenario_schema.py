@@ -1,0 +1,64 @@
+"""Scenario files as data: every shipped one validates; malformed ones say path:line: field."""
+
+from pathlib import Path
+
+import pytest
+
+from rlsim.scenario.loader import ScenarioError, discover, load
+from rlsim.scenario.runner import Schedule
+from rlsim.scenario.schema import FaultEntry
+
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.mark.parametrize("path", discover(ROOT / "scenarios"), ids=lambda p: p.stem)
+def test_catalogue_validates(path):
+    sc = load(path)
+    assert sc.name == path.stem and sc.expect
+
+
+def write(tmp_path, text: str) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    return p
+
+
+BASE = "name: s\ntrainer: {config: fixtures/trainer/grpo_tiny.yaml}\n"
+
+
+@pytest.mark.parametrize("body,line,needle", [
+    ("faults:\n  - at: {step: 3}\n    explode: {}\nexpect: [{completes: {}}]\n", 4,
+     "faults[0]: unknown fault 'explode'"),
+    ("faults:\n  - at: {step: 3}\n    kill_node: {node: 7}\nexpect: [{completes: {}}]\n", 5,
+     "faults[0].kill_node.node: node 7 is outside the cluster (nodes 0-2)"),
+    ("expect:\n  - completes: {}\n  - restarts: {min: x}\n", 5,
+     "expect[1].restarts.min: Input should be a valid integer"),
+    ("faults:\n  - at: {}\n    kill_node: {node: 1}\nexpect: [{completes: {}}]\n", 4,
+     "faults[0].at: say when"),
+    ("clustr: {nodes: 2}\nexpect: [{completes: {}}]\n", 3, "clustr: unknown key"),
+])
+def test_malformed_files_name_line_and_field(tmp_path, body, line, needle):
+    with pytest.raises(ScenarioError) as e:
+        load(write(tmp_path, BASE + body))
+    assert f"s.yaml:{line}: " in str(e.value) and needle in str(e.value), str(e.value)
+
+
+def test_bad_yaml_and_missing_trainer_config(tmp_path):
+    with pytest.raises(ScenarioError, match=r"s.yaml:3: not valid YAML"):
+        load(write(tmp_path, "name: s\nexpect: [unclosed\n"))
+    text = "name: s\ntrainer: {config: fixtures/trainer/nope.yaml}\nexpect: [{completes: {}}]\n"
+    with pytest.raises(ScenarioError, match=r"s.yaml:2: trainer.config: no such trainer config"):
+        load(write(tmp_path, text))
+
+
+def test_schedule_fires_by_step_event_and_seconds():
+    entries = [FaultEntry.model_validate(e) for e in (
+        {"at": {"step": 2}, "kill_node": {"node": 1}},
+        {"at": {"event": "checkpoint_saved", "step": 5}, "corrupt_checkpoint": {}},
+        {"at": {"seconds": 3}, "pause_node": {"node": 1}})]
+    s = Schedule(entries)
+    assert s.due([{"type": "step_end", "step": 1}], 0.5) == []
+    assert [i for i, _ in s.due([{"type": "step_end", "step": 2}], 1.0)] == [0]
+    assert s.due([{"type": "checkpoint_saved", "step": 4}], 1.0) == []
+    assert [i for i, _ in s.due([{"type": "checkpoint_saved", "step": 5}], 3.1)] == [1, 2]
+    assert s.due([], 99) == []  # each fires once
