@@ -240,6 +240,7 @@ def _scenario_commands() -> None:
 
     app.command(name="run")(scenario_cli.run)
     app.command(name="validate")(scenario_cli.validate)
+    app.command(name="report")(scenario_cli.report)
 
 
 _scenario_commands()

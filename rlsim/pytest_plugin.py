@@ -48,6 +48,18 @@ def pytest_collect_file(parent: pytest.Collector, file_path):
     return None
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With ``--rlsim-report DIR``, render DIR/report.html once (on the xdist controller)."""
+    report = session.config.getoption("rlsim_report", None)
+    if report and not hasattr(session.config, "workerinput"):
+        from pathlib import Path
+
+        if list(Path(report).glob("*/verdicts.json")):
+            from rlsim.report import render
+
+            render(report)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # before any test module imports ray: Ray fixes its auth mode at import (see export_auth_env)
     export_auth_env()

@@ -51,6 +51,7 @@ def run(
 ) -> None:
     """Run scenarios; exit 0 when every expectation holds, 1 when one fails, 2 for bad input."""
     from rlsim.checks import judge
+    from rlsim.report import verdicts_record
 
     scenarios = []
     for path in _paths(paths):
@@ -78,12 +79,12 @@ def run(
             if not v.ok:
                 for line in v.evidence[-10:]:
                     console.print(f"        {line}", highlight=False, markup=False)
-        summary.append({"scenario": sc.name, "ok": ok, "seconds": round(time.monotonic() - t0, 2),
-                        "checks": [{"check": v.check, "ok": v.ok, "message": v.message,
-                                    "value": v.value} for v in verdicts]})
+        summary.append(verdicts_record(sc.name, ok, time.monotonic() - t0, verdicts))
     root.mkdir(parents=True, exist_ok=True)
     (root / "summary.json").write_text(json.dumps(summary, indent=1))
-    console.print(f"report: {root}/summary.json (timelines: {root}/<scenario>/timeline.jsonl)")
+    from rlsim.report import render
+
+    console.print(f"report: {render(root)} (summary.json and <scenario>/timeline.jsonl beside it)")
     if failed:
         raise typer.Exit(1)
 
@@ -113,3 +114,21 @@ def _run_live(sc, root: Path, seed: int | None):
             live.update(show())
 
         return run_scenario(sc, root / sc.name, seed=seed, on_progress=progress)
+
+
+def report(
+    root: Annotated[Path, typer.Argument(help="a folder written by rlsim run --report")],
+    open_: bool = typer.Option(False, "--open", help="open it in a browser"),
+) -> None:
+    """Re-render ``report.html`` from a report folder (and open it)."""
+    from rlsim.report import render
+
+    if not (root / "summary.json").is_file() and not list(root.glob("*/verdicts.json")):
+        console.print(f"[red]{root}: no summary.json (write one with rlsim run --report DIR)[/red]")
+        raise typer.Exit(2)
+    out = render(root)
+    console.print(f"report: {out}")
+    if open_:
+        import webbrowser
+
+        webbrowser.open(out.resolve().as_uri())

@@ -7,12 +7,15 @@ as keywords and markers (``pytest scenarios/ -k node_failure``).
 
 from __future__ import annotations
 
+import json
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from rlsim.checks import Verdict, judge
+from rlsim.report import verdicts_record
 from rlsim.scenario.loader import ScenarioError, load
 from rlsim.scenario.runner import Outcome, run_scenario
 
@@ -70,8 +73,12 @@ class ScenarioItem(pytest.Item):
         report = self.config.getoption("rlsim_report")
         out = Path(report) / self.scenario.name if report else \
             Path(tempfile.mkdtemp(prefix=f"rlsim-{self.scenario.name}-"))
+        t0 = time.monotonic()
         outcome = run_scenario(self.scenario, out)
         verdicts = judge(outcome)
+        record = verdicts_record(self.scenario.name, all(v.ok for v in verdicts),
+                                 time.monotonic() - t0, verdicts)
+        (out / "verdicts.json").write_text(json.dumps(record, indent=1))
         for v in verdicts:
             if v.value is not None and v.check in PROPERTIES:
                 self.user_properties.append((v.check, round(v.value, 3)))

@@ -1,0 +1,69 @@
+"""The scenario catalogue's cost: wall time with xdist, harness overhead, detection, recovery.
+
+    .venv/bin/python bench/scenarios.py [-n 2] [-k EXPR]
+
+Runs ``pytest scenarios -n N --rlsim-report DIR`` once, then reads each scenario's timeline:
+cluster bring-up, the fault-free twin (``matches_baseline``), the trainer's own wall time, and
+what is left (the harness: polling, fault injection, healing, teardown, leak checks). Overhead is
+that rest against the trainer's time. Detection and recovery are the checks' figures (seconds from
+the fault to the trainer's first loss event, and to its first step after the restart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).parents[1]
+
+
+def spans(timeline: Path) -> dict[str, float]:
+    ev = {e["type"]: e["ts"] for e in map(json.loads, timeline.read_text().splitlines())
+          if e["source"] == "rlsim"}
+    total = ev["scenario_end"] - ev["scenario_start"]
+    bringup = ev["cluster_ready"] - ev["scenario_start"]
+    twin = ev.get("baseline_done", ev["cluster_ready"]) - ev["cluster_ready"]
+    trainer = ev["trainer_exited"] - ev["trainer_started"]
+    return {"total": total, "bringup": bringup, "twin": twin, "trainer": trainer,
+            "harness": total - bringup - twin - trainer}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", default="2", help="pytest-xdist workers")
+    ap.add_argument("-k", default=None, help="select scenarios (pytest -k)")
+    args = ap.parse_args()
+    report = Path(tempfile.mkdtemp(prefix="rlsim-bench-scenarios-"))
+    cmd = [sys.executable, "-m", "pytest", "scenarios", "-q", "-p", "no:cacheprovider",
+           "-n", args.n, "--rlsim-report", str(report)] + (["-k", args.k] if args.k else [])
+    t0 = time.monotonic()
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    table = Table(title=f"scenario catalogue: pytest -n {args.n}, wall {wall:.0f} s "
+                        f"({out.stdout.strip().splitlines()[-1] if out.stdout else 'no output'})")
+    for col in ("scenario", "ok", "total s", "bring-up s", "twin s", "trainer s", "harness s",
+                "overhead", "detected s", "recovered s"):
+        table.add_column(col, justify="left" if col == "scenario" else "right")
+    for verdicts in sorted(report.glob("*/verdicts.json")):
+        rec = json.loads(verdicts.read_text())
+        s = spans(verdicts.parent / "timeline.jsonl")
+        value = {c["check"]: c["value"] for c in rec["checks"]}
+        fmt = lambda v: "" if v is None else f"{v:.2f}"  # noqa: E731
+        table.add_row(rec["scenario"], "yes" if rec["ok"] else "NO", f"{s['total']:.1f}",
+                      f"{s['bringup']:.1f}", f"{s['twin']:.1f}", f"{s['trainer']:.1f}",
+                      f"{s['harness']:.1f}", f"{100 * s['harness'] / s['trainer']:.0f}%",
+                      fmt(value.get("detected_within_s")), fmt(value.get("recovered_within_s")))
+    Console(width=170).print(table)
+    print(f"report: {report}/report.html")
+
+
+if __name__ == "__main__":
+    main()
