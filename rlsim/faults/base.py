@@ -44,3 +44,16 @@ class Fault:
     def heal(self) -> dict[str, Any] | None:
         """Undo what ``inject`` did, if anything is left to undo. Default: nothing to undo."""
         return None
+
+
+class FirewallFault(Fault):
+    """A fault made of iptables rules (``self.rules``): healing deletes exactly those rules."""
+
+    rules: list
+
+    def heal(self):
+        if not self.injected:
+            return None
+        self.injected = False
+        self.ctx.cluster.firewall.remove(self.rules)
+        return {"rules_removed": len(self.rules)}

@@ -1,9 +1,9 @@
 """block_port: one node's port or port range unreachable (from some nodes, or from all others)."""
 
-from rlsim.faults.base import Fault
+from rlsim.faults.base import FirewallFault
 
 
-class BlockPort(Fault):
+class BlockPort(FirewallFault):
     name = "block_port"
 
     def inject(self):
@@ -17,10 +17,3 @@ class BlockPort(Fault):
         self.injected = True
         return {"node": p.node, "port": p.port, "ports": list(self.rules[0].ports)
                 if self.rules else [], "sources": p.sources, "rules": len(self.rules)}
-
-    def heal(self):
-        if not self.injected:
-            return None
-        self.injected = False
-        self.ctx.cluster.firewall.remove(self.rules)
-        return {"rules_removed": len(self.rules)}
