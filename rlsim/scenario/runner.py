@@ -110,7 +110,8 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
     log.emit("scenario_start", name=sc.name, seed=sc.seed if seed is None else seed)
     spec = ClusterSpec(name=f"sc{os.getpid()}-{next(_names)}", nodes=sc.cluster.nodes,
                        gpus_per_node=sc.cluster.gpus_per_node,
-                       gpu_memory_gb=sc.cluster.gpu_memory_gb)
+                       gpu_memory_gb=sc.cluster.gpu_memory_gb,
+                       ready_timeout_s=sc.cluster.ready_timeout_s)
     cluster = LocalCluster(spec)
     faults: list[Fault] = []
     st = None
@@ -134,6 +135,8 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
         cluster.stop()
         outcome.leaks = leaks(st) if st is not None else []
         log.emit("scenario_end", leaks=outcome.leaks)
+        # a fault that blocked (restart_node waits for its node) is logged when it returns
+        outcome.timeline.sort(key=lambda e: e["ts"])
         (out_dir / "timeline.jsonl").write_text(
             "".join(json.dumps(e, default=str) + "\n" for e in outcome.timeline))
     return outcome

@@ -32,6 +32,7 @@ class ClusterSection(_Strict):
     gpus_per_node: int = Field(2, ge=0, le=64)
     gpu_memory_gb: float = Field(80.0, gt=0)
     backend: Literal["local", "docker", "real"] = "local"
+    ready_timeout_s: float = Field(60, gt=0, description="bound on a node (re)start")
 
 
 class TrainerSection(_Strict):
