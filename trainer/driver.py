@@ -21,7 +21,7 @@ from trainer.config import TrainerConfig
 from trainer.data import PromptLoader, load_prompts
 from trainer.errors import CheckpointError, SimulatedCudaOOM, TrainerError
 from trainer.events import EventLog
-from trainer.groups import Roles, alive_gpu_nodes
+from trainer.groups import Roles, alive_gpu_nodes, label_memory_gb
 from trainer.memory import fit, gpu_capacity
 from trainer.placement import Plan, plan_placement
 
@@ -37,6 +37,7 @@ class Run:
         self.loader = PromptLoader(len(self.prompts), cfg.data.prompts_per_step, cfg.seed)
         self.step = 0
         self.restarts = 0
+        self.nodes: list[dict] = []  # the nodes of the current attempt
         self.micro, changes = fit(cfg, plan, gpu_capacity(cfg, _label_memory()))
         for change in changes:
             log.emit("oom", message="planned micro-batch does not fit the GPU", action=change)
@@ -112,7 +113,7 @@ class Run:
         deadline = time.monotonic() + grace_s
         while True:
             alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-            lost = [n for n in getattr(self, "nodes", []) if n["NodeID"] not in alive]
+            lost = [n for n in self.nodes if n["NodeID"] not in alive]
             if lost or time.monotonic() > deadline:
                 return lost
             time.sleep(0.2)
@@ -230,11 +231,7 @@ def _connect() -> None:
 
 
 def _label_memory() -> float | None:
-    for node in alive_gpu_nodes():
-        label = node.get("Labels", {}).get("rlsim-gpu-memory-gb")
-        if label:
-            return float(label)
-    return None
+    return next((gb for node in alive_gpu_nodes() if (gb := label_memory_gb(node))), None)
 
 
 def _mix(seed: int, step: int, prompt: int) -> int:

@@ -10,6 +10,11 @@ from __future__ import annotations
 import torch
 
 
+def first_line(e: BaseException, limit: int = 300) -> str:
+    """The first line of an error's message (Ray's remote errors carry whole tracebacks)."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:limit]
+
+
 class TrainerError(RuntimeError):
     """Base of every error the trainer raises on purpose. ``kind`` is the event-log name."""
 

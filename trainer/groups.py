@@ -18,11 +18,25 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from trainer.config import TrainerConfig
-from trainer.errors import CollectiveError, ResourceTimeout, StepTimeout, TrainerError, WorkerLost
+from trainer.errors import (
+    CollectiveError,
+    ResourceTimeout,
+    StepTimeout,
+    TrainerError,
+    WorkerLost,
+    first_line,
+)
+from trainer.memory import gpu_capacity
 from trainer.placement import TRAINING_ROLES, Plan, check_cluster, worker_bundles
 from trainer.worker import Worker
 
-MEMORY_LABEL = "rlsim-gpu-memory-gb"
+MEMORY_LABEL = "rlsim-gpu-memory-gb"  # set by rlsim on every fake-GPU node
+
+
+def label_memory_gb(node: dict) -> float | None:
+    """GiB per GPU that a node's ``rlsim-gpu-memory-gb`` label declares (None: no label)."""
+    label = node.get("Labels", {}).get(MEMORY_LABEL)
+    return float(label) if label else None
 
 
 def alive_gpu_nodes() -> list[dict]:
@@ -73,11 +87,7 @@ class Roles:
         self._get([pg.ready() for pg in self.pgs], deadline, "placement groups", ResourceTimeout)
         cfg = self.cfg.model_dump()
         for slot in self.plan.workers:
-            node = self.nodes[slot.node]
-            label = node.get("Labels", {}).get(MEMORY_LABEL)
-            from trainer.memory import gpu_capacity
-
-            capacity = gpu_capacity(self.cfg, float(label) if label else None)
+            capacity = gpu_capacity(self.cfg, label_memory_gb(self.nodes[slot.node]))
             bundle = self.plan.on_node(slot.node).index(slot)
             actor = ray.remote(Worker).options(
                 num_cpus=0, num_gpus=len(slot.gpus), max_restarts=0, max_concurrency=1,
@@ -142,13 +152,13 @@ class Roles:
         try:
             return ray.get(ref, timeout=0)
         except RayActorError as e:
-            raise WorkerLost(f"{what}: a worker died ({_first_line(e)})") from None
+            raise WorkerLost(f"{what}: a worker died ({first_line(e)})") from None
         except RayTaskError as e:
             cause = e.cause if isinstance(e.cause, BaseException) else None
             if isinstance(cause, TrainerError):
                 raise cause from None
             if isinstance(cause, RuntimeError) and "gloo" in str(cause).lower():
-                raise CollectiveError(f"{what}: {_first_line(cause)}") from None
+                raise CollectiveError(f"{what}: {first_line(cause)}") from None
             raise
         except GetTimeoutError:  # not expected after ray.wait said done
             raise StepTimeout(f"{what}: result not ready") from None
@@ -210,8 +220,3 @@ class Roles:
     def call_all(self, method: str, *args) -> list:
         refs = [getattr(w, method).remote(*args) for w in self.workers]
         return self._get(refs, time.monotonic() + self.ft.step_timeout_s, f"workers.{method}")
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0][:300] if text else type(e).__name__

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from trainer import memory
 from trainer.config import TrainerConfig
 from trainer.data import reward
-from trainer.errors import CollectiveError, CollectiveTimeout
+from trainer.errors import CollectiveError, CollectiveTimeout, first_line
 from trainer.losses import clipped_policy_loss, clipped_value_loss, kl_k3
 from trainer.model import build_critic, build_policy, response_logprobs, response_values
 from trainer.placement import Plan, WorkerSlot
@@ -175,7 +175,7 @@ class Worker:
             kind = _collective_failure(e)
             if kind is None:
                 raise
-            raise kind(f"{role} rank {self.slot.ranks[role]} on {self.ip}: {_line(e)} "
+            raise kind(f"{role} rank {self.slot.ranks[role]} on {self.ip}: {first_line(e)} "
                        f"(fault_tolerance.collective_timeout_s="
                        f"{cfg.fault_tolerance.collective_timeout_s:g})") from None
         return {f"train/{role}_{k}": v for k, v in out.items()}
@@ -256,6 +256,3 @@ def _collective_failure(e: RuntimeError) -> type[CollectiveError] | None:
         return CollectiveError
     return None
 
-
-def _line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
