@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from trainer.losses import rollout_metrics
+
 EPS = 1e-6
 
 
@@ -30,10 +32,4 @@ def step(roles, prompts: torch.Tensor, seeds: list[int], cfg) -> dict[str, float
     batch = {"seqs": seqs, "adv": adv.contiguous(), "old_logp": old_logp, "ref_logp": ref_logp}
     metrics = roles.train("actor", batch)
     roles.sync_weights()
-    return {
-        "rollout/reward_mean": rewards.mean().item(),
-        "rollout/reward_max": rewards.max().item(),
-        "rollout/solved": (rewards == 1).float().mean().item(),
-        "rollout/kl_ref": (old_logp - ref_logp).mean().item(),
-        **metrics,
-    }
+    return rollout_metrics(rewards, old_logp, ref_logp) | metrics

@@ -1,4 +1,5 @@
-"""Loss terms both algorithms use, token-level and pure (tensors in, scalar out)."""
+"""Loss terms both algorithms use, token-level and pure (tensors in, scalar out), and the rollout
+metrics both report."""
 
 from __future__ import annotations
 
@@ -23,3 +24,14 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: 
                        clip: float) -> torch.Tensor:
     clipped = old_values + torch.clamp(values - old_values, -clip, clip)
     return 0.5 * torch.max((values - returns) ** 2, (clipped - returns) ** 2).mean()
+
+
+def rollout_metrics(rewards: torch.Tensor, old_logp: torch.Tensor,
+                    ref_logp: torch.Tensor) -> dict[str, float]:
+    """``rollout/*``: reward mean and max, share solved (reward 1), mean log-ratio to the ref."""
+    return {
+        "rollout/reward_mean": rewards.mean().item(),
+        "rollout/reward_max": rewards.max().item(),
+        "rollout/solved": (rewards == 1).float().mean().item(),
+        "rollout/kl_ref": (old_logp - ref_logp).mean().item(),
+    }

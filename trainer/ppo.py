@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from trainer.losses import rollout_metrics
+
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float):
     """Generalised advantage estimation over response tokens; the episode ends after the last."""
@@ -39,11 +41,5 @@ def step(roles, prompts: torch.Tensor, seeds: list[int], cfg) -> dict[str, float
     metrics = roles.train("critic", {"seqs": seqs, "returns": returns, "old_values": values})
     metrics |= roles.train("actor", {"seqs": seqs, "adv": whiten(adv), "old_logp": old_logp})
     roles.sync_weights()
-    return {
-        "rollout/reward_mean": scores.mean().item(),
-        "rollout/reward_max": scores.max().item(),
-        "rollout/solved": (scores == 1).float().mean().item(),
-        "rollout/kl_ref": (old_logp - ref_logp).mean().item(),
-        "rollout/value_mean": values.mean().item(),
-        **metrics,
-    }
+    return rollout_metrics(scores, old_logp, ref_logp) | {
+        "rollout/value_mean": values.mean().item(), **metrics}
