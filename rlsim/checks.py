@@ -40,7 +40,9 @@ def _end(o: Outcome) -> dict | None:
 
 
 def _interesting(o: Outcome) -> list[str]:
-    keep = [e for e in o.timeline if e["type"] != "step_end" or e is o.trainer("step_end")[-1:]]
+    """The timeline without its step_end lines, except the last (how far training got)."""
+    last = o.trainer("step_end")[-1:]
+    keep = [e for e in o.timeline if e["type"] != "step_end" or any(e is x for x in last)]
     return [_line(e, o.started) for e in keep][-25:]
 
 

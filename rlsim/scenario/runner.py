@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rlsim.backends.local import LocalCluster
 from rlsim.faults import FAULTS, Fault, FaultContext
 from rlsim.scenario.loader import REPO, resolve
@@ -73,8 +71,8 @@ class EventTail:
 
 
 def trainer_command(sc: Scenario, run_dir: Path) -> list[str]:
-    overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...')}"
-                 .strip() for k, v in sc.trainer.overrides.items()]
+    # JSON is flow-style YAML: the trainer parses each value back with yaml.safe_load
+    overrides = [f"{k}={json.dumps(v)}" for k, v in sc.trainer.overrides.items()]
     return [sys.executable, "-m", "trainer", "--config", str(resolve(sc.trainer.config)),
             f"run_dir={run_dir}", *overrides]
 
