@@ -10,7 +10,7 @@ def connect_env(token_path: str) -> dict[str, str]:
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}
 
 
-def export_auth_env() -> dict[str, str]:
+def export_auth_env() -> None:
     """Put the rlsim token-auth settings into this process's environment, unless already set.
 
     Call it before anything imports ``ray``: Ray's C++ config reads ``RAY_AUTH_MODE`` once, when
@@ -21,7 +21,6 @@ def export_auth_env() -> dict[str, str]:
 
     for key, value in connect_env(str(auth_token_path())).items():
         os.environ.setdefault(key, value)
-    return connect_env(os.environ["RAY_AUTH_TOKEN_PATH"])
 
 
 def node_table(gcs_address: str, token_path: str) -> list[dict]:
