@@ -8,6 +8,13 @@ address. Needs root and a writable cgroup2 hierarchy (pure v2 or the hybrid ``un
 :func:`available` says why not otherwise, and callers fall back to environment labels.
 
 Layout: ``<cgroup2 mount>/rlsim/<session>/n<index>``; iptables paths are relative to the mount.
+
+Memory: a node's memory is accounted (and can be capped, see ``host_oom``) in the node's own group
+from its first process on. On cgroup2 hosts with the memory controller that is the same group; on
+hybrid hosts (v1 memory, cgroup2 without controllers, as on the development machine) a twin group
+``<v1 memory>/<our memory cgroup>/rlsim/<session>/n<index>`` is entered too. It nests under the
+caller's memory cgroup so a sandbox's limit still holds. v1 cannot move charges of running
+processes, which is why nodes are born in it rather than moved there later.
 """
 
 from __future__ import annotations
@@ -53,6 +60,25 @@ def _probe_kill(m: Path) -> bool:
     return (probe / "cgroup.kill").exists()
 
 
+@lru_cache(maxsize=1)
+def memory_v1_base() -> Path | None:
+    """The v1 memory directory that rlsim's node groups nest under (hybrid hosts), or None."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+        own = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    mnt = next((Path(f[1]) for f in map(str.split, mounts)
+                if len(f) > 3 and f[2] == "cgroup" and "memory" in f[3].split(",")), None)
+    rel = next((line.split(":", 2)[2] for line in own
+                if "memory" in line.split(":", 2)[1].split(",")), None)
+    if mnt is None or rel is None or not os.access(mnt, os.W_OK):
+        return None
+    # A process already inside a node group (the launcher, the hog) nests from the same base.
+    rel = rel.split(f"/{TOP}/", 1)[0].strip("/")
+    return mnt / rel if rel else mnt
+
+
 class NodeGroup:
     """The cgroup of node ``index`` of cluster session ``session``."""
 
@@ -72,10 +98,63 @@ class NodeGroup:
             raise RuntimeError("no cgroup2 hierarchy is mounted")
         return m / self.rel
 
+    @property
+    def memory_v1(self) -> Path | None:
+        """The node's twin v1 memory group, on hosts whose cgroup2 has no memory controller."""
+        base = memory_v1_base()
+        if base is None or "memory" in _controllers():
+            return None
+        return base / self.rel
+
     def enter(self) -> None:
         """Move the calling process into this cgroup (its later children are born there)."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+        for d in filter(None, [self.path, self.memory_v1]):
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "cgroup.procs").write_text(str(os.getpid()))
+
+    # ---- memory --------------------------------------------------------------------------------
+
+    def _memory_files(self) -> tuple[Path, str, str] | None:
+        """(directory, usage file, limit file) of the node's memory accounting, or None."""
+        if (self.path / "memory.max").exists():
+            return self.path, "memory.current", "memory.max"
+        v1 = self.memory_v1
+        if v1 is not None and (v1 / "memory.limit_in_bytes").exists():
+            return v1, "memory.usage_in_bytes", "memory.limit_in_bytes"
+        return None
+
+    def memory_accounted(self) -> bool:
+        return self._memory_files() is not None
+
+    def memory_usage(self) -> int:
+        """Bytes the node's processes use now (anonymous memory and page cache)."""
+        d, usage, _ = self._require_memory()
+        return int((d / usage).read_text())
+
+    def set_memory_limit(self, limit: int | None) -> None:
+        """Cap the node's memory at ``limit`` bytes, or lift the cap (None)."""
+        d, _, knob = self._require_memory()
+        unlimited = "max" if knob == "memory.max" else "-1"
+        (d / knob).write_text(unlimited if limit is None else str(limit))
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel's OOM killer has killed in the node's group."""
+        d, _, knob = self._require_memory()
+        name = "memory.events" if knob == "memory.max" else "memory.oom_control"
+        for line in (d / name).read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def _require_memory(self) -> tuple[Path, str, str]:
+        files = self._memory_files()
+        if files is None:
+            raise RuntimeError(
+                f"node group {self.rel} has no memory accounting: enable the memory controller "
+                "in cgroup.subtree_control on the cgroup2 mount, or mount the v1 memory hierarchy"
+            )
+        return files
 
     def pids(self) -> list[int]:
         try:
@@ -104,22 +183,42 @@ class NodeGroup:
         return self.pids()
 
 
+def _controllers() -> set[str]:
+    m = mount()
+    try:
+        return set((m / TOP / "cgroup.subtree_control").read_text().split()) if m else set()
+    except OSError:
+        return set()
+
+
+def _node_dirs(top: Path) -> list[Path]:
+    """The ``n<index>`` group directories of a session (v1 groups also hold files there)."""
+    if not top.is_dir():
+        return []
+    return sorted(d for d in top.iterdir() if d.name[1:].isdigit() and d.is_dir())
+
+
 def remove_session(session: str) -> None:
     """Kill what is left in the session's cgroups and remove them. Safe when absent."""
     m = mount()
     if m is None:
         return
     top = m / TOP / session
-    if not top.exists():
+    v1 = memory_v1_base()
+    v1_top = v1 / TOP / session if v1 is not None else None
+    if not top.exists() and not (v1_top and v1_top.exists()):
         return
-    for child in sorted(top.glob("n*")):
+    for child in _node_dirs(top):
         group = NodeGroup(session, int(child.name[1:]))
         with contextlib.suppress(OSError):
             group.set_frozen(False)
             group.kill()
     # Exited processes keep a cgroup busy (EBUSY) until they are reaped: retry briefly.
     deadline = time.monotonic() + 5.0
-    for d in [*sorted(top.glob("n*")), top]:
+    dirs = [*_node_dirs(top), top]
+    if v1_top is not None:
+        dirs += [*_node_dirs(v1_top), v1_top]
+    for d in dirs:
         while True:
             try:
                 d.rmdir()
@@ -133,8 +232,6 @@ def remove_session(session: str) -> None:
 
 
 def sessions() -> list[str]:
-    """Sessions that still have a cgroup directory (for the reaper)."""
-    m = mount()
-    if m is None or not (m / TOP).exists():
-        return []
-    return sorted(p.name for p in (m / TOP).iterdir() if p.is_dir())
+    """Sessions that still have a cgroup directory, v2 or v1 memory (for the reaper)."""
+    tops = [base / TOP for base in (mount(), memory_v1_base()) if base is not None]
+    return sorted({p.name for top in tops if top.exists() for p in top.iterdir() if p.is_dir()})

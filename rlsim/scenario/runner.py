@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -100,7 +101,15 @@ def _reached(entry: FaultEntry, events: list[dict], elapsed: float) -> bool:
 
 def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
                  on_progress=None) -> Outcome:
-    """Run ``sc`` with its outputs under ``out_dir``; never raises for a trainer failure."""
+    """Run ``sc`` with its outputs under ``out_dir``; never raises for a trainer failure.
+
+    A previous run's outputs there move to ``<out_dir>.previous`` (one generation kept): the trainer
+    would resume from its checkpoints and the schedule would read its events.
+    """
+    if out_dir.exists() and any(out_dir.iterdir()):
+        previous = out_dir.with_name(out_dir.name + ".previous")
+        shutil.rmtree(previous, ignore_errors=True)
+        out_dir.rename(previous)
     out_dir.mkdir(parents=True, exist_ok=True)
     outcome = Outcome(sc, out_dir / "run")
     log = _Recorder(outcome)

@@ -98,7 +98,7 @@ class GpuOom(_Strict):
 
 class HostOom(_Strict):
     node: NodeRef
-    mb: int = Field(512, gt=0, description="memory limit of the node's cgroup (MiB)")
+    mb: int = Field(128, gt=0, description="MiB a hog takes on the node once it has no free memory")
 
 
 class KillHead(_Strict):
