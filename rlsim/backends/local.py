@@ -9,6 +9,7 @@ left alone (no ``ray stop``).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -34,6 +35,7 @@ class LocalCluster:
         self.spec = spec or ClusterSpec()
         self.detached = detached
         self.state: ClusterState | None = None
+        self._stopped: ClusterState | None = None
         self._firewall: Firewall | None = None
         self.timings: dict[str, float] = {}
 
@@ -87,7 +89,22 @@ class LocalCluster:
         if st is None:
             return
         reap(st)
-        self.state = None
+        self._stopped, self.state = st, None
+
+    def leaks(self) -> list[str]:
+        """What the stopped cluster left behind: processes of its session, its iptables chain,
+        its cgroups (v2 and v1 memory)."""
+        st = self._stopped or self.state
+        if st is None:
+            return []
+        found = [f"process {pid}" for pid in procs.find(st.session)]
+        if shutil.which("iptables") and os.geteuid() == 0:
+            chains = subprocess.run(["iptables", "-w", "5", "-S"], capture_output=True, text=True)
+            if f"RLSIM-{st.slot}" in chains.stdout:
+                found.append(f"iptables chain RLSIM-{st.slot}")
+        if st.session in cgroups.sessions():
+            found.append(f"cgroup rlsim/{st.session}")
+        return found
 
     # ---- addresses -------------------------------------------------------------------------
 
@@ -236,6 +253,14 @@ class LocalCluster:
             return cgroups.NodeGroup(st.session, index).kill()
         procs.signal_all(procs.find(st.session, index), signal.SIGCONT)
         return procs.kill_and_wait(st.session, index)
+
+    def kill_process(self, ip: str, pid: int) -> int:
+        """SIGKILL one process of the cluster (every node shares this host's pid space)."""
+        if pid not in procs.find(self._st.session):
+            raise ProcessLookupError(f"pid {pid} ({ip}) is not a process of cluster "
+                                     f"{self._st.spec.name!r}")
+        os.kill(pid, signal.SIGKILL)
+        return pid
 
     def restart_node(self, index: int, timeout: float | None = None) -> NodeInfo:
         self._check_index(index)

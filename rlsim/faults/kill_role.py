@@ -1,11 +1,8 @@
 """kill_role: SIGKILL the process of one rank of one role (an actor crash, not a node loss).
 
-The process is found in the worker table the trainer logged (role, rank -> pid); the fault signals
-that pid only, on whatever node it lives.
+The process is found in the worker table the trainer logged (role, rank -> pid, ip); the backend
+signals that pid only, on the host that runs it.
 """
-
-import os
-import signal
 
 from rlsim.faults.base import Fault
 
@@ -20,5 +17,5 @@ class KillRole(Fault):
             raise ValueError(f"kill_role: role {p.role!r} has {len(hosts)} ranks in the trainer's "
                              f"placement; rank {p.rank} does not exist")
         worker = hosts[p.rank]  # the table lists workers in index order; ranks follow it
-        os.kill(worker["pid"], signal.SIGKILL)
+        self.ctx.cluster.kill_process(worker["ip"], worker["pid"])
         return {"role": p.role, "rank": p.rank, "pid": worker["pid"], "ip": worker["ip"]}

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from rlsim.backends.real import Unsupported
 from rlsim.scenario.loader import ScenarioError, discover, load
 
 console = Console(soft_wrap=True)
@@ -45,7 +46,8 @@ def validate(paths: Paths) -> None:
 
 def run(
     paths: Paths,
-    backend: str = typer.Option("local", help="local (docker and real: not yet)"),
+    backend: str = typer.Option("local", help="local, or real (a running cluster: --ray-address)"),
+    ray_address: str = typer.Option(None, help="the real cluster's GCS address (--backend real)"),
     report: Annotated[Path | None, typer.Option(help="write timelines and summary.json")] = None,
     seed: int = typer.Option(None, help="override every scenario's seed (replay)"),
 ) -> None:
@@ -60,14 +62,18 @@ def run(
         except ScenarioError as e:
             console.print(f"[red]{e}[/red]", highlight=False)
             raise typer.Exit(2) from None
-    if backend != "local":
-        console.print(f"[red]--backend {backend}: only the local backend exists yet[/red]")
+    if backend not in ("local", "real"):
+        console.print(f"[red]--backend {backend}: not implemented yet (local, real)[/red]")
         raise typer.Exit(2)
     root = report or Path(f"reports/run-{time.strftime('%Y%m%d-%H%M%S')}")
     summary, failed = [], 0
     for sc in scenarios:
         t0 = time.monotonic()
-        outcome = _run_live(sc, root, seed)
+        try:
+            outcome = _run_live(sc, root, seed, backend, ray_address)
+        except Unsupported as e:
+            console.print(f"[yellow]SKIP[/] {sc.name}: {e}", highlight=False)
+            continue
         verdicts = judge(outcome)
         ok = all(v.ok for v in verdicts)
         failed += not ok
@@ -89,7 +95,7 @@ def run(
         raise typer.Exit(1)
 
 
-def _run_live(sc, root: Path, seed: int | None):
+def _run_live(sc, root: Path, seed: int | None, backend: str, ray_address: str | None):
     """Run one scenario under a live table: step, reward, faults fired, restarts, last event."""
     from rlsim.scenario.runner import run_scenario
 
@@ -113,7 +119,8 @@ def _run_live(sc, root: Path, seed: int | None):
             state["last"] = e["type"]
             live.update(show())
 
-        return run_scenario(sc, root / sc.name, seed=seed, on_progress=progress)
+        return run_scenario(sc, root / sc.name, seed=seed, on_progress=progress, backend=backend,
+                            ray_address=ray_address)
 
 
 def report(

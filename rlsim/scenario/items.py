@@ -8,12 +8,12 @@ as keywords and markers (``pytest scenarios/ -k node_failure``).
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from rlsim.backends.real import Unsupported
 from rlsim.checks import Verdict, judge
 from rlsim.report import verdicts_record
 from rlsim.scenario.loader import ScenarioError, load
@@ -65,16 +65,17 @@ class ScenarioItem(pytest.Item):
             self.add_marker(tag)
 
     def runtest(self) -> None:
-        from rlsim.pytest_plugin import require
 
         backend = self.config.getoption("rlsim_backend") or self.scenario.cluster.backend
-        if backend != "local":
-            require(f"backend {backend!r} is not implemented yet (local only)")
         report = self.config.getoption("rlsim_report")
         out = Path(report) / self.scenario.name if report else \
-            Path(tempfile.mkdtemp(prefix=f"rlsim-{self.scenario.name}-"))
+            self.config._tmp_path_factory.mktemp(self.scenario.name)
         t0 = time.monotonic()
-        outcome = run_scenario(self.scenario, out)
+        try:
+            outcome = run_scenario(self.scenario, out, backend=backend,
+                                   ray_address=self.config.getoption("rlsim_ray_address"))
+        except Unsupported as e:
+            pytest.skip(f"{self.scenario.name} on --backend {backend}: {e}")
         verdicts = judge(outcome)
         record = verdicts_record(self.scenario.name, all(v.ok for v in verdicts),
                                  time.monotonic() - t0, verdicts)

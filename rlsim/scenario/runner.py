@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsim.backends.local import LocalCluster
+from rlsim.backends.real import RealCluster, Unsupported, check_supported
 from rlsim.faults import FAULTS, Fault, FaultContext
 from rlsim.scenario.loader import REPO, resolve
 from rlsim.scenario.schema import FaultEntry, Scenario
@@ -99,13 +100,36 @@ def _reached(entry: FaultEntry, events: list[dict], elapsed: float) -> bool:
                for e in events)
 
 
+def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None = None):
+    """The scenario's cluster on ``backend``, not started yet. Raises ``Unsupported`` when the
+    backend cannot run the scenario (a skip, not a failure)."""
+    spec = ClusterSpec(name=f"sc{os.getpid()}-{next(_names)}", nodes=sc.cluster.nodes,
+                       gpus_per_node=sc.cluster.gpus_per_node,
+                       gpu_memory_gb=sc.cluster.gpu_memory_gb,
+                       ready_timeout_s=sc.cluster.ready_timeout_s)
+    if backend == "local":
+        return LocalCluster(spec)
+    if backend == "real":
+        address = ray_address or os.environ.get("RAY_ADDRESS")
+        if not address:
+            raise Unsupported("--backend real needs the cluster's address: --ray-address "
+                              "HOST:PORT (or RAY_ADDRESS)")
+        kinds = [f.kind for f in sc.faults]
+        check_supported(kinds)
+        return RealCluster(address, spec, gpu_faults="gpu_oom" in kinds)
+    raise Unsupported(f"backend {backend!r} is not implemented yet (local, real)")
+
+
 def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
-                 on_progress=None) -> Outcome:
-    """Run ``sc`` with its outputs under ``out_dir``; never raises for a trainer failure.
+                 on_progress=None, backend: str = "local",
+                 ray_address: str | None = None) -> Outcome:
+    """Run ``sc`` with its outputs under ``out_dir``; never raises for a trainer failure
+    (``Unsupported`` when the backend cannot run it, before anything starts).
 
     A previous run's outputs there move to ``<out_dir>.previous`` (one generation kept): the trainer
     would resume from its checkpoints and the schedule would read its events.
     """
+    cluster = make_cluster(sc, backend, ray_address)
     if out_dir.exists() and any(out_dir.iterdir()):
         previous = out_dir.with_name(out_dir.name + ".previous")
         shutil.rmtree(previous, ignore_errors=True)
@@ -115,16 +139,9 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
     log = _Recorder(outcome)
     rng = random.Random(sc.seed if seed is None else seed)
     log.emit("scenario_start", name=sc.name, seed=sc.seed if seed is None else seed)
-    spec = ClusterSpec(name=f"sc{os.getpid()}-{next(_names)}", nodes=sc.cluster.nodes,
-                       gpus_per_node=sc.cluster.gpus_per_node,
-                       gpu_memory_gb=sc.cluster.gpu_memory_gb,
-                       ready_timeout_s=sc.cluster.ready_timeout_s)
-    cluster = LocalCluster(spec)
     faults: list[Fault] = []
-    st = None
     try:
         with cluster:
-            st = cluster.state
             log.emit("cluster_ready", nodes=[n.address for n in cluster.nodes()])
             if any(name == "matches_baseline" for name, _ in sc.checks()):
                 outcome.baseline_dir = out_dir / "baseline"
@@ -140,7 +157,7 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
                 if healed is not None:
                     log.emit("fault_healed", fault=fault.name, **healed)
         cluster.stop()
-        outcome.leaks = leaks(st) if st is not None else []
+        outcome.leaks = cluster.leaks()
         log.emit("scenario_end", leaks=outcome.leaks)
         # a fault that blocked (restart_node waits for its node) is logged when it returns
         outcome.timeline.sort(key=lambda e: e["ts"])
@@ -227,19 +244,3 @@ class _Recorder:
 
     def trainer(self, event: dict) -> None:
         self.outcome.timeline.append({**event, "source": "trainer"})
-
-
-def leaks(st) -> list[str]:
-    """What a stopped cluster left behind: processes of its session, its iptables chain, cgroups."""
-    import shutil
-
-    from rlsim import cgroups, procs
-
-    found = [f"process {pid}" for pid in procs.find(st.session)]
-    if shutil.which("iptables") and os.geteuid() == 0:
-        chains = subprocess.run(["iptables", "-w", "5", "-S"], capture_output=True, text=True)
-        if f"RLSIM-{st.slot}" in chains.stdout:
-            found.append(f"iptables chain RLSIM-{st.slot}")
-    if st.session in cgroups.sessions():
-        found.append(f"cgroup rlsim/{st.session}")
-    return found

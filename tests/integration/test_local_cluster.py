@@ -50,6 +50,16 @@ def can_connect(cluster: LocalCluster, src: int, dst: int, port: int) -> bool:
     return subprocess.run([sys.executable, "-c", code], timeout=10).returncode == 0
 
 
+@pytest.fixture(scope="module")
+def shared():
+    """One 2-node cluster for the tests that leave it as they found it (each heals what it did):
+    a bring-up is ~6 s of a 2-core machine."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
+    with LocalCluster(ClusterSpec(name=f"pt-shared-{worker}-{os.getpid()}", nodes=2,
+                                  gpus_per_node=8)) as cluster:
+        yield cluster
+
+
 def leftovers(st: state.ClusterState) -> dict:
     return {
         "procs": procs.find(st.session),
@@ -81,39 +91,54 @@ def test_bringup_gives_distinct_addresses_and_all_gpus_seen_by_a_driver(rlsim_cl
     assert addrs == sorted(n.address for n in nodes)
 
 
-def test_a_driver_without_the_token_is_refused(rlsim_cluster):
+def test_a_driver_without_the_token_is_refused(shared):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-    env["RAY_ADDRESS"] = rlsim_cluster.address
+    env["RAY_ADDRESS"] = shared.address
     env["RAY_AUTH_MODE"] = "disabled"
-    out = subprocess.run(
-        [sys.executable, "-c", "import ray; ray.init(); print(ray.cluster_resources())"],
-        env=env, capture_output=True, text=True, timeout=60,
+    # Ray retries a refused connection for ~20 s before giving up: the GCS's first refusal is the
+    # verdict, so read until it and stop the driver there.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import ray; ray.init(); print('CONNECTED')"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
-    assert out.returncode != 0
-    assert "auth" in (out.stderr + out.stdout).lower()
+    seen = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line or "InvalidAuthToken" in line:
+                seen.append(line)
+                break
+            seen.append(line)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "Authentication token is missing or incorrect" in seen[-1], "".join(seen)
+    assert not any("CONNECTED" in line for line in seen)
 
 
-def test_kill_marks_the_node_dead_and_restart_rejoins(rlsim_cluster):
-    killed = rlsim_cluster.kill_node(1)
-    assert killed and not rlsim_cluster.nodes()[1].pids
-    wait_until(lambda: alive(rlsim_cluster) == [0], 15, "Ray declaring node 1 dead")
-    info = rlsim_cluster.restart_node(1)
-    assert info.alive and info.address == f"127.77.{rlsim_cluster.state.slot}.11"
-    assert alive(rlsim_cluster) == [0, 1]
+def test_kill_marks_the_node_dead_and_restart_rejoins(shared):
+    killed = shared.kill_node(1)
+    assert killed and not shared.nodes()[1].pids
+    wait_until(lambda: alive(shared) == [0], 15, "Ray declaring node 1 dead")
+    info = shared.restart_node(1)
+    assert info.alive and info.address == f"127.77.{shared.state.slot}.11"
+    assert alive(shared) == [0, 1]
 
 
-def test_pause_freezes_every_process_and_resume_thaws(rlsim_cluster):
-    pids = rlsim_cluster.pause_node(1)
+def test_pause_freezes_every_process_and_resume_thaws(shared):
+    pids = shared.pause_node(1)
     assert pids
-    if rlsim_cluster.state.cgroups:
-        events = cgroups.NodeGroup(rlsim_cluster.state.session, 1).path / "cgroup.events"
+    if shared.state.cgroups:
+        events = cgroups.NodeGroup(shared.state.session, 1).path / "cgroup.events"
         assert "frozen 1" in events.read_text()
     else:
         stats = [Path(f"/proc/{p}/stat").read_text() for p in pids]
         assert {s.rsplit(")", 1)[1].split()[0] for s in stats} == {"T"}
-    wait_until(lambda: alive(rlsim_cluster) == [0], 20, "Ray declaring the frozen node dead")
-    rlsim_cluster.resume_node(1)
-    rlsim_cluster.resume_node(1)  # safe twice
+    wait_until(lambda: alive(shared) == [0], 20, "Ray declaring the frozen node dead")
+    shared.resume_node(1)
+    shared.resume_node(1)  # safe twice
+    shared.restart_node(1)  # declared dead, its raylet exits on waking: bring it back for the next
 
 
 @pytest.mark.root
@@ -139,14 +164,14 @@ def test_partition_cuts_one_node_off_and_heal_restores_traffic(rlsim_cluster):
 
 
 @pytest.mark.root
-def test_block_port_cuts_one_source_only(rlsim_cluster):
+def test_block_port_cuts_one_source_only(shared):
     require(Firewall.available())
-    gcs = rlsim_cluster.port("gcs")[0]
-    rlsim_cluster.block_port(0, "gcs", sources=[1])
-    assert not can_connect(rlsim_cluster, 1, 0, gcs)
-    assert can_connect(rlsim_cluster, 0, 0, gcs)
-    rlsim_cluster.heal_network()
-    assert can_connect(rlsim_cluster, 1, 0, gcs)
+    gcs = shared.port("gcs")[0]
+    shared.block_port(0, "gcs", sources=[1])
+    assert not can_connect(shared, 1, 0, gcs)
+    assert can_connect(shared, 0, 0, gcs)
+    shared.heal_network()
+    assert can_connect(shared, 1, 0, gcs)
 
 
 @pytest.mark.root
@@ -220,13 +245,13 @@ def test_cli_detach_status_down():
     assert procs.find(session) == [] and state.load(name) is None
 
 
-def test_bad_cluster_name_and_unknown_node_give_clear_errors(rlsim_cluster):
+def test_bad_cluster_name_and_unknown_node_give_clear_errors(shared):
     with pytest.raises(IndexError, match="nodes 0..1"):
-        rlsim_cluster.kill_node(5)
+        shared.kill_node(5)
     with pytest.raises(NotImplementedError, match="GCS fault tolerance"):
-        rlsim_cluster.restart_node(0)
+        shared.restart_node(0)
     with pytest.raises(KeyError, match="known: "):
-        rlsim_cluster.port("nope")
+        shared.port("nope")
 
 
 def test_status_of_a_cluster_whose_head_died_answers_at_once(rlsim_cluster):

@@ -1,0 +1,256 @@
+"""``--backend real``: scenarios against a running Ray cluster that rlsim did not start.
+
+This is the acceptance path: the same scenario files, run on the GPU cluster a team trains on.
+rlsim never starts or stops that cluster. It connects as a Ray driver (``--ray-address``, with the
+cluster's own auth settings in the environment) and places one :class:`NodeAgent` actor on every
+node (``num_cpus=0``, hard node affinity). Faults act through the agent of their node, on that host:
+
+- ``kill_node``: SIGKILL the node's raylet and every process it started (``kill_head``: the GCS
+  too). The machine stays without Ray until its supervisor (KubeRay, systemd) restarts it.
+- ``kill_role``: SIGKILL one pid on the host that runs it.
+- ``gpu_oom``: a real CUDA allocation of ``gb`` on each GPU of the node, held until heal.
+- ``corrupt_checkpoint``: as on every backend, in the run directory, which must be storage the
+  runner sees (the trainer needs it shared across nodes anyway, FIELD-NOTES 7).
+
+Faults that need control of the host's network, cgroups or process tree (``partition``,
+``block_port``, ``pause_node``, ``restart_node``, ``host_oom``) are not offered: a scenario that
+uses one is skipped, saying which fault and which backends run it.
+
+Node indices: 0 is the head (the node holding ``node:__internal_head__``), then the other alive
+nodes ordered by address. The trainer runs as a driver subprocess of the runner, which should run
+on a node of the cluster (the head) so that the trainer's event log is local to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from pathlib import Path
+
+from rlsim.backends.base import ClusterStartError, NodeInfo
+from rlsim.spec import ClusterSpec
+
+HEAD_RESOURCE = "node:__internal_head__"
+SUPPORTED_FAULTS = frozenset({"kill_node", "kill_head", "kill_role", "gpu_oom",
+                              "corrupt_checkpoint"})
+
+
+class NodeAgent:
+    """The hands of faults on one host (a Ray actor there; see the module text)."""
+
+    def __init__(self, preload_torch: bool) -> None:
+        self._held: list = []
+        if preload_torch:  # importing torch takes seconds: not at the moment a fault fires
+            import torch  # noqa: F401
+
+    def where(self) -> dict:
+        import ray
+
+        return {"ip": ray.util.get_node_ip_address(), "pid": os.getpid(),
+                "raylet": os.getppid()}
+
+    def kill(self, pid: int) -> int:
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def kill_node(self, with_gcs: bool) -> list[int]:
+        """SIGKILL the raylet and every process it started (the GCS too, on the head); this agent
+        answers first and then exits, as its raylet is gone."""
+        raylet = os.getppid()
+        pids = [raylet, *_children(raylet), *(_by_name("gcs_server") if with_gcs else [])]
+        pids = sorted(set(pids) - {os.getpid()})
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        threading.Timer(0.5, os._exit, (1,)).start()
+        return pids
+
+    def hold_gpu(self, gb: float) -> list[dict]:
+        """Allocate ``gb`` GiB (or what is free, if less) on every GPU of this host and keep it."""
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"gpu_oom: no CUDA device is visible on {self.where()['ip']}")
+        taken = []
+        for d in range(torch.cuda.device_count()):
+            free, _ = torch.cuda.mem_get_info(d)
+            size = min(int(gb * 2**30), free - (free % 2**20))
+            self._held.append(torch.empty(size, dtype=torch.uint8, device=f"cuda:{d}"))
+            taken.append({"gpu": d, "gb": round(size / 2**30, 2),
+                          "free_gb": round(free / 2**30, 2)})
+        return taken
+
+    def release_gpu(self) -> int:
+        import torch
+
+        n = len(self._held)
+        self._held.clear()
+        if n:
+            torch.cuda.empty_cache()
+        return n
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            # the command may contain spaces: the fields after its closing parenthesis are safe
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def _by_name(name: str) -> list[int]:
+    found = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        with contextlib.suppress(OSError):
+            if comm.read_text().strip() == name:
+                found.append(int(comm.parent.name))
+    return found
+
+
+class Unsupported(Exception):
+    """The scenario asks for something this backend cannot do (a skip, not a failure)."""
+
+
+class RealCluster:
+    """A handle on a running Ray cluster, with one agent per node while it is entered."""
+
+    name = "real"
+
+    def __init__(self, address: str, spec: ClusterSpec, gpu_faults: bool = False) -> None:
+        self._address = address
+        self.spec = spec
+        self._gpu_faults = gpu_faults
+        self.agents: dict[int, object] = {}
+        self.ips: dict[int, str] = {}
+        self._node_ids: dict[int, str] = {}
+        self._holding: set[int] = set()
+        self.problems: list[str] = []
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def __enter__(self) -> RealCluster:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if ray.is_initialized():
+            raise ClusterStartError("--backend real: this process is already a Ray driver")
+        ray.init(address=self._address, namespace="rlsim", log_to_driver=False,
+                 configure_logging=False)
+        try:
+            nodes = _ordered(ray.nodes())
+            if len(nodes) < self.spec.nodes:
+                raise Unsupported(
+                    f"the scenario needs {self.spec.nodes} nodes; the cluster at {self._address} "
+                    f"has {len(nodes)} alive ({', '.join(n['NodeManagerAddress'] for n in nodes)})")
+            agent_cls = ray.remote(num_cpus=0, max_restarts=0)(NodeAgent)
+            # An agent sees every GPU of its host (Ray would hide them from a 0-GPU actor).
+            env = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
+            for i, node in enumerate(nodes[: self.spec.nodes]):
+                self._node_ids[i] = node["NodeID"]
+                self.ips[i] = node["NodeManagerAddress"]
+                self.agents[i] = agent_cls.options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+                    runtime_env=env,
+                ).remote(self._gpu_faults)
+            ray.get([a.where.remote() for a in self.agents.values()], timeout=60)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Release what the agents hold and remove them; the cluster itself keeps running."""
+        import ray
+
+        if not ray.is_initialized():
+            return
+        for i in sorted(self._holding & set(self.agents)):
+            try:
+                self.release_gpu(i)
+            except Exception as e:  # noqa: BLE001 - reported as a leak, the others still run
+                self.problems.append(f"node {i}: GPU memory still held ({e})")
+        for agent in self.agents.values():
+            with contextlib.suppress(Exception):  # an agent on a killed node is gone already
+                ray.kill(agent)
+        self.agents.clear()
+        ray.shutdown()
+
+    # ---- what the runner and faults use ------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    def driver_env(self) -> dict[str, str]:
+        return {"RAY_ADDRESS": self._address}
+
+    def nodes(self) -> list[NodeInfo]:
+        import ray
+
+        alive = {n["NodeID"]: n for n in ray.nodes() if n["Alive"]}
+        return [NodeInfo(index=i, address=self.ips[i], node_id=nid, alive=nid in alive,
+                         gpus=int(alive.get(nid, {}).get("Resources", {}).get("GPU", 0)))
+                for i, nid in self._node_ids.items()]
+
+    def index_of(self, ip: str) -> int:
+        for i, addr in self.ips.items():
+            if addr == ip:
+                return i
+        raise LookupError(f"no node of this scenario has address {ip}")
+
+    def _call(self, index: int, method: str, *args):
+        import ray
+
+        if index not in self.agents:
+            raise IndexError(f"node {index} does not exist: the scenario uses nodes "
+                             f"0..{self.spec.nodes - 1}")
+        try:
+            return ray.get(getattr(self.agents[index], method).remote(*args), timeout=60)
+        except ray.exceptions.RayTaskError as e:  # the agent's own error, without Ray's frame
+            raise e.cause from None
+
+    def kill_node(self, index: int) -> list[int]:
+        pids = self._call(index, "kill_node", index == 0)
+        self.agents.pop(index)
+        return pids
+
+    def kill_process(self, ip: str, pid: int) -> int:
+        return self._call(self.index_of(ip), "kill", pid)
+
+    def hold_gpu(self, index: int, gb: float) -> list[dict]:
+        self._holding.add(index)
+        return self._call(index, "hold_gpu", gb)
+
+    def release_gpu(self, index: int) -> int:
+        released = self._call(index, "release_gpu")
+        self._holding.discard(index)
+        return released
+
+    def leaks(self) -> list[str]:
+        return list(self.problems)
+
+
+def _ordered(nodes: list[dict]) -> list[dict]:
+    """Alive nodes, the head first, then by address (the scenario's node indices)."""
+    alive = [n for n in nodes if n["Alive"]]
+    return sorted(alive, key=lambda n: (HEAD_RESOURCE not in n["Resources"],
+                                        tuple(int(x) if x.isdigit() else 0
+                                              for x in n["NodeManagerAddress"].split(".")),
+                                        n["NodeID"]))
+
+
+def check_supported(fault_names: list[str]) -> None:
+    """Raise Unsupported naming the first fault the real backend cannot inject."""
+    for name in fault_names:
+        if name not in SUPPORTED_FAULTS:
+            raise Unsupported(
+                f"fault {name!r} needs control of the host's network, cgroups or processes, which "
+                f"--backend real does not take; it runs on --backend local (and docker). "
+                f"Real-backend faults: {', '.join(sorted(SUPPORTED_FAULTS))}")
