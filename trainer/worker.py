@@ -94,17 +94,7 @@ class Worker:
         cfg = self.cfg
         timeout = datetime.timedelta(seconds=cfg.fault_tolerance.collective_timeout_s)
         if store_addr is not None:
-            store = self.store or dist.TCPStore(store_addr[0], store_addr[1], is_master=False,
-                                                timeout=timeout)
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            # what torchrun would export; DeepSpeed insists on LOCAL_RANK. Ray gives each worker
-            # its own CUDA_VISIBLE_DEVICES, so its device is always local index 0.
-            os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0",
-                              LOCAL_WORLD_SIZE="1", MASTER_ADDR=store_addr[0],
-                              MASTER_PORT=str(store_addr[1]))
-            with _gloo_bound_to(self.ip):
-                dist.init_process_group(backend, store=store, rank=rank, world_size=world,
-                                        timeout=timeout)
+            self._join(store_addr, rank, world, timeout)
         self.check_memory()
         roles = self.slot.roles
         for role in ("actor", "critic"):
@@ -117,6 +107,36 @@ class Worker:
 
             self.rollout = make_engine(cfg)
         return self.where()
+
+    def _join(self, store_addr: tuple[str, int], rank: int, world: int,
+              timeout: datetime.timedelta) -> None:
+        """Rendezvous at rank 0's store and form the process group, or fail in words: a peer that
+        cannot reach the store or the collective's own ports would otherwise surface as a bare
+        store error (or, without a timeout, a hang: FIELD-NOTES 3)."""
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        # what torchrun would export; DeepSpeed insists on LOCAL_RANK. Ray gives each worker
+        # its own CUDA_VISIBLE_DEVICES, so its device is always local index 0.
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0",
+                          LOCAL_WORLD_SIZE="1", MASTER_ADDR=store_addr[0],
+                          MASTER_PORT=str(store_addr[1]))
+        try:
+            store = self.store or dist.TCPStore(store_addr[0], store_addr[1], is_master=False,
+                                                timeout=timeout)
+            with _gloo_bound_to(self.ip):
+                dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                                        timeout=timeout)
+        except (dist.DistError, RuntimeError) as e:
+            timed_out = "time" in str(e).lower()
+            error = CollectiveTimeout if timed_out else CollectiveError
+            raise error(
+                f"process group set-up ({backend}): rank {rank} of {world} on {self.ip} could not "
+                f"complete the rendezvous at {store_addr[0]}:{store_addr[1]}"
+                + (f" within {timeout.total_seconds():g} s (fault_tolerance.collective_timeout_s)"
+                   if timed_out else "")
+                + f": {first_line(e, 160)}. Fix: let every node reach the others' ephemeral ports "
+                "(the store and gloo/NCCL pick them: net.ipv4.ip_local_port_range), and make each "
+                "node advertise an address its peers can reach (GLOO_SOCKET_IFNAME / "
+                "NCCL_SOCKET_IFNAME)") from None
 
     def _engine(self, role: str):
         from trainer.engine import make_engine

@@ -1,0 +1,32 @@
+"""The node image's skeleton rootfs (pure: no engine needed)."""
+
+import io
+import os
+import sys
+import tarfile
+
+from rlsim.backends.docker_image import REPO, host_mounts, image_tag, rootfs_tar
+
+
+def test_skeleton_has_mount_points_for_the_host_environment_and_no_files():
+    tar = tarfile.open(fileobj=io.BytesIO(rootfs_tar()))
+    members = {m.name: m for m in tar.getmembers()}
+    assert all(m.isdir() or m.issym() for m in members.values())  # nothing copied from the host
+    for path in host_mounts():
+        assert path.strip("/") in members, path
+    assert members["tmp"].mode == 0o1777
+    for name in ("bin", "lib"):
+        if os.path.islink(f"/{name}"):
+            assert members[name].issym() and members[name].linkname == os.readlink(f"/{name}")
+
+
+def test_mounts_cover_python_venv_and_project_read_only_once():
+    mounts = host_mounts()
+    for p in (sys.base_prefix, sys.prefix, str(REPO)):
+        real = os.path.realpath(p)
+        assert any(real == m or real.startswith(m + "/") for m in mounts)
+    assert len(mounts) == len(set(mounts))
+
+
+def test_tag_is_a_content_hash_stable_across_calls():
+    assert image_tag() == image_tag() and image_tag().startswith("rlsim-node:")
