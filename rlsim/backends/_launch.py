@@ -15,9 +15,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 from rlsim import cgroups, procs, state
 from rlsim.spec import ClusterState
+
+ADDRESSES_VAR = "RLSIM_NODE_ADDRESSES"  # docker nodes: every node's address, JSON
 
 
 def cluster_env(st: ClusterState) -> dict[str, str]:
@@ -34,15 +37,20 @@ def cluster_env(st: ClusterState) -> dict[str, str]:
     }
 
 
-def ray_params(st: ClusterState, index: int):
+def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None):
+    """Ray's parameters for node ``index``. ``addresses`` replace the plan's loopback addresses
+    for nodes that live in their own network namespace (docker); the dashboard then listens on
+    the container's loopback."""
     from ray._private.parameter import RayParams
 
     plan = st.plan
     node = plan.nodes[index]
     spec = st.spec
     p = node.ports
+    address = addresses[index] if addresses else node.address
+    gcs_address = f"{addresses[0]}:{plan.gcs_port}" if addresses else plan.gcs_address
     kwargs = dict(
-        node_ip_address=node.address,
+        node_ip_address=address,
         num_cpus=spec.cpus_per_node,
         num_gpus=spec.gpus_per_node,
         resources={f"rlsim_node_{index}": 1.0},
@@ -62,16 +70,16 @@ def ray_params(st: ClusterState, index: int):
         kwargs.update(
             gcs_server_port=plan.gcs_port,
             include_dashboard=True,
-            dashboard_host=node.address,
+            dashboard_host="127.0.0.1" if addresses else address,
             dashboard_port=plan.dashboard_port,
         )
     else:
         # One log monitor per machine is what Ray's own test cluster runs, too.
-        kwargs.update(gcs_address=plan.gcs_address, include_log_monitor=False)
+        kwargs.update(gcs_address=gcs_address, include_log_monitor=False)
     return RayParams(**kwargs)
 
 
-def start_node(st: ClusterState, index: int) -> int:
+def start_node(st: ClusterState, index: int, addresses: list[str] | None = None) -> int:
     """Start node ``index`` and return its raylet's pid. Must run in a launcher process."""
     import ray._private.node
 
@@ -80,9 +88,19 @@ def start_node(st: ClusterState, index: int) -> int:
         cgroups.NodeGroup(st.session, index).enter()
     st.node_dir(index).mkdir(parents=True, exist_ok=True)
     node = ray._private.node.Node(
-        ray_params(st, index), head=index == 0, shutdown_at_exit=False, spawn_reaper=False
+        ray_params(st, index, addresses), head=index == 0, shutdown_at_exit=False,
+        spawn_reaper=False,
     )
     return node.all_processes["raylet"][0].process.pid
+
+
+def _reap_forever() -> None:
+    """PID 1 of a container adopts every orphan (Ray workers whose raylet died): reap them."""
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            time.sleep(1)
 
 
 def main(argv: list[str]) -> int:
@@ -92,6 +110,11 @@ def main(argv: list[str]) -> int:
         print(f"no rlsim cluster named {name!r} is registered", file=sys.stderr)
         return 2
     os.environ.update(cluster_env(st))
+    addresses = json.loads(os.environ[ADDRESSES_VAR]) if ADDRESSES_VAR in os.environ else None
+    if addresses is not None:  # PID 1 of a docker node: start it, then keep the container alive
+        pid = start_node(st, indices[0], addresses)
+        print(json.dumps({"index": indices[0], "raylet_pid": pid}), flush=True)
+        _reap_forever()
     for index in indices:
         pid = start_node(st, index)
         print(json.dumps({"index": index, "raylet_pid": pid}), flush=True)

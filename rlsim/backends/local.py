@@ -125,6 +125,22 @@ class LocalCluster:
     def driver_env(self) -> dict[str, str]:
         return {"RAY_ADDRESS": self.address, **connect_env(str(state.auth_token_path()))}
 
+    def driver_command(self, cmd: list[str]) -> list[str]:
+        """``cmd`` as a driver of this cluster (run it with :meth:`driver_env`): on the host."""
+        return cmd
+
+    def probe(self, src: int, dst: int, port: int) -> bool:
+        """Can a process on node ``src`` open a TCP connection to node ``dst``:``port``? (From
+        inside the node's cgroup, so the node's firewall rules apply to it.)"""
+        st = self._st
+        enter = ""
+        if st.cgroups:
+            procs_file = str(cgroups.NodeGroup(st.session, src).path / "cgroup.procs")
+            enter = f"open({procs_file!r}, 'w').write(str(__import__('os').getpid()));"
+        code = (enter + "import socket,sys;s=socket.socket();s.settimeout(1.5);"
+                f"sys.exit(s.connect_ex(({st.plan.nodes[dst].address!r}, {port})))")
+        return subprocess.run([sys.executable, "-c", code], timeout=10).returncode == 0
+
     def port(self, name: str) -> tuple[int, int]:
         """A named port range of this cluster (``gcs``, ``dashboard``, ``workers:1``, ...)."""
         ports = named_ports(self._st.plan)
@@ -326,6 +342,10 @@ def reap(st: ClusterState) -> None:
 
     Safe twice. Network rules go first so that nothing stays cut off if a later step fails.
     """
+    if st.backend == "docker":
+        from rlsim.backends.docker import reap_docker
+
+        return reap_docker(st)
     if Firewall.available() is None:
         iptables.heal_chain(f"RLSIM-{st.slot}")
     cgroups.remove_session(st.session)

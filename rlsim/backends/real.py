@@ -191,6 +191,9 @@ class RealCluster:
     def driver_env(self) -> dict[str, str]:
         return {"RAY_ADDRESS": self._address}
 
+    def driver_command(self, cmd: list[str]) -> list[str]:
+        return cmd
+
     def nodes(self) -> list[NodeInfo]:
         import ray
 

@@ -46,7 +46,8 @@ def validate(paths: Paths) -> None:
 
 def run(
     paths: Paths,
-    backend: str = typer.Option("local", help="local, or real (a running cluster: --ray-address)"),
+    backend: str = typer.Option(
+        "local", help="local, docker (container nodes) or real (a running cluster, --ray-address)"),
     ray_address: str = typer.Option(None, help="the real cluster's GCS address (--backend real)"),
     report: Annotated[Path | None, typer.Option(help="write timelines and summary.json")] = None,
     seed: int = typer.Option(None, help="override every scenario's seed (replay)"),
@@ -62,8 +63,8 @@ def run(
         except ScenarioError as e:
             console.print(f"[red]{e}[/red]", highlight=False)
             raise typer.Exit(2) from None
-    if backend not in ("local", "real"):
-        console.print(f"[red]--backend {backend}: not implemented yet (local, real)[/red]")
+    if backend not in ("local", "docker", "real"):
+        console.print(f"[red]--backend {backend}: unknown (local, docker, real)[/red]")
         raise typer.Exit(2)
     root = report or Path(f"reports/run-{time.strftime('%Y%m%d-%H%M%S')}")
     summary, failed = [], 0

@@ -100,15 +100,25 @@ def _reached(entry: FaultEntry, events: list[dict], elapsed: float) -> bool:
                for e in events)
 
 
-def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None = None):
-    """The scenario's cluster on ``backend``, not started yet. Raises ``Unsupported`` when the
-    backend cannot run the scenario (a skip, not a failure)."""
+def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None = None,
+                 out_dir: Path | None = None):
+    """The scenario's cluster on ``backend``, not started yet; its nodes see ``out_dir`` (the run
+    directory's parent). Raises ``Unsupported`` when the backend cannot run the scenario (a skip,
+    not a failure)."""
     spec = ClusterSpec(name=f"sc{os.getpid()}-{next(_names)}", nodes=sc.cluster.nodes,
                        gpus_per_node=sc.cluster.gpus_per_node,
                        gpu_memory_gb=sc.cluster.gpu_memory_gb,
-                       ready_timeout_s=sc.cluster.ready_timeout_s)
+                       ready_timeout_s=sc.cluster.ready_timeout_s,
+                       mounts=[str(out_dir.resolve())] if out_dir else [])
     if backend == "local":
         return LocalCluster(spec)
+    if backend == "docker":
+        from rlsim.backends.docker import DockerCluster, engine_problem
+
+        problem = engine_problem()
+        if problem:
+            raise Unsupported(f"--backend docker: {problem}")
+        return DockerCluster(spec)
     if backend == "real":
         address = ray_address or os.environ.get("RAY_ADDRESS")
         if not address:
@@ -117,7 +127,7 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
         kinds = [f.kind for f in sc.faults]
         check_supported(kinds)
         return RealCluster(address, spec, gpu_faults="gpu_oom" in kinds)
-    raise Unsupported(f"backend {backend!r} is not implemented yet (local, real)")
+    raise Unsupported(f"unknown backend {backend!r} (local, docker, real)")
 
 
 def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
@@ -129,7 +139,7 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
     A previous run's outputs there move to ``<out_dir>.previous`` (one generation kept): the trainer
     would resume from its checkpoints and the schedule would read its events.
     """
-    cluster = make_cluster(sc, backend, ray_address)
+    cluster = make_cluster(sc, backend, ray_address, out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         previous = out_dir.with_name(out_dir.name + ".previous")
         shutil.rmtree(previous, ignore_errors=True)
@@ -169,7 +179,7 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
 def _drive(sc, cluster, outcome, rng, faults, log, on_progress) -> None:
     run_dir = outcome.run_dir
     env = {**os.environ, **cluster.driver_env()}
-    proc = subprocess.Popen(trainer_command(sc, run_dir), cwd=REPO, env=env,
+    proc = subprocess.Popen(cluster.driver_command(trainer_command(sc, run_dir)), cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     outcome.started = time.time()
     log.emit("trainer_started", pid=proc.pid)
@@ -226,9 +236,9 @@ def _drive(sc, cluster, outcome, rng, faults, log, on_progress) -> None:
         log.emit("trainer_exited", returncode=proc.returncode)
 
 
-def _baseline(sc: Scenario, cluster: LocalCluster, run_dir: Path, log) -> None:
+def _baseline(sc: Scenario, cluster, run_dir: Path, log) -> None:
     """The fault-free twin (same config, same seed) on the same healthy cluster, run first."""
-    out = subprocess.run(trainer_command(sc, run_dir), cwd=REPO,
+    out = subprocess.run(cluster.driver_command(trainer_command(sc, run_dir)), cwd=REPO,
                          env={**os.environ, **cluster.driver_env()}, capture_output=True,
                          text=True, timeout=sc.trainer.timeout_s)
     log.emit("baseline_done", returncode=out.returncode, run_dir=str(run_dir))

@@ -1,0 +1,449 @@
+"""Docker-container nodes: ``--backend docker``.
+
+Each node is a container (testcontainers' ``DockerContainer``) of the locally built node image
+(:mod:`rlsim.backends.docker_image`) on a bridge network of the cluster's own, with a fixed address
+``10.177.<slot>.(10+i)``: a real network namespace per node, a real memory cgroup, a filesystem
+of its own. PID 1 of a node is rlsim's launcher (the same Ray parameters as a local node: ports
+of the cluster's block, fake GPUs, labels, health checks); it keeps the container alive and reaps
+orphans as an init would. The
+dashboard listens on the head container's loopback. Every container and the network carry the
+label ``rlsim.session``, so ``rlsim down --all`` and the reaper find them whatever happened.
+
+What a container shares with the host, all at the same path: the host's software read-only (see the
+image module), rlsim's home (state, token, node temp dirs: Ray logs stay readable here), and the
+directories in ``spec.mounts`` read-write (a scenario's run directory: events and checkpoints).
+
+The driver (the trainer) runs inside the head container through ``docker exec``, where a Ray
+driver of a real cluster runs too; the host has no raylet on the cluster's network.
+
+Faults: ``docker kill`` / ``start`` (kill, restart), ``docker pause`` (cgroup freezer), iptables
+inside the node's network namespace (partition, block_port: chains ``RLSIM-IN``/``RLSIM-OUT``
+there, gone with the container), the container's memory cgroup (host_oom).
+
+Ryuk (testcontainers' reaper) cannot be pulled here: set ``TESTCONTAINERS_RYUK_DISABLED=true``;
+rlsim removes what it made itself, by label, and works the same where Ryuk runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rlsim import procs, state
+from rlsim.backends._launch import ADDRESSES_VAR, cluster_env
+from rlsim.backends.base import ClusterStartError, NodeInfo
+from rlsim.backends.docker_image import REPO, host_mounts
+from rlsim.backends.gcs import connect_env, node_table
+from rlsim.net import iptables
+from rlsim.net.alloc import named_ports
+from rlsim.net.iptables import Drop
+from rlsim.spec import ClusterSpec, ClusterState
+
+# Ryuk cannot be pulled on machines without a registry; where it can, set this to false.
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+LABEL = "rlsim.session"
+SUBNET_PREFIX = "10.177"
+
+
+def engine_problem() -> str | None:
+    """None when a Docker engine answers, else why not (for skips and errors)."""
+    try:
+        import docker
+
+        docker.from_env(timeout=5).ping()
+    except ImportError:
+        return "the docker SDK is not installed (pip install testcontainers)"
+    except Exception as e:  # noqa: BLE001 - any failure to reach the engine is the answer
+        return f"no Docker engine is reachable ({str(e).splitlines()[0][:120]}); start dockerd"
+    return None
+
+
+def addresses(slot: int, nodes: int) -> list[str]:
+    return [f"{SUBNET_PREFIX}.{slot}.{10 + i}" for i in range(nodes)]
+
+
+def _client():
+    import docker
+
+    return docker.from_env()
+
+
+class DockerCluster:
+    """A Ray cluster whose nodes are Docker containers on the cluster's own network."""
+
+    name = "docker"
+
+    def __init__(self, spec: ClusterSpec | None = None, *, detached: bool = False) -> None:
+        self.spec = spec or ClusterSpec()
+        self.detached = detached
+        self.state: ClusterState | None = None
+        self._stopped: ClusterState | None = None
+        self.containers: dict[int, object] = {}
+        self.timings: dict[str, float] = {}
+        self.firewall = ContainerFirewall(self)
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> DockerCluster:
+        from rlsim.backends.docker_image import build
+        from rlsim.backends.local import reap_abandoned
+
+        problem = engine_problem()
+        if problem:
+            raise ClusterStartError(f"--backend docker: {problem}")
+        t0 = time.monotonic()
+        reap_abandoned()
+        self.state = state.reserve(self.spec, backend=self.name, detached=self.detached)
+        st = self.state
+        if st.slot > 255:
+            raise ClusterStartError("docker backend: slot above 255 has no subnet")
+        try:
+            client = _client()
+            self.image = build(client)
+            self.timings["image_s"] = time.monotonic() - t0
+            shutil.rmtree(st.root, ignore_errors=True)
+            st.root.mkdir(parents=True)
+            self.network = _create_network(client, st)
+            for index in range(self.spec.nodes):
+                self._run_node(index)
+            self.timings["launched_s"] = time.monotonic() - t0
+            self.wait_for_nodes()
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["ready_s"] = time.monotonic() - t0
+        return self
+
+    def __enter__(self) -> DockerCluster:
+        return self.start() if self.state is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Remove the containers and the network (by label), the state and node dirs. Safe twice."""
+        st = self.state
+        if st is None:
+            return
+        reap_docker(st)
+        self.containers.clear()
+        self._stopped, self.state = st, None
+
+    def leaks(self) -> list[str]:
+        st = self._stopped or self.state
+        if st is None:
+            return []
+        client = _client()
+        found = [f"container {c.name}" for c in
+                 client.containers.list(all=True, filters={"label": f"{LABEL}={st.session}"})]
+        found += [f"network {n.name}" for n in
+                  client.networks.list(filters={"label": f"{LABEL}={st.session}"})]
+        return found
+
+    def _run_node(self, index: int):
+        from testcontainers.core.container import DockerContainer
+
+        st = self._st
+        addrs = addresses(st.slot, self.spec.nodes)
+        env = {**cluster_env(st), ADDRESSES_VAR: json.dumps(addrs), "RLSIM_HOME": str(
+            state.rlsim_home()), procs.NODE_VAR: str(index), "HOME": "/root",
+            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "TORCH_EXTENSIONS_DIR": str(_torch_extensions_dir())}
+        container = DockerContainer(self.image)
+        for path in host_mounts():
+            container.with_volume_mapping(path, path, "ro")
+        container.with_volume_mapping(str(state.rlsim_home()), str(state.rlsim_home()), "rw")
+        # DeepSpeed JIT-builds a C++ op (shm comm) on first use: ~30 s per cold container on 2
+        # cores. The host's build cache is shared, as the rest of the environment is.
+        extensions = _torch_extensions_dir()
+        extensions.mkdir(parents=True, exist_ok=True)
+        container.with_volume_mapping(str(extensions), str(extensions), "rw")
+        for path in self.spec.mounts:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            container.with_volume_mapping(path, path, "rw")
+        for k, v in env.items():
+            container.with_env(k, v)
+        container.with_name(f"rlsim-{st.session}-n{index}")
+        container.with_command([sys.executable, "-m", "rlsim.backends._launch", st.spec.name,
+                                str(index)])
+        container.with_kwargs(
+            labels={LABEL: st.session, "rlsim.cluster": st.spec.name, "rlsim.node": str(index)},
+            network=self.network.name, working_dir=str(REPO),
+            shm_size=f"{self.spec.object_store_mb + 64}m",
+            networking_config={self.network.name: _endpoint(addrs[index])},
+            cap_add=["NET_ADMIN"],
+        )
+        container.start()
+        self.containers[index] = container
+        return container
+
+    # ---- addresses, observation --------------------------------------------------------------
+
+    @property
+    def _st(self) -> ClusterState:
+        if self.state is None:
+            raise RuntimeError("the cluster is not running: call start() or use it as a context")
+        return self.state
+
+    @property
+    def addresses(self) -> list[str]:
+        return addresses(self._st.slot, self.spec.nodes)
+
+    @property
+    def address(self) -> str:
+        return f"{self.addresses[0]}:{self._st.plan.gcs_port}"
+
+    def driver_env(self) -> dict[str, str]:
+        return {"RAY_ADDRESS": self.address, **connect_env(str(state.auth_token_path()))}
+
+    def driver_command(self, cmd: list[str]) -> list[str]:
+        """``cmd`` as a driver inside the head container (the repo is the working directory)."""
+        env = self.driver_env()
+        return ["docker", "exec", "-i", "-w", str(REPO),
+                *[a for k, v in env.items() for a in ("-e", f"{k}={v}")],
+                self._container(0).name, *cmd]
+
+    def probe(self, src: int, dst: int, port: int) -> bool:
+        """Can a process on node ``src`` open a TCP connection to node ``dst``:``port``?"""
+        code = ("import socket,sys;s=socket.socket();s.settimeout(1.5);"
+                f"sys.exit(s.connect_ex(({self.addresses[dst]!r}, {port})))")
+        return self._container(src).exec_run([sys.executable, "-c", code]).exit_code == 0
+
+    def port(self, name: str) -> tuple[int, int]:
+        ports = named_ports(self._st.plan)
+        if name not in ports:
+            raise KeyError(f"unknown port name {name!r}; known: {', '.join(sorted(ports))}")
+        return ports[name]
+
+    def _container(self, index: int):
+        self._check_index(index)
+        return self.containers[index].get_wrapped_container()
+
+    def _state(self, index: int) -> dict:
+        c = self._container(index)
+        c.reload()
+        return c.attrs["State"]
+
+    def nodes(self) -> list[NodeInfo]:
+        st = self._st
+        states = {i: self._state(i) for i in range(self.spec.nodes)}
+        alive: dict[str, tuple[int, str]] = {}
+        if states[0]["Running"] and not states[0]["Paused"]:
+            with contextlib.suppress(Exception):  # a GCS that just went away: nobody is alive
+                for entry in node_table(self.address, str(state.auth_token_path())):
+                    if entry["Alive"]:
+                        gpus = int(entry["Resources"].get("GPU", 0))
+                        alive[entry["NodeManagerAddress"]] = (gpus, entry["NodeID"])
+        infos = []
+        for i, addr in enumerate(self.addresses):
+            gpus, node_id = alive.get(addr, (0, None))
+            pid = states[i]["Pid"]
+            infos.append(NodeInfo(index=i, address=addr, alive=node_id is not None,
+                                  gpus=gpus if node_id else st.spec.gpus_per_node,
+                                  pids=[pid] if pid else [], node_id=node_id))
+        return infos
+
+    def wait_for_nodes(self, timeout: float | None = None,
+                       indices: list[int] | None = None) -> list[NodeInfo]:
+        timeout = self.spec.ready_timeout_s if timeout is None else timeout
+        want = set(range(self.spec.nodes) if indices is None else indices)
+        deadline = time.monotonic() + timeout
+        while True:
+            infos = self.nodes()
+            ready = {n.index for n in infos if n.alive and n.gpus == self.spec.gpus_per_node}
+            if want <= ready:
+                return infos
+            if time.monotonic() > deadline:
+                first = min(want - ready)
+                raise TimeoutError(
+                    f"cluster {self.spec.name!r} (docker): node(s) {sorted(want - ready)} not "
+                    f"alive after {timeout:.0f} s. Raise ready_timeout_s if the machine is just "
+                    f"slow. Node {first} log tail:\n" + self.logs(first))
+            time.sleep(0.2)
+
+    def logs(self, index: int, lines: int = 40) -> str:
+        chunks = []
+        with contextlib.suppress(Exception):
+            out = self._container(index).logs(tail=lines).decode(errors="replace").strip()
+            if out:
+                chunks.append(f"--- container rlsim-{self._st.session}-n{index}\n{out}")
+        logs_dir = self._st.node_dir(index) / "session_latest" / "logs"
+        for name in ["raylet.err", "raylet.out"]:
+            path = logs_dir / name
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                if tail:
+                    chunks.append(f"--- {path}\n" + "\n".join(tail))
+        return "\n".join(chunks) or f"(no logs for node {index})"
+
+    def _check_index(self, index: int) -> None:
+        if not 0 <= index < self.spec.nodes:
+            raise IndexError(f"node {index} does not exist: the cluster has nodes "
+                             f"0..{self.spec.nodes - 1}")
+
+    # ---- node control --------------------------------------------------------------------------
+
+    def kill_node(self, index: int) -> list[int]:
+        state_ = self._state(index)
+        if state_["Paused"]:
+            self._container(index).unpause()
+        if state_["Running"]:
+            self._container(index).kill()
+        return [state_["Pid"]] if state_["Pid"] else []
+
+    def restart_node(self, index: int, timeout: float | None = None) -> NodeInfo:
+        if index == 0:
+            raise NotImplementedError(
+                "restarting the head needs GCS fault tolerance (external Redis), which rlsim "
+                "clusters do not run: kill_head ends the cluster; start a new one")
+        self.kill_node(index)
+        self._container(index).start()  # same address, same command: the node joins again
+        return self.wait_for_nodes(timeout, indices=[index])[index]
+
+    def pause_node(self, index: int) -> list[int]:
+        if not self._state(index)["Paused"]:
+            self._container(index).pause()
+        return self.nodes()[index].pids
+
+    def resume_node(self, index: int) -> list[int]:
+        if self._state(index)["Paused"]:
+            self._container(index).unpause()
+        return self.nodes()[index].pids
+
+    def kill_process(self, ip: str, pid: int) -> int:
+        """SIGKILL a process by its pid inside the container that has address ``ip``."""
+        index = self.addresses.index(ip)
+        out = self._container(index).exec_run(["kill", "-9", str(pid)])
+        if out.exit_code:
+            raise ProcessLookupError(f"pid {pid} on {ip}: {out.output.decode().strip()}")
+        return pid
+
+    # ---- network -------------------------------------------------------------------------------
+
+    def partition(self, groups: list[list[int]]) -> list[Drop]:
+        st = self._st
+        return self.firewall.apply(iptables.partition_rules(st.plan, st.session, groups))
+
+    def block_port(self, node: int, ports: tuple[int, int] | str,
+                   sources: list[int] | None = None) -> list[Drop]:
+        if isinstance(ports, str):
+            ports = self.port(ports)
+        st = self._st
+        return self.firewall.apply(
+            iptables.block_port_rules(st.plan, st.session, node, ports, sources))
+
+    def heal_network(self) -> None:
+        self.firewall.heal()
+
+
+class ContainerFirewall:
+    """The plan's drops (written for loopback nodes: sender cgroup -> address) applied inside the
+    nodes' network namespaces: a drop from node a to node b's address becomes an OUTPUT rule in
+    a's namespace; "from anyone but the node" becomes an INPUT rule in the node's namespace."""
+
+    def __init__(self, cluster: DockerCluster) -> None:
+        self.cluster = cluster
+
+    def _rule(self, drop: Drop) -> tuple[int, list[str]]:
+        plan_addrs = {n.address: n.index for n in self.cluster._st.plan.nodes}
+        addrs = self.cluster.addresses
+        sender = int(drop.src.rsplit("/n", 1)[1]) if drop.src else None
+        target = plan_addrs[drop.dst] if drop.dst else None
+        ports = []
+        if drop.ports:
+            lo, hi = drop.ports
+            ports = ["-p", "tcp", "--dport", f"{lo}:{hi}" if hi != lo else str(lo)]
+        verdict = ["-j", "REJECT"] if drop.reject else ["-j", "DROP"]
+        if drop.exclude_src:  # everyone but the node itself
+            return target, ["RLSIM-IN", "!", "-i", "lo", *ports, *verdict]
+        return sender, ["RLSIM-OUT", "-d", addrs[target], *ports, *verdict]
+
+    def _ipt(self, index: int, args: list[str], check: bool = True) -> int:
+        pid = self.cluster._state(index)["Pid"]
+        if not pid:
+            return 1
+        out = subprocess.run(["nsenter", "-t", str(pid), "-n", "iptables", "-w", "5", *args],
+                             capture_output=True, text=True)
+        if check and out.returncode:
+            raise iptables.IptablesError(f"iptables {' '.join(args)} in node {index}: "
+                                         f"{out.stderr.strip()}")
+        return out.returncode
+
+    def _ensure_chains(self, index: int) -> None:
+        for chain, hook in (("RLSIM-IN", "INPUT"), ("RLSIM-OUT", "OUTPUT")):
+            if self._ipt(index, ["-N", chain], check=False) == 0:
+                self._ipt(index, ["-I", hook, "-j", chain])
+
+    def apply(self, drops: list[Drop]) -> list[Drop]:
+        for drop in drops:
+            index, rule = self._rule(drop)
+            self._ensure_chains(index)
+            self._ipt(index, ["-A", *rule])
+        return drops
+
+    def remove(self, drops: list[Drop]) -> None:
+        for drop in drops:
+            index, rule = self._rule(drop)
+            self._ipt(index, ["-D", *rule], check=False)  # a killed node took its rules along
+
+    def heal(self) -> None:
+        for index in range(self.cluster.spec.nodes):
+            for chain in ("RLSIM-IN", "RLSIM-OUT"):
+                self._ipt(index, ["-F", chain], check=False)
+
+
+def _torch_extensions_dir() -> Path:
+    default = Path(os.path.expanduser("~")) / ".cache" / "torch_extensions"
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR", default))
+
+
+def _endpoint(address: str) -> object:
+    import docker
+    from docker.types import EndpointConfig
+
+    return EndpointConfig(docker.constants.DEFAULT_DOCKER_API_VERSION, ipv4_address=address)
+
+
+def _create_network(client, st: ClusterState):
+    from docker.types import IPAMConfig, IPAMPool
+
+    subnet = f"{SUBNET_PREFIX}.{st.slot}.0/24"
+    with contextlib.suppress(Exception):  # a leftover of a crashed owner of this slot
+        for old in client.networks.list(names=[f"rlsim-slot{st.slot}"]):
+            old.remove()
+    return client.networks.create(
+        f"rlsim-slot{st.slot}", driver="bridge",
+        ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=subnet, gateway=f"{SUBNET_PREFIX}."
+                                                                      f"{st.slot}.1")]),
+        labels={LABEL: st.session, "rlsim.cluster": st.spec.name})
+
+
+def reap_docker(st: ClusterState) -> None:
+    """Remove the containers and network labelled with ``st``'s session, its state and dirs."""
+    if engine_problem() is None:
+        client = _client()
+        for c in client.containers.list(all=True, filters={"label": f"{LABEL}={st.session}"}):
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+        for n in client.networks.list(filters={"label": f"{LABEL}={st.session}"}):
+            with contextlib.suppress(Exception):
+                n.remove()
+    state.remove(st.spec.name)
+    shutil.rmtree(Path(st.root), ignore_errors=True)
+
+
+def sessions_with_containers() -> set[str]:
+    """Sessions that still have a container (the reaper counts them as live processes)."""
+    if engine_problem() is not None:
+        return set()
+    return {c.labels.get(LABEL) for c in _client().containers.list(all=True,
+                                                                    filters={"label": LABEL})}
+
+
