@@ -4,10 +4,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# System parts the harness uses: iptables for network faults (root only; skipped otherwise).
-if [ "$(id -u)" = 0 ] && ! command -v iptables >/dev/null 2>&1; then
-  echo "ci/setup.sh: installing iptables" >&2
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null
+# System parts the harness uses (root only; their tests skip otherwise): iptables for network
+# faults, a Docker engine for the docker backend (dockerd with the vfs storage driver, which runs
+# inside containers and sandboxes too; images are built locally, nothing is pulled).
+if [ "$(id -u)" = 0 ]; then
+  need=""
+  command -v iptables >/dev/null 2>&1 || need="$need iptables"
+  command -v dockerd >/dev/null 2>&1 || need="$need docker.io"
+  if [ -n "$need" ]; then
+    echo "ci/setup.sh: installing$need" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
+  fi
+  if ! docker info >/dev/null 2>&1; then
+    echo "ci/setup.sh: starting dockerd (log: /var/log/rlsim-dockerd.log)" >&2
+    (nohup dockerd --storage-driver=vfs >/var/log/rlsim-dockerd.log 2>&1 &)
+    for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
+  fi
 fi
 
 PY=${PYTHON:-python3}
@@ -18,7 +30,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   .venv/bin/pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
 fi
-if ! .venv/bin/python -c "import rlsim, trainer, pytest, xdist, deepspeed, transformers, faker" >/dev/null 2>&1 \
+if ! .venv/bin/python -c "import rlsim, trainer, pytest, xdist, deepspeed, transformers, faker, testcontainers" >/dev/null 2>&1 \
    || [ pyproject.toml -nt .venv/.rlsim-installed ]; then
   .venv/bin/pip install -q -e ".[dev]" 2>&1 | grep -v -e "^WARNING: Location" -e "^ *$" || true
   .venv/bin/python -c "import rlsim, pytest, xdist"

@@ -25,19 +25,23 @@ err = Console(stderr=True)
 def _table(cluster: LocalCluster, nodes: list[NodeInfo]) -> Table:
     st = cluster.state
     assert st is not None  # only called on a running cluster
-    table = Table(title=f"rlsim cluster {st.spec.name!r} (local backend, slot {st.slot})")
-    for col in ("node", "role", "address", "GPUs", "alive", "pids", "raylet pid"):
+    table = Table(title=f"rlsim cluster {st.spec.name!r} ({cluster.name} backend, slot {st.slot})")
+    pid_col = "container pid" if cluster.name == "docker" else "raylet pid"
+    for col in ("node", "role", "address", "GPUs", "alive", "pids", pid_col):
         table.add_column(col, justify="right" if col in ("node", "GPUs", "pids") else "left")
     for n in nodes:
         table.add_row(
             str(n.index), n.role, n.address, str(n.gpus), "yes" if n.alive else "[red]no[/red]",
-            str(len(n.pids)), str(st.pids.get(n.index, "-")),
+            str(len(n.pids)), str(st.pids.get(n.index, n.pids[0] if n.pids else "-")),
         )
     return table
 
 
 def _print_connect(cluster: LocalCluster) -> None:
     h = cluster.spec.health
+    if cluster.name == "docker":
+        head = cluster.driver_command([])[-1]
+        console.print(f"# drivers run on the head node: docker exec -it {head} python ...")
     for key, value in cluster.driver_env().items():
         console.print(f"export {key}={value}")
     console.print(f"# dashboard and Jobs API: {cluster.dashboard_url}")
@@ -47,9 +51,13 @@ def _print_connect(cluster: LocalCluster) -> None:
     )
 
 
-def _start(spec: ClusterSpec, detached: bool) -> LocalCluster:
+def _start(spec: ClusterSpec, detached: bool, backend: str = "local") -> LocalCluster:
     try:
         with console.status(f"starting {spec.nodes} nodes x {spec.gpus_per_node} fake GPUs"):
+            if backend == "docker":
+                from rlsim.backends.docker import DockerCluster
+
+                return DockerCluster(spec, detached=detached).start()
             return LocalCluster(spec, detached=detached).start()
     except (ClusterStartError, TimeoutError, RuntimeError) as e:
         err.print(f"[red]rlsim cluster: {e}[/red]")
@@ -65,13 +73,19 @@ def cluster(
     name: str = typer.Option("rlsim", help="Cluster name (for status/down)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Leave it running and return."),
     ready_timeout: float = typer.Option(60.0, help="Seconds to wait for every node to join."),
+    backend: str = typer.Option("local", help="local (processes on 127.x addresses) or docker "
+                                "(one container per node)"),
 ) -> None:
-    """Start a real Ray cluster whose nodes are local processes on their own 127.x addresses."""
+    """Start a real Ray cluster whose nodes are local processes on their own 127.x addresses
+    (or Docker containers on a network of their own: --backend docker)."""
+    if backend not in ("local", "docker"):
+        err.print(f"[red]--backend {backend}: rlsim cluster starts local or docker nodes[/red]")
+        raise typer.Exit(2)
     spec = ClusterSpec(
         name=name, nodes=nodes, gpus_per_node=fake_gpus, gpu_memory_gb=gpu_memory_gb,
         cpus_per_node=cpus_per_node, ready_timeout_s=ready_timeout, health=HealthChecks(),
     )
-    c = _start(spec, detach)
+    c = _start(spec, detach, backend)
     console.print(_table(c, c.nodes()))
     console.print(f"ready in {c.timings['ready_s']:.1f} s")
     _print_connect(c)
@@ -90,6 +104,15 @@ def cluster(
         console.print(f"cluster {name!r} stopped")
 
 
+def _attach(name: str):
+    st = state.load(name)
+    if st is not None and st.backend == "docker":
+        from rlsim.backends.docker import DockerCluster
+
+        return DockerCluster.attach(st)
+    return LocalCluster.attach(name)
+
+
 @app.command()
 def status(
     name: str | None = typer.Argument(None, help="One cluster; all if omitted."),
@@ -100,7 +123,7 @@ def status(
     out = []
     for n in names:
         try:
-            c = LocalCluster.attach(n)
+            c = _attach(n)
         except LookupError as e:
             err.print(f"[red]{e}[/red]")
             raise typer.Exit(1) from e
@@ -153,6 +176,10 @@ def down(
         reap_abandoned()
         for chain in iptables.rlsim_chains():
             iptables.heal_chain(chain)
+        from rlsim.backends.docker import reap_orphans
+
+        for thing in reap_orphans({s.session for s in state.load_all()}):
+            console.print(f"removed {thing}")
 
 
 def _run_on_every_node(c: LocalCluster) -> list[tuple[int, str, str]]:

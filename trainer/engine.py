@@ -28,10 +28,22 @@ def _optimizer(module: torch.nn.Module, oc: OptimConfig):
     return opt, sched
 
 
+def _skip_shm_comm_build() -> None:
+    """On CPU, DeepSpeed's comm backend JIT-compiles a C++ shared-memory all-reduce op with g++ the
+    first time it starts (~30 s on 2 cores, again in every fresh container). The op serves only
+    ``inference_all_reduce`` between ranks on one host; training all-reduces go through
+    torch.distributed (gloo) either way, so marking it incompatible changes no number."""
+    import deepspeed.ops
+
+    if not torch.cuda.is_available():
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
 class DeepSpeedEngine:
     def __init__(self, module: torch.nn.Module, oc: OptimConfig, micro: int, accum: int) -> None:
         import deepspeed
 
+        _skip_shm_comm_build()
         opt, sched = _optimizer(module, oc)
         bucket = int(min(5e8, max(1e5, sum(p.numel() for p in module.parameters()))))
         config = {

@@ -91,6 +91,15 @@ class DockerCluster:
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
+    @classmethod
+    def attach(cls, st: ClusterState) -> DockerCluster:
+        """A handle on a running docker cluster started elsewhere (``rlsim cluster --detach``)."""
+        cluster = cls(st.spec, detached=st.detached)
+        cluster.state = st
+        for c in _client().containers.list(all=True, filters={"label": f"{LABEL}={st.session}"}):
+            cluster.containers[int(c.labels["rlsim.node"])] = c
+        return cluster
+
     def start(self) -> DockerCluster:
         from rlsim.backends.docker_image import build
         from rlsim.backends.local import reap_abandoned
@@ -154,17 +163,11 @@ class DockerCluster:
         addrs = addresses(st.slot, self.spec.nodes)
         env = {**cluster_env(st), ADDRESSES_VAR: json.dumps(addrs), "RLSIM_HOME": str(
             state.rlsim_home()), procs.NODE_VAR: str(index), "HOME": "/root",
-            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-            "TORCH_EXTENSIONS_DIR": str(_torch_extensions_dir())}
+            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"}
         container = DockerContainer(self.image)
         for path in host_mounts():
             container.with_volume_mapping(path, path, "ro")
         container.with_volume_mapping(str(state.rlsim_home()), str(state.rlsim_home()), "rw")
-        # DeepSpeed JIT-builds a C++ op (shm comm) on first use: ~30 s per cold container on 2
-        # cores. The host's build cache is shared, as the rest of the environment is.
-        extensions = _torch_extensions_dir()
-        extensions.mkdir(parents=True, exist_ok=True)
-        container.with_volume_mapping(str(extensions), str(extensions), "rw")
         for path in self.spec.mounts:
             Path(path).mkdir(parents=True, exist_ok=True)
             container.with_volume_mapping(path, path, "rw")
@@ -181,8 +184,8 @@ class DockerCluster:
             cap_add=["NET_ADMIN"],
         )
         container.start()
-        self.containers[index] = container
-        return container
+        self.containers[index] = container.get_wrapped_container()
+        return self.containers[index]
 
     # ---- addresses, observation --------------------------------------------------------------
 
@@ -202,6 +205,12 @@ class DockerCluster:
 
     def driver_env(self) -> dict[str, str]:
         return {"RAY_ADDRESS": self.address, **connect_env(str(state.auth_token_path()))}
+
+    @property
+    def dashboard_url(self) -> str:
+        """The dashboard listens on the head container's loopback only."""
+        return (f"http://127.0.0.1:{self._st.plan.dashboard_port} inside "
+                f"{self._container(0).name} (docker exec)")
 
     def driver_command(self, cmd: list[str]) -> list[str]:
         """``cmd`` as a driver inside the head container (the repo is the working directory)."""
@@ -224,7 +233,7 @@ class DockerCluster:
 
     def _container(self, index: int):
         self._check_index(index)
-        return self.containers[index].get_wrapped_container()
+        return self.containers[index]
 
     def _state(self, index: int) -> dict:
         c = self._container(index)
@@ -399,11 +408,6 @@ class ContainerFirewall:
                 self._ipt(index, ["-F", chain], check=False)
 
 
-def _torch_extensions_dir() -> Path:
-    default = Path(os.path.expanduser("~")) / ".cache" / "torch_extensions"
-    return Path(os.environ.get("TORCH_EXTENSIONS_DIR", default))
-
-
 def _endpoint(address: str) -> object:
     import docker
     from docker.types import EndpointConfig
@@ -439,11 +443,20 @@ def reap_docker(st: ClusterState) -> None:
     shutil.rmtree(Path(st.root), ignore_errors=True)
 
 
-def sessions_with_containers() -> set[str]:
-    """Sessions that still have a container (the reaper counts them as live processes)."""
+def reap_orphans(known_sessions: set[str]) -> list[str]:
+    """Remove rlsim-labelled containers and networks of sessions no state file knows (their
+    owner's state is gone); returns what was removed."""
     if engine_problem() is not None:
-        return set()
-    return {c.labels.get(LABEL) for c in _client().containers.list(all=True,
-                                                                    filters={"label": LABEL})}
+        return []
+    client, removed = _client(), []
+    for c in client.containers.list(all=True, filters={"label": LABEL}):
+        if c.labels.get(LABEL) not in known_sessions:
+            c.remove(force=True)
+            removed.append(f"container {c.name}")
+    for n in client.networks.list(filters={"label": LABEL}):
+        if n.attrs.get("Labels", {}).get(LABEL) not in known_sessions:
+            n.remove()
+            removed.append(f"network {n.name}")
+    return removed
 
 

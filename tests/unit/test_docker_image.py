@@ -9,8 +9,8 @@ from rlsim.backends.docker_image import REPO, host_mounts, image_tag, rootfs_tar
 
 
 def test_skeleton_has_mount_points_for_the_host_environment_and_no_files():
-    tar = tarfile.open(fileobj=io.BytesIO(rootfs_tar()))
-    members = {m.name: m for m in tar.getmembers()}
+    with tarfile.open(fileobj=io.BytesIO(rootfs_tar())) as tar:
+        members = {m.name: m for m in tar.getmembers()}
     assert all(m.isdir() or m.issym() for m in members.values())  # nothing copied from the host
     for path in host_mounts():
         assert path.strip("/") in members, path

@@ -1,0 +1,124 @@
+"""One backend compliance suite, run against every backend: the same observable behaviour from a
+local (loopback processes) and a docker (container) cluster. Each backend gets one 3-node cluster
+for the module; every test heals what it did, so the order below is also a story."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rlsim.backends.local import LocalCluster
+from rlsim.pytest_plugin import require
+from rlsim.spec import ClusterSpec
+
+pytestmark = pytest.mark.integration
+NODES, GPUS = 3, 2
+
+
+def _docker_problem() -> str | None:
+    from rlsim.backends.docker import engine_problem
+
+    return engine_problem()
+
+
+@pytest.fixture(scope="module", params=["local", "docker"])
+def cluster(request):
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
+    spec = ClusterSpec(name=f"pt-comp-{request.param}-{worker}-{os.getpid()}", nodes=NODES,
+                       gpus_per_node=GPUS)
+    if request.param == "docker":
+        require(_docker_problem())
+        from rlsim.backends.docker import DockerCluster
+
+        backend = DockerCluster(spec)
+    else:
+        backend = LocalCluster(spec)
+    with backend:
+        yield backend
+    assert backend.leaks() == [], backend.leaks()
+
+
+def alive(cluster) -> list[int]:
+    return [n.index for n in cluster.nodes() if n.alive]
+
+
+def wait_until(pred, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not reached in {timeout} s")
+        time.sleep(0.1)
+
+
+def test_every_node_has_its_own_address_and_a_driver_sees_every_gpu(cluster):
+    nodes = cluster.nodes()
+    assert [n.index for n in nodes if n.alive] == list(range(NODES))
+    assert len({n.address for n in nodes}) == NODES
+    code = ("import ray, json; ray.init(logging_level='ERROR'); print(json.dumps(["
+            "ray.cluster_resources()['GPU'], "
+            "sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive'])]))")
+    out = subprocess.run(cluster.driver_command([sys.executable, "-c", code]),
+                         env={**os.environ, **cluster.driver_env()}, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    gpus, addrs = json.loads(out.stdout.strip().splitlines()[-1])
+    assert gpus == NODES * GPUS
+    assert addrs == sorted(n.address for n in nodes)  # what Ray sees is what the backend made
+
+
+def test_block_port_cuts_one_source_only_and_heals(cluster):
+    gcs = cluster.port("gcs")[0]
+    assert cluster.probe(1, 0, gcs)
+    rules = cluster.block_port(0, "gcs", sources=[1])
+    assert rules and not cluster.probe(1, 0, gcs)
+    assert cluster.probe(2, 0, gcs)
+    cluster.heal_network()
+    cluster.heal_network()  # safe twice
+    assert cluster.probe(1, 0, gcs)
+
+
+def test_partition_cuts_a_node_off_both_ways_and_heal_restores_it(cluster):
+    if isinstance(cluster, LocalCluster):
+        from rlsim.net.iptables import Firewall
+
+        require(Firewall.available())
+    gcs = cluster.port("gcs")[0]
+    manager = cluster.state.plan.nodes[2].ports.node_manager
+    assert cluster.probe(1, 2, manager)
+    cluster.partition([[2]])
+    assert not cluster.probe(1, 2, manager) and not cluster.probe(2, 0, gcs)
+    assert cluster.probe(1, 0, gcs)
+    wait_until(lambda: alive(cluster) == [0, 1], 30, "the GCS declaring the cut-off node dead")
+    cluster.heal_network()
+    assert cluster.probe(2, 0, gcs)
+    cluster.restart_node(2)  # declared dead, its raylet is gone for good: bring it back
+    assert alive(cluster) == [0, 1, 2]
+
+
+def test_kill_marks_the_node_dead_and_restart_rejoins_on_the_same_address(cluster):
+    before = cluster.nodes()[1]
+    assert cluster.kill_node(1)
+    wait_until(lambda: alive(cluster) == [0, 2], 20, "the GCS declaring node 1 dead")
+    info = cluster.restart_node(1)
+    assert info.alive and info.address == before.address and info.node_id != before.node_id
+
+
+def test_pause_freezes_the_node_until_resumed(cluster):
+    cluster.pause_node(1)
+    wait_until(lambda: alive(cluster) == [0, 2], 30, "the GCS declaring the frozen node dead")
+    cluster.resume_node(1)
+    cluster.resume_node(1)  # safe twice
+    cluster.restart_node(1)
+    assert alive(cluster) == [0, 1, 2]
+
+
+def test_bad_node_index_and_head_restart_are_refused_in_words(cluster):
+    with pytest.raises(IndexError, match=f"nodes 0..{NODES - 1}"):
+        cluster.kill_node(7)
+    with pytest.raises(NotImplementedError, match="GCS fault tolerance"):
+        cluster.restart_node(0)
