@@ -13,7 +13,7 @@ if [ "$(id -u)" = 0 ]; then
   command -v dockerd >/dev/null 2>&1 || need="$need docker.io"
   if [ -n "$need" ]; then
     echo "ci/setup.sh: installing$need" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null
   fi
   if ! docker info >/dev/null 2>&1; then
     echo "ci/setup.sh: starting dockerd (log: /var/log/rlsim-dockerd.log)" >&2

@@ -60,16 +60,24 @@ def _probe_kill(m: Path) -> bool:
     return (probe / "cgroup.kill").exists()
 
 
+def memory_v1_base_mount() -> Path | None:
+    """Where the v1 memory hierarchy is mounted, or None."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    return next((Path(f[1]) for f in map(str.split, mounts)
+                 if len(f) > 3 and f[2] == "cgroup" and "memory" in f[3].split(",")), None)
+
+
 @lru_cache(maxsize=1)
 def memory_v1_base() -> Path | None:
     """The v1 memory directory that rlsim's node groups nest under (hybrid hosts), or None."""
     try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
         own = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
         return None
-    mnt = next((Path(f[1]) for f in map(str.split, mounts)
-                if len(f) > 3 and f[2] == "cgroup" and "memory" in f[3].split(",")), None)
+    mnt = memory_v1_base_mount()
     rel = next((line.split(":", 2)[2] for line in own
                 if "memory" in line.split(":", 2)[1].split(",")), None)
     if mnt is None or rel is None or not os.access(mnt, os.W_OK):
@@ -114,47 +122,18 @@ class NodeGroup:
 
     # ---- memory --------------------------------------------------------------------------------
 
-    def _memory_files(self) -> tuple[Path, str, str] | None:
-        """(directory, usage file, limit file) of the node's memory accounting, or None."""
+    def memory(self) -> MemoryGroup:
+        """The node's memory accounting: this group on cgroup2 with the memory controller, else
+        its v1 twin. Raises naming the fix when there is neither."""
         if (self.path / "memory.max").exists():
-            return self.path, "memory.current", "memory.max"
+            return MemoryGroup(self.path)
         v1 = self.memory_v1
         if v1 is not None and (v1 / "memory.limit_in_bytes").exists():
-            return v1, "memory.usage_in_bytes", "memory.limit_in_bytes"
-        return None
-
-    def memory_accounted(self) -> bool:
-        return self._memory_files() is not None
-
-    def memory_usage(self) -> int:
-        """Bytes the node's processes use now (anonymous memory and page cache)."""
-        d, usage, _ = self._require_memory()
-        return int((d / usage).read_text())
-
-    def set_memory_limit(self, limit: int | None) -> None:
-        """Cap the node's memory at ``limit`` bytes, or lift the cap (None)."""
-        d, _, knob = self._require_memory()
-        unlimited = "max" if knob == "memory.max" else "-1"
-        (d / knob).write_text(unlimited if limit is None else str(limit))
-
-    def oom_kills(self) -> int:
-        """How many processes the kernel's OOM killer has killed in the node's group."""
-        d, _, knob = self._require_memory()
-        name = "memory.events" if knob == "memory.max" else "memory.oom_control"
-        for line in (d / name).read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-        return 0
-
-    def _require_memory(self) -> tuple[Path, str, str]:
-        files = self._memory_files()
-        if files is None:
-            raise RuntimeError(
-                f"node group {self.rel} has no memory accounting: enable the memory controller "
-                "in cgroup.subtree_control on the cgroup2 mount, or mount the v1 memory hierarchy"
-            )
-        return files
+            return MemoryGroup(v1)
+        raise RuntimeError(
+            f"node group {self.rel} has no memory accounting: enable the memory controller "
+            "in cgroup.subtree_control on the cgroup2 mount, or mount the v1 memory hierarchy"
+        )
 
     def pids(self) -> list[int]:
         try:
@@ -181,6 +160,56 @@ class NodeGroup:
         if self.path.exists():
             (self.path / "cgroup.freeze").write_text("1" if frozen else "0")
         return self.pids()
+
+
+class MemoryGroup:
+    """A memory cgroup, v1 or v2 (a node group here, a container's group in the docker backend)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.v2 = (path / "memory.max").exists()
+
+    def usage(self) -> int:
+        """Bytes its processes use now (anonymous memory and page cache)."""
+        return int((self.path / ("memory.current" if self.v2 else "memory.usage_in_bytes"))
+                   .read_text())
+
+    def set_limit(self, limit: int | None) -> None:
+        """Cap it at ``limit`` bytes, or lift the cap (None)."""
+        knob = "memory.max" if self.v2 else "memory.limit_in_bytes"
+        (self.path / knob).write_text(("max" if self.v2 else "-1") if limit is None
+                                      else str(limit))
+
+    def pids(self) -> list[int]:
+        try:
+            return sorted(int(p) for p in (self.path / "cgroup.procs").read_text().split())
+        except OSError:
+            return []
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel's OOM killer has killed in it."""
+        name = "memory.events" if self.v2 else "memory.oom_control"
+        for line in (self.path / name).read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+
+def memory_group_of(pid: int) -> MemoryGroup:
+    """The memory cgroup a process is in (v2 if it has the controller, else v1)."""
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    for line in lines:
+        _, controllers, rel = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base = memory_v1_base_mount()
+            if base is not None:
+                return MemoryGroup(base / rel.lstrip("/"))
+    m = mount()
+    rel = next(line.split(":", 2)[2] for line in lines if line.startswith("0::"))
+    if m is None or not (m / rel.lstrip("/") / "memory.max").exists():
+        raise RuntimeError(f"process {pid} has no memory cgroup this host can cap")
+    return MemoryGroup(m / rel.lstrip("/"))
 
 
 def _controllers() -> set[str]:

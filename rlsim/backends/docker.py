@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim import procs, state
+from rlsim import cgroups, procs, state
 from rlsim.backends._launch import ADDRESSES_VAR, cluster_env
 from rlsim.backends.base import ClusterStartError, NodeInfo
 from rlsim.backends.docker_image import REPO, host_mounts
@@ -325,6 +325,17 @@ class DockerCluster:
         if self._state(index)["Paused"]:
             self._container(index).unpause()
         return self.nodes()[index].pids
+
+    def node_command(self, index: int, cmd: list[str]) -> list[str]:
+        """``cmd`` as a process of node ``index``: ``docker exec`` in its container."""
+        return ["docker", "exec", "-i", self._container(index).name, *cmd]
+
+    def memory(self, index: int) -> cgroups.MemoryGroup:
+        """The container's memory cgroup (found through its main process)."""
+        pid = self._state(index)["Pid"]
+        if not pid:
+            raise RuntimeError(f"node {index} is not running")
+        return cgroups.memory_group_of(pid)
 
     def kill_process(self, ip: str, pid: int) -> int:
         """SIGKILL a process by its pid inside the container that has address ``ip``."""

@@ -270,6 +270,19 @@ class LocalCluster:
         procs.signal_all(procs.find(st.session, index), signal.SIGCONT)
         return procs.kill_and_wait(st.session, index)
 
+    def node_command(self, index: int, cmd: list[str]) -> list[str]:
+        """``cmd`` as a process of node ``index`` (in its cgroups, with its labels)."""
+        self._check_index(index)
+        return [sys.executable, "-m", "rlsim.backends._in_node", self._st.session, str(index),
+                *cmd]
+
+    def memory(self, index: int) -> cgroups.MemoryGroup:
+        """The memory cgroup of node ``index`` (see :mod:`rlsim.cgroups`)."""
+        self._check_index(index)
+        if not self._st.cgroups:
+            raise RuntimeError(f"node memory needs rlsim's node cgroups: {cgroups.available()}")
+        return cgroups.NodeGroup(self._st.session, index).memory()
+
     def kill_process(self, ip: str, pid: int) -> int:
         """SIGKILL one process of the cluster (every node shares this host's pid space)."""
         if pid not in procs.find(self._st.session):

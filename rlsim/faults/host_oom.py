@@ -7,21 +7,20 @@ victim is the biggest Ray worker, as when a real host runs out of memory. The ho
 until heal (``for_s`` or the end of the run), so workers restarted on the node meanwhile are killed
 as they grow. Heal kills the hog and lifts the cap.
 
-Needs memory accounting in the node's cgroup: cgroup2 with the memory controller, or the v1 memory
-hierarchy on hybrid hosts (see :mod:`rlsim.cgroups`).
+Needs memory accounting for the node: the local backend's node cgroup (cgroup2 with the memory
+controller, or the v1 memory twin on hybrid hosts, see :mod:`rlsim.cgroups`), or the container's
+own memory cgroup in the docker backend.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import select
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from rlsim import cgroups, procs
 from rlsim.faults.base import Fault
 
 HOG_START_S = 30.0
@@ -37,50 +36,51 @@ class HostOom(Fault):
     name = "host_oom"
 
     def inject(self):
-        st = self.ctx.cluster.state
+        cluster = self.ctx.cluster
         self.node = self.ctx.node(self.params.node)
-        if not st.cgroups:
-            raise RuntimeError(f"host_oom needs rlsim's node cgroups: {cgroups.available()}")
-        self.group = cgroups.NodeGroup(st.session, self.node)
-        before = {pid: _cmdline(pid) for pid in self.group.pids()}
-        kills = self.group.oom_kills()
-        usage = self.group.memory_usage()
-        self.group.set_memory_limit(usage)
+        self.memory = cluster.memory(self.node)
+        before = {pid: _cmdline(pid) for pid in self.memory.pids()}
+        kills = self.memory.oom_kills()
+        usage = self.memory.usage()
+        self.memory.set_limit(usage)
         self.injected = True
-        env = {**os.environ, procs.SESSION_VAR: st.session, procs.NODE_VAR: str(self.node)}
+        self.ip = cluster.nodes()[self.node].address
         self.hog = subprocess.Popen(
-            [sys.executable, "-m", "rlsim.faults._hog", st.session, str(self.node),
-             str(self.params.mb)],
-            stdout=subprocess.PIPE, text=True, env=env,
-        )
-        held = self._wait_held()
+            cluster.node_command(self.node, [sys.executable, "-m", "rlsim.faults._hog",
+                                             str(self.params.mb)]),
+            stdout=subprocess.PIPE, text=True)
+        self.hog_pid = self._wait_held()
         # The victim may take a moment to be reaped after the kernel's SIGKILL.
         time.sleep(0.2)
-        gone = sorted(set(before) - set(self.group.pids()))
+        gone = sorted(set(before) - set(self.memory.pids()))
         return {
             "node": self.node, "limit_mb": round(usage / 2**20), "hog_mb": self.params.mb,
-            "hog": "holding" if held else f"exited {self.hog.returncode}",
-            "oom_kills": self.group.oom_kills() - kills,
+            "hog": "holding" if self.hog_pid else f"exited {self.hog.returncode}",
+            "oom_kills": self.memory.oom_kills() - kills,
             "killed": [f"{pid} {before[pid]}" for pid in gone],
         }
 
-    def _wait_held(self) -> bool:
+    def _wait_held(self) -> int | None:
+        """The hog's pid (as its node sees it) once it holds its memory; None if it died."""
         ready, _, _ = select.select([self.hog.stdout], [], [], HOG_START_S)
-        line = self.hog.stdout.readline() if ready else ""
-        if line.startswith("held"):
-            return True
+        words = (self.hog.stdout.readline() if ready else "").split()
+        if words[:1] == ["held"]:
+            return int(words[3])
         if self.hog.poll() is None:  # neither holding nor dead: do not leave it half-way
             self.hog.kill()
         self.hog.wait()
-        return False
+        return None
 
     def heal(self):
         if not self.injected:
             return None
         self.injected = False
+        if self.hog_pid is not None:
+            with contextlib.suppress(Exception):  # the node (and the hog) may be gone
+                self.ctx.cluster.kill_process(self.ip, self.hog_pid)
         if self.hog.poll() is None:
             self.hog.kill()
         self.hog.wait()
-        with contextlib.suppress(OSError, RuntimeError):  # the node (and its cgroup) may be gone
-            self.group.set_memory_limit(None)
+        with contextlib.suppress(OSError, RuntimeError):  # the node's cgroup may be gone
+            self.memory.set_limit(None)
         return {"node": self.node}
