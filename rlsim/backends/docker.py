@@ -240,14 +240,14 @@ class DockerCluster:
         c.reload()
         return c.attrs["State"]
 
-    def nodes(self) -> list[NodeInfo]:
+    def nodes(self, exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
         st = self._st
         states = {i: self._state(i) for i in range(self.spec.nodes)}
         alive: dict[str, tuple[int, str]] = {}
         if states[0]["Running"] and not states[0]["Paused"]:
             with contextlib.suppress(Exception):  # a GCS that just went away: nobody is alive
                 for entry in node_table(self.address, str(state.auth_token_path())):
-                    if entry["Alive"]:
+                    if entry["Alive"] and entry["NodeID"] not in exclude_ids:
                         gpus = int(entry["Resources"].get("GPU", 0))
                         alive[entry["NodeManagerAddress"]] = (gpus, entry["NodeID"])
         infos = []
@@ -259,13 +259,13 @@ class DockerCluster:
                                   pids=[pid] if pid else [], node_id=node_id))
         return infos
 
-    def wait_for_nodes(self, timeout: float | None = None,
-                       indices: list[int] | None = None) -> list[NodeInfo]:
+    def wait_for_nodes(self, timeout: float | None = None, indices: list[int] | None = None,
+                       exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
         timeout = self.spec.ready_timeout_s if timeout is None else timeout
         want = set(range(self.spec.nodes) if indices is None else indices)
         deadline = time.monotonic() + timeout
         while True:
-            infos = self.nodes()
+            infos = self.nodes(exclude_ids)
             ready = {n.index for n in infos if n.alive and n.gpus == self.spec.gpus_per_node}
             if want <= ready:
                 return infos
@@ -312,9 +312,10 @@ class DockerCluster:
             raise NotImplementedError(
                 "restarting the head needs GCS fault tolerance (external Redis), which rlsim "
                 "clusters do not run: kill_head ends the cluster; start a new one")
+        old = self.nodes()[index].node_id
         self.kill_node(index)
         self._container(index).start()  # same address, same command: the node joins again
-        return self.wait_for_nodes(timeout, indices=[index])[index]
+        return self.wait_for_nodes(timeout, [index], frozenset({old}) - {None})[index]
 
     def pause_node(self, index: int) -> list[int]:
         if not self._state(index)["Paused"]:

@@ -150,14 +150,14 @@ class LocalCluster:
 
     # ---- observation -----------------------------------------------------------------------
 
-    def nodes(self) -> list[NodeInfo]:
+    def nodes(self, exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
         st = self._st
         alive: dict[str, tuple[int, str]] = {}
         pids = {node.index: self._pids(node.index) for node in st.plan.nodes}
         # With the head gone there is no GCS to ask (Ray's client would retry for ~15 s).
         head_up = bool(pids[0])
         for entry in node_table(self.address, str(state.auth_token_path())) if head_up else []:
-            if entry["Alive"]:
+            if entry["Alive"] and entry["NodeID"] not in exclude_ids:
                 gpus = int(entry["Resources"].get("GPU", 0))
                 alive[entry["NodeManagerAddress"]] = (gpus, entry["NodeID"])
         infos = []
@@ -176,9 +176,11 @@ class LocalCluster:
         return infos
 
     def wait_for_nodes(
-        self, timeout: float | None = None, indices: list[int] | None = None
+        self, timeout: float | None = None, indices: list[int] | None = None,
+        exclude_ids: frozenset[str] = frozenset(),
     ) -> list[NodeInfo]:
-        """Wait until the nodes (all, or ``indices``) are alive with ``gpus_per_node`` each.
+        """Wait until the nodes (all, or ``indices``) are alive with ``gpus_per_node`` each, as
+        registrations other than ``exclude_ids`` (a killed node's old one, until Ray notices).
 
         Raises TimeoutError with the last state seen, the setting to tune and the log tail of the
         first missing node.
@@ -188,7 +190,7 @@ class LocalCluster:
         want = set(range(st.spec.nodes) if indices is None else indices)
         deadline = time.monotonic() + timeout
         while True:
-            infos = self.nodes()
+            infos = self.nodes(exclude_ids)
             ready = {n.index for n in infos if n.alive and n.gpus == st.spec.gpus_per_node}
             if want <= ready:
                 return infos
@@ -298,9 +300,10 @@ class LocalCluster:
                 "restarting the head needs GCS fault tolerance (external Redis), which the local "
                 "backend does not run: kill_head ends the cluster; start a new one"
             )
+        old = self.nodes()[index].node_id
         self.kill_node(index)
         self._launch([index])
-        return self.wait_for_nodes(timeout, indices=[index])[index]
+        return self.wait_for_nodes(timeout, [index], frozenset({old}) - {None})[index]
 
     def pause_node(self, index: int) -> list[int]:
         """Freeze node ``index``: cgroup freeze (atomic, covers processes forked meanwhile), or
