@@ -83,3 +83,23 @@ class Backend(Protocol):
 
     def stop(self) -> None:
         """Tear down everything this cluster created and nothing else. Safe twice."""
+
+    def leaks(self) -> list[str]:
+        """After ``stop``: what of this cluster is still there (processes, rules, cgroups,
+        containers, networks). Empty when teardown was complete."""
+
+    def driver_command(self, cmd: list[str]) -> list[str]:
+        """``cmd`` as a Ray driver of this cluster (run with ``driver_env()``): on the host for
+        local nodes, inside the head container for docker."""
+
+    def node_command(self, index: int, cmd: list[str]) -> list[str]:
+        """``cmd`` as a process of node ``index`` (its cgroups, its container)."""
+
+    def kill_process(self, ip: str, pid: int) -> int:
+        """SIGKILL one process, by the pid its node sees, on the node with address ``ip``."""
+
+    def memory(self, index: int):
+        """Node ``index``'s memory cgroup (:class:`rlsim.cgroups.MemoryGroup`)."""
+
+    def probe(self, src: int, dst: int, port: int) -> bool:
+        """Can a process on node ``src`` open a TCP connection to node ``dst``:``port``?"""
