@@ -193,10 +193,21 @@ def event(o: Outcome, p) -> Verdict:
                    _interesting(o))
 
 
+def refused(o: Outcome, p) -> Verdict:
+    ok = o.refusal is not None and re.search(p.pattern, o.refusal) is not None
+    if ok:
+        msg = f"the cluster refused to form: {o.refusal[:300]}"
+    elif o.refusal is None:
+        msg = f"expected the cluster to refuse to form ({p.pattern!r}), but it came up"
+    else:
+        msg = f"the cluster refused to form, but not with {p.pattern!r}: {o.refusal[:300]}"
+    return Verdict("refused", ok, msg, evidence=_interesting(o))
+
+
 CHECKS: dict[str, Callable[[Outcome, object], Verdict]] = {
     f.__name__: f for f in (completes, fails, resumed_from_step, restarts, final_step,
                             detected_within_s, recovered_within_s, matches_baseline,
-                            reward_improves, no_leaks, event)}
+                            reward_improves, no_leaks, event, refused)}
 
 
 def judge(o: Outcome) -> list[Verdict]:

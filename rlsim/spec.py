@@ -56,6 +56,10 @@ class ClusterSpec(BaseModel):
     object_store_mb: int = Field(128, ge=64)
     health: HealthChecks = Field(default_factory=HealthChecks)
     ready_timeout_s: float = Field(60.0, gt=0)
+    ray_version: dict[int, str] = Field(
+        default_factory=dict,
+        description="node index -> the Ray version its package reports (docker only: that node's "
+                    "container sees a ray/_version.py saying so, as if built from another image)")
     mounts: list[str] = Field(
         default_factory=list,
         description="host directories every node sees read-write at the same path (docker; "

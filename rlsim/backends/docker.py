@@ -171,6 +171,12 @@ class DockerCluster:
         for path in self.spec.mounts:
             Path(path).mkdir(parents=True, exist_ok=True)
             container.with_volume_mapping(path, path, "rw")
+        if index in self.spec.ray_version:  # this node's Ray package says another version
+            real = Path(ray_version_file())
+            fake = st.root / f"n{index}-ray-version.py"
+            fake.write_text(real.read_text().replace(
+                f'version = "{_ray_version()}"', f'version = "{self.spec.ray_version[index]}"'))
+            container.with_volume_mapping(str(fake), str(real), "ro")
         for k, v in env.items():
             container.with_env(k, v)
         container.with_name(f"rlsim-{st.session}-n{index}")
@@ -261,10 +267,19 @@ class DockerCluster:
 
     def wait_for_nodes(self, timeout: float | None = None, indices: list[int] | None = None,
                        exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
+        """Wait until the nodes (all, or ``indices``) are alive with their GPUs. A container
+        that exits meanwhile (its node refused to start) raises ClusterStartError at once."""
         timeout = self.spec.ready_timeout_s if timeout is None else timeout
         want = set(range(self.spec.nodes) if indices is None else indices)
         deadline = time.monotonic() + timeout
         while True:
+            for i in sorted(want):
+                st_ = self._state(i)
+                if not st_["Running"]:
+                    raise ClusterStartError(
+                        f"cluster {self.spec.name!r} (docker): node {i} ({self.addresses[i]}) "
+                        f"exited during start-up (exit {st_['ExitCode']}): "
+                        f"{_reason(self.logs(i, 60))}\n" + self.logs(i, 20))
             infos = self.nodes(exclude_ids)
             ready = {n.index for n in infos if n.alive and n.gpus == self.spec.gpus_per_node}
             if want <= ready:
@@ -372,7 +387,10 @@ class ContainerFirewall:
     def __init__(self, cluster: DockerCluster) -> None:
         self.cluster = cluster
 
-    def _rule(self, drop: Drop) -> tuple[int, list[str]]:
+    def _rules(self, drop: Drop) -> list[tuple[int, list[str]]]:
+        """Where a drop goes: a drop between two nodes is applied at both ends (OUTPUT in the
+        sender's namespace, INPUT in the receiver's), so that it holds, like a firewall on the
+        network, while either end restarts (a new container has a new, empty namespace)."""
         plan_addrs = {n.address: n.index for n in self.cluster._st.plan.nodes}
         addrs = self.cluster.addresses
         sender = int(drop.src.rsplit("/n", 1)[1]) if drop.src else None
@@ -383,8 +401,9 @@ class ContainerFirewall:
             ports = ["-p", "tcp", "--dport", f"{lo}:{hi}" if hi != lo else str(lo)]
         verdict = ["-j", "REJECT"] if drop.reject else ["-j", "DROP"]
         if drop.exclude_src:  # everyone but the node itself
-            return target, ["RLSIM-IN", "!", "-i", "lo", *ports, *verdict]
-        return sender, ["RLSIM-OUT", "-d", addrs[target], *ports, *verdict]
+            return [(target, ["RLSIM-IN", "!", "-i", "lo", *ports, *verdict])]
+        return [(sender, ["RLSIM-OUT", "-d", addrs[target], *ports, *verdict]),
+                (target, ["RLSIM-IN", "-s", addrs[sender], *ports, *verdict])]
 
     def _ipt(self, index: int, args: list[str], check: bool = True) -> int:
         pid = self.cluster._state(index)["Pid"]
@@ -404,20 +423,43 @@ class ContainerFirewall:
 
     def apply(self, drops: list[Drop]) -> list[Drop]:
         for drop in drops:
-            index, rule = self._rule(drop)
-            self._ensure_chains(index)
-            self._ipt(index, ["-A", *rule])
+            for index, rule in self._rules(drop):
+                if self.cluster._state(index)["Running"]:  # a stopped node has no namespace
+                    self._ensure_chains(index)
+                    self._ipt(index, ["-A", *rule])
         return drops
 
     def remove(self, drops: list[Drop]) -> None:
         for drop in drops:
-            index, rule = self._rule(drop)
-            self._ipt(index, ["-D", *rule], check=False)  # a killed node took its rules along
+            for index, rule in self._rules(drop):
+                self._ipt(index, ["-D", *rule], check=False)  # a killed node took its rules
 
     def heal(self) -> None:
         for index in range(self.cluster.spec.nodes):
             for chain in ("RLSIM-IN", "RLSIM-OUT"):
                 self._ipt(index, ["-F", chain], check=False)
+
+
+def _reason(log: str) -> str:
+    """The line of a node's log that says why it stopped (Ray's errors end in one)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if "Version mismatch" in line:  # Ray's message spans the lines after it
+            return " ".join(lines[i:i + 7])
+    errors = [line for line in lines if "Error" in line]
+    return errors[-1] if errors else (lines[-1] if lines else "(no log)")
+
+
+def ray_version_file() -> str:
+    import ray._version
+
+    return ray._version.__file__
+
+
+def _ray_version() -> str:
+    import ray._version
+
+    return ray._version.version
 
 
 def _endpoint(address: str) -> object:

@@ -112,7 +112,12 @@ def _by_name(name: str) -> list[int]:
 
 
 class Unsupported(Exception):
-    """The scenario asks for something this backend cannot do (a skip, not a failure)."""
+    """The scenario asks for something this backend cannot do (a skip, not a failure).
+    ``missing_part``: the backend itself is missing here (no engine), which strict CI fails on."""
+
+    def __init__(self, message: str, missing_part: bool = False) -> None:
+        super().__init__(message)
+        self.missing_part = missing_part
 
 
 class RealCluster:
@@ -133,6 +138,10 @@ class RealCluster:
     # ---- lifecycle -----------------------------------------------------------------------------
 
     def __enter__(self) -> RealCluster:
+        return self if self.agents else self.start()
+
+    def start(self) -> RealCluster:
+        """Connect and place one agent per node (the cluster itself is already running)."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlsim.backends.base import ClusterStartError
 from rlsim.backends.local import LocalCluster
 from rlsim.backends.real import RealCluster, Unsupported, check_supported
 from rlsim.faults import FAULTS, Fault, FaultContext
@@ -42,6 +43,7 @@ class Outcome:
     started: float = 0.0
     leaks: list[str] = field(default_factory=list)
     baseline_dir: Path | None = None
+    refusal: str | None = None  # why the cluster did not form, when it did not
 
     def trainer(self, type: str | None = None) -> list[dict]:
         return [e for e in self.timeline if e["source"] == "trainer"
@@ -109,7 +111,13 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
                        gpus_per_node=sc.cluster.gpus_per_node,
                        gpu_memory_gb=sc.cluster.gpu_memory_gb,
                        ready_timeout_s=sc.cluster.ready_timeout_s,
+                       ray_version=sc.cluster.ray_version,
                        mounts=[str(out_dir.resolve())] if out_dir else [])
+    if backend in sc.cluster.skip_on:
+        raise Unsupported(sc.cluster.skip_on[backend])
+    if sc.cluster.ray_version and backend != "docker":
+        raise Unsupported("cluster.ray_version (a node with another Ray) needs container nodes: "
+                          "run it with --backend docker")
     if backend == "local":
         return LocalCluster(spec)
     if backend == "docker":
@@ -117,7 +125,7 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
 
         problem = engine_problem()
         if problem:
-            raise Unsupported(f"--backend docker: {problem}")
+            raise Unsupported(f"--backend docker: {problem}", missing_part=True)
         return DockerCluster(spec)
     if backend == "real":
         address = ray_address or os.environ.get("RAY_ADDRESS")
@@ -151,6 +159,12 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
     log.emit("scenario_start", name=sc.name, seed=sc.seed if seed is None else seed)
     faults: list[Fault] = []
     try:
+        try:
+            cluster.start()
+        except (ClusterStartError, TimeoutError) as e:  # judged by `refused`, never a crash
+            outcome.refusal = str(e)
+            log.emit("cluster_refused", message=str(e)[:2000])
+            return outcome
         with cluster:
             log.emit("cluster_ready", nodes=[n.address for n in cluster.nodes()])
             if any(name == "matches_baseline" for name, _ in sc.checks()):

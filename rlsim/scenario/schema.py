@@ -33,6 +33,22 @@ class ClusterSection(_Strict):
     gpu_memory_gb: float = Field(80.0, gt=0)
     backend: Literal["local", "docker", "real"] = "local"
     ready_timeout_s: float = Field(60, gt=0, description="bound on a node (re)start")
+    ray_version: dict[int, str] = Field(
+        default_factory=dict,
+        description="node index -> the Ray version that node's package reports (docker: a node "
+                    "built from another image)")
+    skip_on: dict[Literal["local", "docker", "real"], str] = Field(
+        default_factory=dict,
+        description="backend -> why this scenario's story does not hold there (it is skipped "
+                    "with that reason)")
+
+    @model_validator(mode="after")
+    def _versions_on_nodes(self) -> ClusterSection:
+        bad = [i for i in self.ray_version if not 0 <= i < self.nodes]
+        if bad:
+            raise ValueError(f"ray_version names node {bad[0]}; the cluster has nodes "
+                             f"0..{self.nodes - 1}")
+        return self
 
 
 class TrainerSection(_Strict):
@@ -188,6 +204,13 @@ class NoLeaks(_Strict):
     pass
 
 
+class Refused(_Strict):
+    """The cluster refuses to form (a node cannot join) before any training, in words that
+    match ``pattern``."""
+
+    pattern: str = Field(".*", description="regex the start-up error must match")
+
+
 class Event(_Strict):
     """A trainer event of this type appears (at least ``min`` times)."""
 
@@ -199,7 +222,7 @@ CHECKS: dict[str, type[_Strict]] = {
     "completes": Completes, "fails": Fails, "resumed_from_step": ResumedFromStep,
     "restarts": Restarts, "final_step": FinalStep, "detected_within_s": DetectedWithinS,
     "recovered_within_s": RecoveredWithinS, "matches_baseline": MatchesBaseline,
-    "reward_improves": RewardImproves, "no_leaks": NoLeaks, "event": Event,
+    "reward_improves": RewardImproves, "no_leaks": NoLeaks, "event": Event, "refused": Refused,
 }
 
 
