@@ -28,18 +28,23 @@ from pathlib import Path
 TOP = "rlsim"
 
 
-@lru_cache(maxsize=1)
-def mount() -> Path | None:
-    """The cgroup2 mount point, or None."""
+def _mount_point(fstype: str, option: str | None = None) -> Path | None:
+    """Where the first filesystem of ``fstype`` (with mount ``option``) is mounted, or None."""
     try:
         lines = Path("/proc/mounts").read_text().splitlines()
     except OSError:
         return None
-    for line in lines:
-        parts = line.split()
-        if len(parts) > 2 and parts[2] == "cgroup2":
+    for parts in map(str.split, lines):
+        if len(parts) > 3 and parts[2] == fstype and (
+                option is None or option in parts[3].split(",")):
             return Path(parts[1])
     return None
+
+
+@lru_cache(maxsize=1)
+def mount() -> Path | None:
+    """The cgroup2 mount point, or None."""
+    return _mount_point("cgroup2")
 
 
 def available() -> str | None:
@@ -62,12 +67,7 @@ def _probe_kill(m: Path) -> bool:
 
 def memory_v1_base_mount() -> Path | None:
     """Where the v1 memory hierarchy is mounted, or None."""
-    try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return None
-    return next((Path(f[1]) for f in map(str.split, mounts)
-                 if len(f) > 3 and f[2] == "cgroup" and "memory" in f[3].split(",")), None)
+    return _mount_point("cgroup", "memory")
 
 
 @lru_cache(maxsize=1)

@@ -36,12 +36,12 @@ import time
 from pathlib import Path
 
 from rlsim import cgroups, procs, state
+from rlsim.backends._cluster import StartedCluster
 from rlsim.backends._launch import ADDRESSES_VAR, cluster_env
 from rlsim.backends.base import ClusterStartError, NodeInfo
 from rlsim.backends.docker_image import REPO, host_mounts
-from rlsim.backends.gcs import connect_env, node_table
+from rlsim.backends.gcs import alive_nodes, connect_env
 from rlsim.net import iptables
-from rlsim.net.alloc import named_ports
 from rlsim.net.iptables import Drop
 from rlsim.spec import ClusterSpec, ClusterState
 
@@ -75,7 +75,7 @@ def _client():
     return docker.from_env()
 
 
-class DockerCluster:
+class DockerCluster(StartedCluster):
     """A Ray cluster whose nodes are Docker containers on the cluster's own network."""
 
     name = "docker"
@@ -130,12 +130,6 @@ class DockerCluster:
         self.timings["ready_s"] = time.monotonic() - t0
         return self
 
-    def __enter__(self) -> DockerCluster:
-        return self.start() if self.state is None else self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     def stop(self) -> None:
         """Remove the containers and the network (by label), the state and node dirs. Safe twice."""
         st = self.state
@@ -172,10 +166,10 @@ class DockerCluster:
             Path(path).mkdir(parents=True, exist_ok=True)
             container.with_volume_mapping(path, path, "rw")
         if index in self.spec.ray_version:  # this node's Ray package says another version
-            real = Path(ray_version_file())
+            real, version = _ray_version()
             fake = st.root / f"n{index}-ray-version.py"
             fake.write_text(real.read_text().replace(
-                f'version = "{_ray_version()}"', f'version = "{self.spec.ray_version[index]}"'))
+                f'version = "{version}"', f'version = "{self.spec.ray_version[index]}"'))
             container.with_volume_mapping(str(fake), str(real), "ro")
         for k, v in env.items():
             container.with_env(k, v)
@@ -194,12 +188,6 @@ class DockerCluster:
         return self.containers[index]
 
     # ---- addresses, observation --------------------------------------------------------------
-
-    @property
-    def _st(self) -> ClusterState:
-        if self.state is None:
-            raise RuntimeError("the cluster is not running: call start() or use it as a context")
-        return self.state
 
     @property
     def addresses(self) -> list[str]:
@@ -231,12 +219,6 @@ class DockerCluster:
                 f"sys.exit(s.connect_ex(({self.addresses[dst]!r}, {port})))")
         return self._container(src).exec_run([sys.executable, "-c", code]).exit_code == 0
 
-    def port(self, name: str) -> tuple[int, int]:
-        ports = named_ports(self._st.plan)
-        if name not in ports:
-            raise KeyError(f"unknown port name {name!r}; known: {', '.join(sorted(ports))}")
-        return ports[name]
-
     def _container(self, index: int):
         self._check_index(index)
         return self.containers[index]
@@ -252,10 +234,7 @@ class DockerCluster:
         alive: dict[str, tuple[int, str]] = {}
         if states[0]["Running"] and not states[0]["Paused"]:
             with contextlib.suppress(Exception):  # a GCS that just went away: nobody is alive
-                for entry in node_table(self.address, str(state.auth_token_path())):
-                    if entry["Alive"] and entry["NodeID"] not in exclude_ids:
-                        gpus = int(entry["Resources"].get("GPU", 0))
-                        alive[entry["NodeManagerAddress"]] = (gpus, entry["NodeID"])
+                alive = alive_nodes(self.address, str(state.auth_token_path()), exclude_ids)
         infos = []
         for i, addr in enumerate(self.addresses):
             gpus, node_id = alive.get(addr, (0, None))
@@ -265,32 +244,16 @@ class DockerCluster:
                                   pids=[pid] if pid else [], node_id=node_id))
         return infos
 
-    def wait_for_nodes(self, timeout: float | None = None, indices: list[int] | None = None,
-                       exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
-        """Wait until the nodes (all, or ``indices``) are alive with their GPUs. A container
-        that exits meanwhile (its node refused to start) raises ClusterStartError at once."""
-        timeout = self.spec.ready_timeout_s if timeout is None else timeout
-        want = set(range(self.spec.nodes) if indices is None else indices)
-        deadline = time.monotonic() + timeout
-        while True:
-            for i in sorted(want):
-                st_ = self._state(i)
-                if not st_["Running"]:
-                    raise ClusterStartError(
-                        f"cluster {self.spec.name!r} (docker): node {i} ({self.addresses[i]}) "
-                        f"exited during start-up (exit {st_['ExitCode']}): "
-                        f"{_reason(self.logs(i, 60))}\n" + self.logs(i, 20))
-            infos = self.nodes(exclude_ids)
-            ready = {n.index for n in infos if n.alive and n.gpus == self.spec.gpus_per_node}
-            if want <= ready:
-                return infos
-            if time.monotonic() > deadline:
-                first = min(want - ready)
-                raise TimeoutError(
-                    f"cluster {self.spec.name!r} (docker): node(s) {sorted(want - ready)} not "
-                    f"alive after {timeout:.0f} s. Raise ready_timeout_s if the machine is just "
-                    f"slow. Node {first} log tail:\n" + self.logs(first))
-            time.sleep(0.2)
+    def _check_starting(self, infos: list[NodeInfo], missing: set[int]) -> None:
+        """A missing node whose container has exited (its node refused to start) will not come
+        up: raise ClusterStartError with Ray's reason at once."""
+        for n in infos:
+            if n.index in missing and not n.pids:
+                exit_code = self._state(n.index)["ExitCode"]
+                raise ClusterStartError(
+                    f"cluster {self.spec.name!r} (docker): node {n.index} ({n.address}) exited "
+                    f"during start-up (exit {exit_code}): {_reason(self.logs(n.index, 60))}\n"
+                    + self.logs(n.index, 20))
 
     def logs(self, index: int, lines: int = 40) -> str:
         chunks = []
@@ -306,11 +269,6 @@ class DockerCluster:
                 if tail:
                     chunks.append(f"--- {path}\n" + "\n".join(tail))
         return "\n".join(chunks) or f"(no logs for node {index})"
-
-    def _check_index(self, index: int) -> None:
-        if not 0 <= index < self.spec.nodes:
-            raise IndexError(f"node {index} does not exist: the cluster has nodes "
-                             f"0..{self.spec.nodes - 1}")
 
     # ---- node control --------------------------------------------------------------------------
 
@@ -360,23 +318,6 @@ class DockerCluster:
         if out.exit_code:
             raise ProcessLookupError(f"pid {pid} on {ip}: {out.output.decode().strip()}")
         return pid
-
-    # ---- network -------------------------------------------------------------------------------
-
-    def partition(self, groups: list[list[int]]) -> list[Drop]:
-        st = self._st
-        return self.firewall.apply(iptables.partition_rules(st.plan, st.session, groups))
-
-    def block_port(self, node: int, ports: tuple[int, int] | str,
-                   sources: list[int] | None = None) -> list[Drop]:
-        if isinstance(ports, str):
-            ports = self.port(ports)
-        st = self._st
-        return self.firewall.apply(
-            iptables.block_port_rules(st.plan, st.session, node, ports, sources))
-
-    def heal_network(self) -> None:
-        self.firewall.heal()
 
 
 class ContainerFirewall:
@@ -450,16 +391,11 @@ def _reason(log: str) -> str:
     return errors[-1] if errors else (lines[-1] if lines else "(no log)")
 
 
-def ray_version_file() -> str:
+def _ray_version() -> tuple[Path, str]:
+    """This environment's ``ray/_version.py`` and the version it says."""
     import ray._version
 
-    return ray._version.__file__
-
-
-def _ray_version() -> str:
-    import ray._version
-
-    return ray._version.version
+    return Path(ray._version.__file__), ray._version.version
 
 
 def _endpoint(address: str) -> object:

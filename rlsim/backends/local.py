@@ -18,15 +18,15 @@ import time
 from pathlib import Path
 
 from rlsim import cgroups, procs, state
+from rlsim.backends._cluster import StartedCluster
 from rlsim.backends.base import ClusterStartError, NodeInfo
-from rlsim.backends.gcs import connect_env, node_table
+from rlsim.backends.gcs import alive_nodes, connect_env
 from rlsim.net import iptables
-from rlsim.net.alloc import named_ports
-from rlsim.net.iptables import Drop, Firewall
+from rlsim.net.iptables import Firewall
 from rlsim.spec import ClusterSpec, ClusterState
 
 
-class LocalCluster:
+class LocalCluster(StartedCluster):
     """A Ray cluster of ``spec.nodes`` nodes on loopback addresses, each with fake GPUs."""
 
     name = "local"
@@ -77,12 +77,6 @@ class LocalCluster:
         self.timings["ready_s"] = time.monotonic() - t0
         return self
 
-    def __enter__(self) -> LocalCluster:
-        return self.start() if self.state is None else self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     def stop(self) -> None:
         """Heal faults, SIGCONT and SIGKILL every labelled process, drop the state. Safe twice."""
         st = self.state
@@ -107,12 +101,6 @@ class LocalCluster:
         return found
 
     # ---- addresses -------------------------------------------------------------------------
-
-    @property
-    def _st(self) -> ClusterState:
-        if self.state is None:
-            raise RuntimeError("the cluster is not running: call start() or use it as a context")
-        return self.state
 
     @property
     def address(self) -> str:
@@ -141,25 +129,14 @@ class LocalCluster:
                 f"sys.exit(s.connect_ex(({st.plan.nodes[dst].address!r}, {port})))")
         return subprocess.run([sys.executable, "-c", code], timeout=10).returncode == 0
 
-    def port(self, name: str) -> tuple[int, int]:
-        """A named port range of this cluster (``gcs``, ``dashboard``, ``workers:1``, ...)."""
-        ports = named_ports(self._st.plan)
-        if name not in ports:
-            raise KeyError(f"unknown port name {name!r}; known: {', '.join(sorted(ports))}")
-        return ports[name]
-
     # ---- observation -----------------------------------------------------------------------
 
     def nodes(self, exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
         st = self._st
-        alive: dict[str, tuple[int, str]] = {}
         pids = {node.index: self._pids(node.index) for node in st.plan.nodes}
         # With the head gone there is no GCS to ask (Ray's client would retry for ~15 s).
-        head_up = bool(pids[0])
-        for entry in node_table(self.address, str(state.auth_token_path())) if head_up else []:
-            if entry["Alive"] and entry["NodeID"] not in exclude_ids:
-                gpus = int(entry["Resources"].get("GPU", 0))
-                alive[entry["NodeManagerAddress"]] = (gpus, entry["NodeID"])
+        alive = alive_nodes(self.address, str(state.auth_token_path()), exclude_ids) \
+            if pids[0] else {}
         infos = []
         for node in st.plan.nodes:
             gpus, node_id = alive.get(node.address, (0, None))
@@ -174,38 +151,6 @@ class LocalCluster:
                 )
             )
         return infos
-
-    def wait_for_nodes(
-        self, timeout: float | None = None, indices: list[int] | None = None,
-        exclude_ids: frozenset[str] = frozenset(),
-    ) -> list[NodeInfo]:
-        """Wait until the nodes (all, or ``indices``) are alive with ``gpus_per_node`` each, as
-        registrations other than ``exclude_ids`` (a killed node's old one, until Ray notices).
-
-        Raises TimeoutError with the last state seen, the setting to tune and the log tail of the
-        first missing node.
-        """
-        st = self._st
-        timeout = st.spec.ready_timeout_s if timeout is None else timeout
-        want = set(range(st.spec.nodes) if indices is None else indices)
-        deadline = time.monotonic() + timeout
-        while True:
-            infos = self.nodes(exclude_ids)
-            ready = {n.index for n in infos if n.alive and n.gpus == st.spec.gpus_per_node}
-            if want <= ready:
-                return infos
-            if time.monotonic() > deadline:
-                missing = sorted(want - ready)
-                first = missing[0]
-                gpus = sum(n.gpus for n in infos if n.alive)
-                raise TimeoutError(
-                    f"cluster {st.spec.name!r}: node(s) {missing} not alive after {timeout:.0f} s "
-                    f"(alive: {sorted(n.index for n in infos if n.alive)}, GPUs seen {gpus} of "
-                    f"{st.spec.nodes * st.spec.gpus_per_node}). Raise ready_timeout_s "
-                    f"(--ready-timeout) if the machine is just slow. Node {first} log tail:\n"
-                    + self.logs(first)
-                )
-            time.sleep(0.1)
 
     def logs(self, index: int, lines: int = 40) -> str:
         logs_dir = self._st.node_dir(index) / "session_latest" / "logs"
@@ -252,11 +197,6 @@ class LocalCluster:
                 f"({st.plan.nodes[failed].address}) failed to start (exit {proc.returncode}). "
                 f"Log tail:\n" + self.logs(failed)
             )
-
-    def _check_index(self, index: int) -> None:
-        if not 0 <= index < self._st.spec.nodes:
-            last = self._st.spec.nodes - 1
-            raise IndexError(f"node {index} does not exist: the cluster has nodes 0..{last}")
 
     def _pids(self, index: int) -> list[int]:
         st = self._st
@@ -327,21 +267,6 @@ class LocalCluster:
             raise RuntimeError("the cluster is not running")
         return self._firewall
 
-    def partition(self, groups: list[list[int]]) -> list[Drop]:
-        st = self._st
-        return self.firewall.apply(iptables.partition_rules(st.plan, st.session, groups))
-
-    def block_port(
-        self, node: int, ports: tuple[int, int] | str, sources: list[int] | None = None
-    ) -> list[Drop]:
-        if isinstance(ports, str):
-            ports = self.port(ports)
-        st = self._st
-        rules = iptables.block_port_rules(st.plan, st.session, node, ports, sources)
-        return self.firewall.apply(rules)
-
-    def heal_network(self) -> None:
-        self.firewall.heal()
 
 
 def reap_abandoned() -> list[str]:

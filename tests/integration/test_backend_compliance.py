@@ -8,9 +8,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
+from waits import alive, wait_until
 
 from rlsim.backends.local import LocalCluster
 from rlsim.pytest_plugin import require
@@ -41,18 +41,6 @@ def cluster(request):
     with backend:
         yield backend
     assert backend.leaks() == [], backend.leaks()
-
-
-def alive(cluster) -> list[int]:
-    return [n.index for n in cluster.nodes() if n.alive]
-
-
-def wait_until(pred, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not reached in {timeout} s")
-        time.sleep(0.1)
 
 
 def test_every_node_has_its_own_address_and_a_driver_sees_every_gpu(cluster):

@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+from waits import alive, wait_until
 
 from rlsim import cgroups, procs, state
 from rlsim.backends.local import LocalCluster
@@ -22,20 +23,6 @@ from rlsim.pytest_plugin import require
 from rlsim.spec import ClusterSpec
 
 pytestmark = pytest.mark.integration
-
-
-def wait_until(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise TimeoutError(f"{what} not reached in {timeout} s")
-
-
-def alive(cluster: LocalCluster) -> list[int]:
-    return [n.index for n in cluster.nodes() if n.alive]
 
 
 @pytest.fixture(scope="module")

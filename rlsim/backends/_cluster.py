@@ -1,0 +1,102 @@
+"""What the local and docker backends share: one Ray cluster of ``spec.nodes`` nodes that rlsim
+started and tears down. Context management, the bounded wait for nodes, named ports and the
+network verbs live here once; a backend supplies ``start``/``stop``, ``nodes``, ``logs`` and a
+``firewall`` with ``apply``/``heal``."""
+
+from __future__ import annotations
+
+import time
+
+from rlsim.backends.base import NodeInfo
+from rlsim.net import iptables
+from rlsim.net.alloc import named_ports
+from rlsim.net.iptables import Drop
+from rlsim.spec import ClusterSpec, ClusterState
+
+
+class StartedCluster:
+    """Base of :class:`LocalCluster` and :class:`DockerCluster` (not a backend by itself)."""
+
+    name = "cluster"
+    spec: ClusterSpec
+    state: ClusterState | None
+
+    def __enter__(self):
+        return self.start() if self.state is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def _st(self) -> ClusterState:
+        if self.state is None:
+            raise RuntimeError("the cluster is not running: call start() or use it as a context")
+        return self.state
+
+    def _check_index(self, index: int) -> None:
+        if not 0 <= index < self._st.spec.nodes:
+            last = self._st.spec.nodes - 1
+            raise IndexError(f"node {index} does not exist: the cluster has nodes 0..{last}")
+
+    def port(self, name: str) -> tuple[int, int]:
+        """A named port range of this cluster (``gcs``, ``dashboard``, ``workers:1``, ...)."""
+        ports = named_ports(self._st.plan)
+        if name not in ports:
+            raise KeyError(f"unknown port name {name!r}; known: {', '.join(sorted(ports))}")
+        return ports[name]
+
+    # ---- waiting ---------------------------------------------------------------------------------
+
+    def wait_for_nodes(
+        self, timeout: float | None = None, indices: list[int] | None = None,
+        exclude_ids: frozenset[str] = frozenset(),
+    ) -> list[NodeInfo]:
+        """Wait until the nodes (all, or ``indices``) are alive with ``gpus_per_node`` each, as
+        registrations other than ``exclude_ids`` (a killed node's old one, until Ray notices).
+
+        Raises TimeoutError with the last state seen, the setting to tune and the log tail of the
+        first missing node (and whatever :meth:`_check_starting` raises earlier).
+        """
+        st = self._st
+        timeout = st.spec.ready_timeout_s if timeout is None else timeout
+        want = set(range(st.spec.nodes) if indices is None else indices)
+        deadline = time.monotonic() + timeout
+        while True:
+            infos = self.nodes(exclude_ids)
+            ready = {n.index for n in infos if n.alive and n.gpus == st.spec.gpus_per_node}
+            if want <= ready:
+                return infos
+            self._check_starting(infos, want - ready)
+            if time.monotonic() > deadline:
+                missing = sorted(want - ready)
+                first = missing[0]
+                gpus = sum(n.gpus for n in infos if n.alive)
+                raise TimeoutError(
+                    f"cluster {st.spec.name!r} ({self.name}): node(s) {missing} not alive after "
+                    f"{timeout:.0f} s (alive: {sorted(n.index for n in infos if n.alive)}, GPUs "
+                    f"seen {gpus} of {st.spec.nodes * st.spec.gpus_per_node}). Raise "
+                    f"ready_timeout_s (--ready-timeout) if the machine is just slow. Node {first} "
+                    f"log tail:\n" + self.logs(first)
+                )
+            time.sleep(0.1)
+
+    def _check_starting(self, infos: list[NodeInfo], missing: set[int]) -> None:
+        """Raise at once when a missing node can no longer come up. Default: keep waiting."""
+
+    # ---- network ---------------------------------------------------------------------------------
+
+    def partition(self, groups: list[list[int]]) -> list[Drop]:
+        st = self._st
+        return self.firewall.apply(iptables.partition_rules(st.plan, st.session, groups))
+
+    def block_port(
+        self, node: int, ports: tuple[int, int] | str, sources: list[int] | None = None
+    ) -> list[Drop]:
+        if isinstance(ports, str):
+            ports = self.port(ports)
+        st = self._st
+        return self.firewall.apply(
+            iptables.block_port_rules(st.plan, st.session, node, ports, sources))
+
+    def heal_network(self) -> None:
+        self.firewall.heal()
