@@ -11,6 +11,8 @@ if [ "$(id -u)" = 0 ]; then
   need=""
   command -v iptables >/dev/null 2>&1 || need="$need iptables"
   command -v dockerd >/dev/null 2>&1 || need="$need docker.io"
+  # The distribution's Python: a second release for scenarios/python_version_mismatch.yaml.
+  [ -x /usr/bin/python3 ] || need="$need python3-minimal"
   if [ -n "$need" ]; then
     echo "ci/setup.sh: installing$need" >&2
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null

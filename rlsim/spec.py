@@ -60,6 +60,12 @@ class ClusterSpec(BaseModel):
         default_factory=dict,
         description="node index -> the Ray version its package reports (docker only: that node's "
                     "container sees a ray/_version.py saying so, as if built from another image)")
+    python: dict[int, str] = Field(
+        default_factory=dict,
+        description="node index -> the Python interpreter that node runs (docker only: a path on "
+                    "the host, e.g. the distribution's /usr/bin/python3 beside a pyenv or venv "
+                    "Python; it imports the same environment, so it must be the same minor "
+                    "version)")
     mounts: list[str] = Field(
         default_factory=list,
         description="host directories every node sees read-write at the same path (docker; "

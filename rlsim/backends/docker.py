@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import time
@@ -62,6 +63,27 @@ def engine_problem() -> str | None:
         return "the docker SDK is not installed (pip install testcontainers)"
     except Exception as e:  # noqa: BLE001 - any failure to reach the engine is the answer
         return f"no Docker engine is reachable ({str(e).splitlines()[0][:120]}); start dockerd"
+    return None
+
+
+def interpreter_problem(path: str) -> str | None:
+    """None when ``path`` can run a node of this environment as another Python release (same
+    minor version, so it imports the same packages; another patch, which Ray refuses), else why
+    not."""
+    try:
+        out = subprocess.run([path, "-c", "import sys; print(*sys.version_info[:3])"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return (f"cluster.python: {path} does not run here ({e}); install it (Debian: "
+                "apt-get install python3-minimal) or name another interpreter")
+    theirs, ours = tuple(int(x) for x in out.split()), tuple(sys.version_info[:3])
+    if theirs[:2] != ours[:2]:
+        return (f"cluster.python: {path} is Python {'.'.join(map(str, theirs))}; a node must "
+                f"import this environment's packages, built for {ours[0]}.{ours[1]}: name an "
+                f"interpreter of {ours[0]}.{ours[1]}")
+    if theirs == ours:
+        return (f"cluster.python: {path} is the same Python as this environment "
+                f"({'.'.join(map(str, ours))}), so the node would not differ: name another release")
     return None
 
 
@@ -171,11 +193,13 @@ class DockerCluster(StartedCluster):
             fake.write_text(real.read_text().replace(
                 f'version = "{version}"', f'version = "{self.spec.ray_version[index]}"'))
             container.with_volume_mapping(str(fake), str(real), "ro")
+        python = self.spec.python.get(index, sys.executable)
+        if index in self.spec.python:  # another interpreter over the same environment
+            env["PYTHONPATH"] = os.pathsep.join([*site.getsitepackages(), str(REPO)])
         for k, v in env.items():
             container.with_env(k, v)
         container.with_name(f"rlsim-{st.session}-n{index}")
-        container.with_command([sys.executable, "-m", "rlsim.backends._launch", st.spec.name,
-                                str(index)])
+        container.with_command([python, "-m", "rlsim.backends._launch", st.spec.name, str(index)])
         container.with_kwargs(
             labels={LABEL: st.session, "rlsim.cluster": st.spec.name, "rlsim.node": str(index)},
             network=self.network.name, working_dir=str(REPO),
@@ -386,7 +410,8 @@ def _reason(log: str) -> str:
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     for i, line in enumerate(lines):
         if "Version mismatch" in line:  # Ray's message spans the lines after it
-            return " ".join(lines[i:i + 7])
+            return (" ".join(lines[i:i + 7]) + " Fix: build every node from one image: Ray "
+                    "needs the same Ray release and the same Python patch release on every node")
     errors = [line for line in lines if "Error" in line]
     return errors[-1] if errors else (lines[-1] if lines else "(no log)")
 

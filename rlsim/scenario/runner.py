@@ -111,19 +111,21 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
                        gpus_per_node=sc.cluster.gpus_per_node,
                        gpu_memory_gb=sc.cluster.gpu_memory_gb,
                        ready_timeout_s=sc.cluster.ready_timeout_s,
-                       ray_version=sc.cluster.ray_version,
+                       ray_version=sc.cluster.ray_version, python=sc.cluster.python,
                        mounts=[str(out_dir.resolve())] if out_dir else [])
     if backend in sc.cluster.skip_on:
         raise Unsupported(sc.cluster.skip_on[backend])
-    if sc.cluster.ray_version and backend != "docker":
-        raise Unsupported("cluster.ray_version (a node with another Ray) needs container nodes: "
-                          "run it with --backend docker")
+    for field, what in (("ray_version", "another Ray"), ("python", "another Python")):
+        if getattr(sc.cluster, field) and backend != "docker":
+            raise Unsupported(f"cluster.{field} (a node with {what}) needs container nodes: "
+                              "run it with --backend docker")
     if backend == "local":
         return LocalCluster(spec)
     if backend == "docker":
-        from rlsim.backends.docker import DockerCluster, engine_problem
+        from rlsim.backends.docker import DockerCluster, engine_problem, interpreter_problem
 
-        problem = engine_problem()
+        problem = engine_problem() or next(
+            (p for path in sc.cluster.python.values() if (p := interpreter_problem(path))), None)
         if problem:
             raise Unsupported(f"--backend docker: {problem}", missing_part=True)
         return DockerCluster(spec)

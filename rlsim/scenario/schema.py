@@ -37,6 +37,10 @@ class ClusterSection(_Strict):
         default_factory=dict,
         description="node index -> the Ray version that node's package reports (docker: a node "
                     "built from another image)")
+    python: dict[int, str] = Field(
+        default_factory=dict,
+        description="node index -> the Python interpreter that node runs (docker: a path on the "
+                    "host, as if that node's image shipped another Python release)")
     skip_on: dict[Literal["local", "docker", "real"], str] = Field(
         default_factory=dict,
         description="backend -> why this scenario's story does not hold there (it is skipped "
@@ -44,10 +48,11 @@ class ClusterSection(_Strict):
 
     @model_validator(mode="after")
     def _versions_on_nodes(self) -> ClusterSection:
-        bad = [i for i in self.ray_version if not 0 <= i < self.nodes]
-        if bad:
-            raise ValueError(f"ray_version names node {bad[0]}; the cluster has nodes "
-                             f"0..{self.nodes - 1}")
+        for field in ("ray_version", "python"):
+            bad = [i for i in getattr(self, field) if not 0 <= i < self.nodes]
+            if bad:
+                raise ValueError(f"{field} names node {bad[0]}; the cluster has nodes "
+                                 f"0..{self.nodes - 1}")
         return self
 
 

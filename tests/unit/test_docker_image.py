@@ -5,6 +5,7 @@ import os
 import sys
 import tarfile
 
+from rlsim.backends.docker import interpreter_problem
 from rlsim.backends.docker_image import REPO, host_mounts, image_tag, rootfs_tar
 
 
@@ -30,3 +31,8 @@ def test_mounts_cover_python_venv_and_project_read_only_once():
 
 def test_tag_is_a_content_hash_stable_across_calls():
     assert image_tag() == image_tag() and image_tag().startswith("rlsim-node:")
+
+
+def test_another_python_must_exist_differ_and_share_the_minor_version():
+    assert "does not run here" in interpreter_problem("/nonexistent/python3")
+    assert "the same Python as this environment" in interpreter_problem(sys.executable)

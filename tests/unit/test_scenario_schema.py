@@ -36,6 +36,8 @@ BASE = "name: s\ntrainer: {config: fixtures/trainer/grpo_tiny.yaml}\n"
     ("faults:\n  - at: {}\n    kill_node: {node: 1}\nexpect: [{completes: {}}]\n", 4,
      "faults[0].at: say when"),
     ("clustr: {nodes: 2}\nexpect: [{completes: {}}]\n", 3, "clustr: unknown key"),
+    ("cluster: {nodes: 2, python: {2: /usr/bin/python3}}\nexpect: [{completes: {}}]\n", 3,
+     "cluster: python names node 2; the cluster has nodes 0..1"),
 ])
 def test_malformed_files_name_line_and_field(tmp_path, body, line, needle):
     with pytest.raises(ScenarioError) as e:
