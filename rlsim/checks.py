@@ -189,8 +189,9 @@ def no_leaks(o: Outcome, p) -> Verdict:
 
 def event(o: Outcome, p) -> Verdict:
     n = len(o.trainer(p.type))
-    return Verdict("event", n >= p.min, f"{n} {p.type!r} event(s), expected at least {p.min}", n,
-                   _interesting(o))
+    ok = n >= p.min and (p.max is None or n <= p.max)
+    bound = f"at least {p.min}" + (f" and at most {p.max}" if p.max is not None else "")
+    return Verdict("event", ok, f"{n} {p.type!r} event(s), expected {bound}", n, _interesting(o))
 
 
 def refused(o: Outcome, p) -> Verdict:
@@ -204,10 +205,34 @@ def refused(o: Outcome, p) -> Verdict:
     return Verdict("refused", ok, msg, evidence=_interesting(o))
 
 
+def doctor_warns(o: Outcome, p) -> Verdict:
+    findings = [f for e in o.rlsim("doctor") for f in e["findings"]]
+    hit = next((f for f in findings if re.search(p.pattern, f)), None)
+    if hit:
+        msg = f"the pre-flight doctor warned: {hit[:300]}"
+    elif not o.rlsim("doctor"):
+        msg = "the pre-flight doctor did not run (see doctor_error / cluster_refused)"
+    else:
+        msg = (f"the pre-flight doctor found nothing matching {p.pattern!r}: "
+               f"{' | '.join(findings)[:300] or 'no findings'}")
+    return Verdict("doctor_warns", hit is not None, msg, evidence=_interesting(o))
+
+
+def doctor_clean(o: Outcome, p) -> Verdict:
+    runs = o.rlsim("doctor")
+    findings = [f for e in runs for f in e["findings"]]
+    ok = bool(runs) and not findings
+    msg = ("the pre-flight doctor found nothing to report" if ok else
+           "the pre-flight doctor did not run (see doctor_error / cluster_refused)" if not runs
+           else f"the pre-flight doctor reported: {' | '.join(findings)[:400]}")
+    return Verdict("doctor_clean", ok, msg, evidence=_interesting(o))
+
+
 CHECKS: dict[str, Callable[[Outcome, object], Verdict]] = {
     f.__name__: f for f in (completes, fails, resumed_from_step, restarts, final_step,
                             detected_within_s, recovered_within_s, matches_baseline,
-                            reward_improves, no_leaks, event, refused)}
+                            reward_improves, no_leaks, event, refused, doctor_warns,
+                            doctor_clean)}
 
 
 def judge(o: Outcome) -> list[Verdict]:

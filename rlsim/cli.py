@@ -182,6 +182,65 @@ def down(
             console.print(f"removed {thing}")
 
 
+@app.command()
+def doctor(
+    name: str | None = typer.Argument(None, help="An rlsim cluster (see `rlsim status`)."),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="Instead: a Ray cluster rlsim did not start (HOST:PORT, with "
+        "its auth settings in the environment); every alive node is checked."),
+    checkpoint_dir: str | None = typer.Option(
+        None, "--checkpoint-dir", help="Also check that every node sees one storage there."),
+) -> None:
+    """Pre-flight checks from every node: versions, ports between nodes, shared checkpoints.
+    Exit 0: nothing or only warnings; 1: errors (the run would fail); 2: no such cluster."""
+    from rlsim import doctor as doc
+
+    if ray_address:
+        from rlsim.backends.real import RealCluster
+
+        cluster = RealCluster(ray_address).start()
+    elif name or len(state.load_all()) == 1:
+        name = name or state.load_all()[0].spec.name
+        if state.load(name) is None:
+            err.print(f"[red]no rlsim cluster named {name!r} (see `rlsim status`)[/red]")
+            raise typer.Exit(2)
+        cluster = _attach(name)
+    else:
+        err.print("[red]name an rlsim cluster (`rlsim status`) or give --ray-address[/red]")
+        raise typer.Exit(2)
+    try:
+        report = doc.examine(cluster, checkpoint_dir)
+    finally:
+        if ray_address:
+            cluster.stop()
+    console.print(_doctor_table(report, checkpoint_dir))
+    for f in report.findings:
+        colour = "red" if f.level == "error" else "yellow"
+        console.print(f"[{colour}]{f.level}[/{colour}] {f.check}: {f.message}.\n  fix: {f.fix}")
+    if not report.findings:
+        console.print(f"[green]no findings[/green] ({report.seconds:.1f} s)")
+    raise typer.Exit(0 if report.ok else 1)
+
+
+def _doctor_table(report, checkpoint_dir: str | None) -> Table:
+    table = Table(title="rlsim doctor")
+    cols = ["node", "address", "python", "ray", "torch", "deepspeed", "reaches"]
+    for col in cols + (["sees checkpoints of"] if checkpoint_dir else []):
+        table.add_column(col)
+    for ep in report.endpoints:
+        look = report.looks.get(ep["index"], {})
+        if "error" in look:
+            table.add_row(str(ep["index"]), ep["address"], f"[red]{look['error'][:60]}[/red]")
+            continue
+        v, reach = look.get("versions", {}), look.get("reach", [])
+        row = [str(ep["index"]), ep["address"], *(str(v.get(k)) for k in cols[2:6]),
+               f"{sum(r['ok'] for r in reach)}/{len(reach)} ports"]
+        if checkpoint_dir:
+            row.append(", ".join(map(str, report.seen.get(ep["index"], []))) or "-")
+        table.add_row(*row)
+    return table
+
+
 def _run_on_every_node(c: LocalCluster) -> list[tuple[int, str, str]]:
     """One tiny Ray task pinned to each node; returns (index, address seen, GPU ids seen)."""
     os.environ.update(c.driver_env())

@@ -66,6 +66,10 @@ class ClusterSpec(BaseModel):
                     "the host, e.g. the distribution's /usr/bin/python3 beside a pyenv or venv "
                     "Python; it imports the same environment, so it must be the same minor "
                     "version)")
+    node_local: list[str] = Field(
+        default_factory=list,
+        description="directories each node has its own copy of, as on a node-local disk (docker: "
+                    "a volume per node mounted at that path, inside the shared mounts)")
     mounts: list[str] = Field(
         default_factory=list,
         description="host directories every node sees read-write at the same path (docker; "

@@ -137,6 +137,8 @@ class TrainerConfig(_Section):
     seed: int = Field(1, description="seeds model init, data order, sampling")
     resume: str = Field("auto", description="auto | disable | <checkpoint dir>")
     keep_last: int = Field(3, ge=1, description="checkpoints kept")
+    checkpoint_dir: str = Field("", description="where checkpoints go (default <run_dir>/"
+                                "checkpoints); every node must see it: storage all nodes share")
     algorithm: Literal["grpo", "ppo"] = "grpo"
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -148,6 +150,10 @@ class TrainerConfig(_Section):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     fault_tolerance: FaultToleranceConfig = Field(default_factory=FaultToleranceConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @property
+    def ckpt_dir(self) -> str:
+        return self.checkpoint_dir or str(Path(self.run_dir) / "checkpoints")
 
     def roles(self) -> list[str]:
         """The roles this algorithm runs (reward is rule-based and rides with the rollout)."""

@@ -19,7 +19,7 @@ from trainer import checkpoint as ckpt
 from trainer import grpo, ppo
 from trainer.config import TrainerConfig
 from trainer.data import PromptLoader, load_prompts
-from trainer.errors import CheckpointError, SimulatedCudaOOM, TrainerError
+from trainer.errors import CheckpointError, CheckpointNotShared, SimulatedCudaOOM, TrainerError
 from trainer.events import EventLog
 from trainer.groups import Roles, alive_gpu_nodes, label_memory_gb
 from trainer.memory import fit, gpu_capacity
@@ -53,7 +53,13 @@ class Run:
                 raise CheckpointError(f"resume={mode!r}: {reason}. Fix: point resume at a "
                                       "global_step_N dir, or use resume=auto / resume=disable")
             return mode
-        path, rejected = ckpt.latest_valid(self.cfg.run_dir)
+        try:
+            path, rejected = ckpt.latest_valid(self.cfg.ckpt_dir)
+        except ckpt.NotShared as e:
+            raise CheckpointNotShared(
+                f"cannot resume: {e}. Fix: put checkpoint_dir on storage every node mounts at "
+                "the same path (NFS, a shared volume); `rlsim doctor --checkpoint-dir DIR` "
+                "checks it before a run") from None
         for reason in rejected:
             self.log.emit("checkpoint_invalid", reason=reason)
         return str(path) if path else None
@@ -69,19 +75,35 @@ class Run:
 
     def save(self, roles: Roles) -> None:
         t0 = time.monotonic()
-        tmp = ckpt.begin(self.cfg.run_dir, self.step)
+        tmp = ckpt.begin(self.cfg.ckpt_dir, self.step)
         roles.save(str(tmp))
+        not_here = ckpt.unseen(tmp, roles.listings(str(tmp)))
+        if not_here:
+            self._warn_not_shared(not_here)
         state = {"step": self.step, "loader": self.loader.state(), "seed": self.cfg.seed,
                  "algorithm": self.cfg.algorithm, "restarts": self.restarts}
-        final = ckpt.commit(self.cfg.run_dir, self.step, tmp, state, self.cfg.keep_last)
+        final = ckpt.commit(self.cfg.ckpt_dir, self.step, tmp, state, self.cfg.keep_last,
+                            not_here)
         self.log.emit("checkpoint_saved", step=self.step, path=str(final),
                       seconds=round(time.monotonic() - t0, 3))
+
+    def _warn_not_shared(self, not_here: dict[str, list[str]]) -> None:
+        """Workers wrote files this driver cannot see: the run goes on (it may never need to
+        resume), but no resume from this checkpoint can work; say so at every save."""
+        nodes = sorted({n for where in not_here.values() for n in where})
+        message = (f"checkpoint at step {self.step}: {len(not_here)} files that workers on "
+                   f"{', '.join(nodes)} wrote are not visible to the driver on "
+                   f"{ray.util.get_node_ip_address()}: checkpoint_dir {self.cfg.ckpt_dir} is "
+                   "node-local, so a resume will fail. Fix: put it on storage every node shares")
+        self.log.emit("checkpoint_not_shared", step=self.step, nodes=nodes,
+                      files=len(not_here), example=sorted(not_here)[:3], message=message)
+        print(f"trainer: WARNING: {message}", flush=True)
 
     # -- one attempt -----------------------------------------------------------------------------
     def attempt(self) -> None:
         """Start workers, resume if asked, train to ``total_steps``. Workers die on the way out."""
         cfg = self.cfg
-        ckpt.clean_temp(cfg.run_dir)
+        ckpt.clean_temp(cfg.ckpt_dir)
         self.step, self.loader.epoch, self.loader.cursor = 0, 0, 0
         with Roles(cfg, self.plan, self.micro) as roles:
             roles.start()
@@ -146,10 +168,8 @@ def run(cfg: TrainerConfig) -> int:
                     raise
                 r.restarts += 1
                 log.attempt = r.restarts
-                latest, _ = ckpt.latest_valid(cfg.run_dir)
                 log.emit("restart", restart=r.restarts, cause="node_lost" if lost else e.kind,
-                         message=str(e)[:500],
-                         from_step=ckpt.read_state(latest)["step"] if latest else 0)
+                         message=str(e)[:500], from_step=_resumable_step(cfg))
                 if cfg.resume != "auto":  # a rebuild resumes from this run's own checkpoints
                     cfg = cfg.model_copy(update={"resume": "auto"})
                     r.cfg = cfg
@@ -173,6 +193,16 @@ def run(cfg: TrainerConfig) -> int:
         log.close()
 
 
+def _resumable_step(cfg: TrainerConfig) -> int | None:
+    """The step a rebuild will resume from (None: no checkpoint can be resumed, see the next
+    attempt's error)."""
+    try:
+        latest, _ = ckpt.latest_valid(cfg.ckpt_dir)
+    except ckpt.NotShared:
+        return None
+    return ckpt.read_state(latest)["step"] if latest else 0
+
+
 def _record_loss(log: EventLog, r: Run, e: TrainerError) -> list[dict]:
     """Log what was lost: the failing call, then any node Ray declares dead. Returns the nodes."""
     log.emit("worker_died", cause=e.kind, message=str(e)[:500])
@@ -189,8 +219,9 @@ def _absolute_paths(cfg: TrainerConfig) -> TrainerConfig:
     if model.path:
         model = model.model_copy(update={"path": str(Path(model.path).resolve())})
     data = cfg.data.model_copy(update={"path": str(Path(cfg.data.path).resolve())})
+    ckpt_dir = str(Path(cfg.checkpoint_dir).resolve()) if cfg.checkpoint_dir else ""
     return cfg.model_copy(update={"run_dir": str(Path(cfg.run_dir).resolve()), "model": model,
-                                  "data": data})
+                                  "data": data, "checkpoint_dir": ckpt_dir})
 
 
 def _watch_head(log: EventLog, timeout_s: float, t0: float) -> None:

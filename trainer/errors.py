@@ -75,6 +75,13 @@ class CheckpointError(TrainerError):
     kind = "checkpoint_error"
 
 
+class CheckpointNotShared(CheckpointError):
+    """The checkpoint directory is node-local: workers wrote files the driver cannot see, so no
+    node can resume from it (FIELD-NOTES 7). Names the nodes, example files and the fix."""
+
+    kind = "checkpoint_not_shared"
+
+
 class SimulatedCudaOOM(torch.OutOfMemoryError, TrainerError):
     """The fake-GPU memory ledger found a rank over its GPU's capacity.
 

@@ -10,6 +10,8 @@ step_end            step, metrics (``rollout/*``, ``train/*``, ``perf/*``)
 checkpoint_saved    step, path, seconds
 checkpoint_loaded   step, path
 checkpoint_invalid  path/reason of a checkpoint skipped on resume (a warning)
+checkpoint_not_sh.  (``checkpoint_not_shared``) step, nodes, files, example, message: workers
+                    wrote files the driver cannot see (node-local checkpoint_dir; at each save)
 resume              from_step
 worker_died         role, worker, ip, message
 node_lost           ip, node_id
@@ -33,8 +35,8 @@ from pathlib import Path
 
 EVENT_TYPES = frozenset({
     "run_start", "placement", "step_end", "checkpoint_saved", "checkpoint_loaded",
-    "checkpoint_invalid", "resume", "worker_died", "node_lost", "restart", "oom", "error",
-    "run_end",
+    "checkpoint_invalid", "checkpoint_not_shared", "resume", "worker_died", "node_lost",
+    "restart", "oom", "error", "run_end",
 })
 
 

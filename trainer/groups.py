@@ -217,6 +217,13 @@ class Roles:
     def load(self, path: str) -> None:
         self.call_all("load", path)
 
+    def listings(self, path: str) -> dict[str, list[str]]:
+        """Node address -> the files its workers see under ``path`` (after a save)."""
+        seen: dict[str, set[str]] = {}
+        for ip, files in self.call_all("listing", path):
+            seen.setdefault(ip, set()).update(files)
+        return {ip: sorted(files) for ip, files in seen.items()}
+
     def call_all(self, method: str, *args) -> list:
         refs = [getattr(w, method).remote(*args) for w in self.workers]
         return self._get(refs, time.monotonic() + self.ft.step_timeout_s, f"workers.{method}")

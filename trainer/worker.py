@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from trainer import memory
+from trainer.checkpoint import listing as ckpt_listing
 from trainer.config import TrainerConfig
 from trainer.data import reward
 from trainer.errors import CollectiveError, CollectiveTimeout, first_line
@@ -240,6 +241,10 @@ class Worker:
                 model = build_policy(self.cfg.model, self.cfg.seed)
                 model.load_state_dict(state)
                 model.save_pretrained(root / "hf")  # the actor in Hugging Face format
+
+    def listing(self, path: str) -> tuple[str, list[str]]:
+        """This node's address and the checkpoint files it sees under ``path``."""
+        return _node_ip(), ckpt_listing(path)
 
     def load(self, path: str) -> None:
         root = Path(path)

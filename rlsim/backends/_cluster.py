@@ -5,6 +5,9 @@ network verbs live here once; a backend supplies ``start``/``stop``, ``nodes``, 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 from rlsim.backends.base import NodeInfo
@@ -44,6 +47,31 @@ class StartedCluster:
         if name not in ports:
             raise KeyError(f"unknown port name {name!r}; known: {', '.join(sorted(ports))}")
         return ports[name]
+
+    # ---- the doctor's view ---------------------------------------------------------------------
+
+    def endpoints(self) -> list[dict]:
+        """Each node's address and the ports the other nodes must reach (the head: GCS too)."""
+        plan = self._st.plan
+        out = []
+        for info, node in zip(self.nodes(), plan.nodes, strict=True):
+            ports = {"node_manager": node.ports.node_manager,
+                     "object_manager": node.ports.object_manager}
+            if node.index == 0:
+                ports = {"gcs": plan.gcs_port, **ports}
+            out.append({"index": node.index, "address": info.address, "ports": ports})
+        return out
+
+    def run_probe(self, index: int, phase: str, args: dict) -> dict:
+        """Run a :mod:`rlsim.doctor.probe` phase as a process of node ``index``; its answer."""
+        python = self._st.spec.python.get(index, sys.executable)
+        cmd = self.node_command(index, [python, "-m", "rlsim.doctor.probe", phase,
+                                        json.dumps(args)])
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        if out.returncode:
+            raise RuntimeError(f"probe exited {out.returncode}: "
+                               f"{(out.stderr.strip() or out.stdout.strip())[-300:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
 
     # ---- waiting ---------------------------------------------------------------------------------
 

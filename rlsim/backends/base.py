@@ -103,3 +103,10 @@ class Backend(Protocol):
 
     def probe(self, src: int, dst: int, port: int) -> bool:
         """Can a process on node ``src`` open a TCP connection to node ``dst``:``port``?"""
+
+    def endpoints(self) -> list[dict]:
+        """Each node's ``index``, ``address`` and the ``ports`` (name -> port) other nodes must
+        reach: what ``rlsim doctor`` probes."""
+
+    def run_probe(self, index: int, phase: str, args: dict) -> dict:
+        """Run a phase of :mod:`rlsim.doctor.probe` on node ``index``; its JSON answer."""

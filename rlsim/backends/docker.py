@@ -12,6 +12,8 @@ label ``rlsim.session``, so ``rlsim down --all`` and the reaper find them whatev
 What a container shares with the host, all at the same path: the host's software read-only (see the
 image module), rlsim's home (state, token, node temp dirs: Ray logs stay readable here), and the
 directories in ``spec.mounts`` read-write (a scenario's run directory: events and checkpoints).
+A directory in ``spec.node_local`` is instead a named volume per node (labelled like the rest): a
+node-local disk, which that node alone sees and which survives its restart.
 
 The driver (the trainer) runs inside the head container through ``docker exec``, where a Ray
 driver of a real cluster runs too; the host has no raylet on the cluster's network.
@@ -170,6 +172,8 @@ class DockerCluster(StartedCluster):
                  client.containers.list(all=True, filters={"label": f"{LABEL}={st.session}"})]
         found += [f"network {n.name}" for n in
                   client.networks.list(filters={"label": f"{LABEL}={st.session}"})]
+        found += [f"volume {v.name}" for v in
+                  client.volumes.list(filters={"label": f"{LABEL}={st.session}"})]
         return found
 
     def _run_node(self, index: int):
@@ -187,6 +191,8 @@ class DockerCluster(StartedCluster):
         for path in self.spec.mounts:
             Path(path).mkdir(parents=True, exist_ok=True)
             container.with_volume_mapping(path, path, "rw")
+        for k, path in enumerate(self.spec.node_local):  # this node's own disk at that path
+            container.with_volume_mapping(_node_volume(st, index, k), path, "rw")
         if index in self.spec.ray_version:  # this node's Ray package says another version
             real, version = _ray_version()
             fake = st.root / f"n{index}-ray-version.py"
@@ -444,8 +450,19 @@ def _create_network(client, st: ClusterState):
         labels={LABEL: st.session, "rlsim.cluster": st.spec.name})
 
 
+def _node_volume(st: ClusterState, index: int, k: int) -> str:
+    """The named volume that is node ``index``'s disk number ``k`` (made once; it outlives a
+    restart of the node, as a disk outlives a reboot)."""
+    name = f"rlsim-{st.session}-n{index}-disk{k}"
+    client = _client()
+    if not client.volumes.list(filters={"name": name}):
+        client.volumes.create(name, labels={LABEL: st.session, "rlsim.node": str(index)})
+    return name
+
+
 def reap_docker(st: ClusterState) -> None:
-    """Remove the containers and network labelled with ``st``'s session, its state and dirs."""
+    """Remove the containers, network and volumes labelled with ``st``'s session, its state and
+    dirs."""
     if engine_problem() is None:
         client = _client()
         for c in client.containers.list(all=True, filters={"label": f"{LABEL}={st.session}"}):
@@ -454,12 +471,15 @@ def reap_docker(st: ClusterState) -> None:
         for n in client.networks.list(filters={"label": f"{LABEL}={st.session}"}):
             with contextlib.suppress(Exception):
                 n.remove()
+        for v in client.volumes.list(filters={"label": f"{LABEL}={st.session}"}):
+            with contextlib.suppress(Exception):
+                v.remove(force=True)
     state.remove(st.spec.name)
     shutil.rmtree(Path(st.root), ignore_errors=True)
 
 
 def reap_orphans(known_sessions: set[str]) -> list[str]:
-    """Remove rlsim-labelled containers and networks of sessions no state file knows (their
+    """Remove rlsim-labelled containers, networks and volumes of sessions no state file knows (their
     owner's state is gone); returns what was removed."""
     if engine_problem() is not None:
         return []
@@ -472,6 +492,10 @@ def reap_orphans(known_sessions: set[str]) -> list[str]:
         if n.attrs.get("Labels", {}).get(LABEL) not in known_sessions:
             n.remove()
             removed.append(f"network {n.name}")
+    for v in client.volumes.list(filters={"label": LABEL}):
+        if (v.attrs.get("Labels") or {}).get(LABEL) not in known_sessions:
+            v.remove(force=True)
+            removed.append(f"volume {v.name}")
     return removed
 
 

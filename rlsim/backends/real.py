@@ -67,6 +67,12 @@ class NodeAgent:
         threading.Timer(0.5, os._exit, (1,)).start()
         return pids
 
+    def probe(self, phase: str, args: dict) -> dict:
+        """A phase of ``rlsim doctor``'s probe, on this host."""
+        from rlsim.doctor.probe import run
+
+        return run(phase, args)
+
     def hold_gpu(self, gb: float) -> list[dict]:
         """Allocate ``gb`` GiB (or what is free, if less) on every GPU of this host and keep it."""
         import torch
@@ -125,7 +131,9 @@ class RealCluster:
 
     name = "real"
 
-    def __init__(self, address: str, spec: ClusterSpec, gpu_faults: bool = False) -> None:
+    def __init__(self, address: str, spec: ClusterSpec | None = None,
+                 gpu_faults: bool = False) -> None:
+        """``spec``: how many nodes the scenario uses (None: every alive node)."""
         self._address = address
         self.spec = spec
         self._gpu_faults = gpu_faults
@@ -151,6 +159,7 @@ class RealCluster:
                  configure_logging=False)
         try:
             nodes = _ordered(ray.nodes())
+            self.spec = self.spec or ClusterSpec(nodes=len(nodes))
             if len(nodes) < self.spec.nodes:
                 raise Unsupported(
                     f"the scenario needs {self.spec.nodes} nodes; the cluster at {self._address} "
@@ -227,6 +236,25 @@ class RealCluster:
             return ray.get(getattr(self.agents[index], method).remote(*args), timeout=60)
         except ray.exceptions.RayTaskError as e:  # the agent's own error, without Ray's frame
             raise e.cause from None
+
+    def endpoints(self) -> list[dict]:
+        """Each node's address and the ports the other nodes must reach (the head: GCS too)."""
+        import ray
+
+        by_id = {n["NodeID"]: n for n in ray.nodes()}
+        gcs_port = int(ray.get_runtime_context().gcs_address.rsplit(":", 1)[1])
+        out = []
+        for i, nid in self._node_ids.items():
+            n = by_id.get(nid, {})
+            ports = {"node_manager": n.get("NodeManagerPort"),
+                     "object_manager": n.get("ObjectManagerPort")}
+            if i == 0:
+                ports = {"gcs": gcs_port, **ports}
+            out.append({"index": i, "address": self.ips[i], "ports": ports})
+        return out
+
+    def run_probe(self, index: int, phase: str, args: dict) -> dict:
+        return self._call(index, "probe", phase, args)
 
     def kill_node(self, index: int) -> list[int]:
         pids = self._call(index, "kill_node", index == 0)

@@ -112,13 +112,17 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
                        gpu_memory_gb=sc.cluster.gpu_memory_gb,
                        ready_timeout_s=sc.cluster.ready_timeout_s,
                        ray_version=sc.cluster.ray_version, python=sc.cluster.python,
-                       mounts=[str(out_dir.resolve())] if out_dir else [])
+                       mounts=[str(out_dir.resolve())] if out_dir else [],
+                       node_local=[str(checkpoint_dir(out_dir))]
+                       if out_dir and sc.cluster.checkpoint_storage == "node_local" else [])
     if backend in sc.cluster.skip_on:
         raise Unsupported(sc.cluster.skip_on[backend])
-    for field, what in (("ray_version", "another Ray"), ("python", "another Python")):
-        if getattr(sc.cluster, field) and backend != "docker":
-            raise Unsupported(f"cluster.{field} (a node with {what}) needs container nodes: "
-                              "run it with --backend docker")
+    for key, what in (("ray_version", "a node with another Ray"),
+                      ("python", "a node with another Python"),
+                      ("checkpoint_storage", "a disk per node")):
+        if getattr(sc.cluster, key) not in ({}, "shared") and backend != "docker":
+            raise Unsupported(f"cluster.{key} ({what}) needs container nodes: run it with "
+                              "--backend docker")
     if backend == "local":
         return LocalCluster(spec)
     if backend == "docker":
@@ -138,6 +142,11 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
         check_supported(kinds)
         return RealCluster(address, spec, gpu_faults="gpu_oom" in kinds)
     raise Unsupported(f"unknown backend {backend!r} (local, docker, real)")
+
+
+def checkpoint_dir(out_dir: Path) -> Path:
+    """The trainer's checkpoint directory in a scenario's output directory (its default)."""
+    return out_dir.resolve() / "run" / "checkpoints"
 
 
 def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
@@ -169,6 +178,7 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
             return outcome
         with cluster:
             log.emit("cluster_ready", nodes=[n.address for n in cluster.nodes()])
+            _preflight(cluster, out_dir, log)
             if any(name == "matches_baseline" for name, _ in sc.checks()):
                 outcome.baseline_dir = out_dir / "baseline"
                 _baseline(sc, cluster, outcome.baseline_dir, log)
@@ -250,6 +260,19 @@ def _drive(sc, cluster, outcome, rng, faults, log, on_progress) -> None:
         for e in tail.poll():
             log.trainer(e)
         log.emit("trainer_exited", returncode=proc.returncode)
+
+
+def _preflight(cluster, out_dir: Path, log) -> None:
+    """``rlsim doctor`` on the fresh cluster, with the trainer's checkpoint directory, before the
+    trainer starts; its findings go into the timeline (the ``doctor_warns`` check reads them)."""
+    from rlsim import doctor
+
+    try:
+        report = doctor.examine(cluster, str(checkpoint_dir(out_dir)))
+    except Exception as e:  # noqa: BLE001 - the pre-flight must not decide the scenario
+        log.emit("doctor_error", message=str(e)[:500])
+        return
+    log.emit("doctor", seconds=report.seconds, findings=[f.line() for f in report.findings])
 
 
 def _baseline(sc: Scenario, cluster, run_dir: Path, log) -> None:

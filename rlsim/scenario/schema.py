@@ -41,6 +41,10 @@ class ClusterSection(_Strict):
         default_factory=dict,
         description="node index -> the Python interpreter that node runs (docker: a path on the "
                     "host, as if that node's image shipped another Python release)")
+    checkpoint_storage: Literal["shared", "node_local"] = Field(
+        "shared",
+        description="shared: every node sees the trainer's checkpoint directory (NFS, a shared "
+                    "volume); node_local: each node has its own disk there (docker)")
     skip_on: dict[Literal["local", "docker", "real"], str] = Field(
         default_factory=dict,
         description="backend -> why this scenario's story does not hold there (it is skipped "
@@ -216,11 +220,23 @@ class Refused(_Strict):
     pattern: str = Field(".*", description="regex the start-up error must match")
 
 
+class DoctorWarns(_Strict):
+    """The pre-flight ``rlsim doctor`` (run before the trainer starts) reported a finding that
+    matches ``pattern``."""
+
+    pattern: str = Field(description="regex one of the doctor's findings must match")
+
+
+class DoctorClean(_Strict):
+    """The pre-flight ``rlsim doctor`` reported no finding at all."""
+
+
 class Event(_Strict):
-    """A trainer event of this type appears (at least ``min`` times)."""
+    """A trainer event of this type appears at least ``min`` and at most ``max`` times."""
 
     type: str
     min: int = Field(1, ge=0)
+    max: int | None = Field(None, ge=0)
 
 
 CHECKS: dict[str, type[_Strict]] = {
@@ -228,6 +244,7 @@ CHECKS: dict[str, type[_Strict]] = {
     "restarts": Restarts, "final_step": FinalStep, "detected_within_s": DetectedWithinS,
     "recovered_within_s": RecoveredWithinS, "matches_baseline": MatchesBaseline,
     "reward_improves": RewardImproves, "no_leaks": NoLeaks, "event": Event, "refused": Refused,
+    "doctor_warns": DoctorWarns, "doctor_clean": DoctorClean,
 }
 
 

@@ -70,6 +70,27 @@ def test_block_port_cuts_one_source_only_and_heals(cluster):
     assert cluster.probe(1, 0, gcs)
 
 
+def test_doctor_names_a_blocked_port_with_both_nodes_and_finds_shared_storage(cluster, tmp_path):
+    from rlsim import doctor
+    from rlsim.state import rlsim_home
+
+    shared = rlsim_home() / f"doctor-{tmp_path.name}"  # every node of both backends sees it
+    clean = doctor.examine(cluster, str(shared))
+    assert clean.findings == [] and clean.seen == {i: [0, 1, 2] for i in range(NODES)}
+    assert not any(shared.iterdir())  # the markers are gone again
+    shared.rmdir()
+    gcs = cluster.port("gcs")[0]
+    cluster.block_port(0, "gcs", sources=[2])
+    try:
+        report = doctor.examine(cluster)
+    finally:
+        cluster.heal_network()
+    [f] = report.findings
+    assert (f.level, f.check) == ("error", "ports")
+    assert f.message.startswith(f"node 2 ({cluster.nodes()[2].address}) cannot reach node 0 "
+                                f"({cluster.nodes()[0].address}) port {gcs} (gcs)")
+
+
 def test_partition_cuts_a_node_off_both_ways_and_heal_restores_it(cluster):
     if isinstance(cluster, LocalCluster):
         from rlsim.net.iptables import Firewall
