@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlsim import state
+from rlsim.backends import attach, cluster_class
 from rlsim.backends.base import ClusterStartError, NodeInfo
 from rlsim.backends.local import LocalCluster, reap, reap_abandoned
 from rlsim.net import iptables
@@ -54,11 +55,7 @@ def _print_connect(cluster: LocalCluster) -> None:
 def _start(spec: ClusterSpec, detached: bool, backend: str = "local") -> LocalCluster:
     try:
         with console.status(f"starting {spec.nodes} nodes x {spec.gpus_per_node} fake GPUs"):
-            if backend == "docker":
-                from rlsim.backends.docker import DockerCluster
-
-                return DockerCluster(spec, detached=detached).start()
-            return LocalCluster(spec, detached=detached).start()
+            return cluster_class(backend)(spec, detached=detached).start()
     except (ClusterStartError, TimeoutError, RuntimeError) as e:
         err.print(f"[red]rlsim cluster: {e}[/red]")
         raise typer.Exit(1) from e
@@ -106,11 +103,9 @@ def cluster(
 
 def _attach(name: str):
     st = state.load(name)
-    if st is not None and st.backend == "docker":
-        from rlsim.backends.docker import DockerCluster
-
-        return DockerCluster.attach(st)
-    return LocalCluster.attach(name)
+    if st is None:
+        raise LookupError(f"no rlsim cluster named {name!r} (see `rlsim status`)")
+    return attach(st)
 
 
 @app.command()

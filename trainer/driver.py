@@ -108,7 +108,7 @@ class Run:
         with Roles(cfg, self.plan, self.micro) as roles:
             roles.start()
             self.nodes = roles.nodes
-            self.log.emit("placement", workers=roles.where)
+            self.log.emit("placement", workers=roles.where, seconds=roles.timings)
             path = self.resume_point()
             if path:
                 self.load(roles, path)

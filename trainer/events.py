@@ -5,7 +5,8 @@ file): ``{"ts": <unix seconds>, "type": <name>, "attempt": <n>, ...fields}``. Ty
 
 ==================  =============================================================================
 run_start           algorithm, total_steps, plan (workers: index, node, gpus, roles), pid
-placement           workers (index, roles, ip, pid) once the workers stand
+placement           workers (index, roles, ip, pid, setup_s: where set-up went) once the workers
+                    stand; seconds (nodes, placement groups, workers ready: since bring-up began)
 step_end            step, metrics (``rollout/*``, ``train/*``, ``perf/*``)
 checkpoint_saved    step, path, seconds
 checkpoint_loaded   step, path

@@ -74,17 +74,21 @@ class Roles:
         self.workers: list = []
         self.where: list[dict] = []
         self.nodes: list[dict] = []
+        self.timings: dict[str, float] = {}  # bring-up, seconds since start() began
 
     # -- bring-up ------------------------------------------------------------------------------
     def start(self) -> Roles:
+        t0 = time.monotonic()
         self.nodes = wait_for_nodes(self.plan, self.ft.resources_timeout_s)
         deadline = time.monotonic() + self.ft.init_timeout_s
+        self.timings = {"nodes_s": time.monotonic() - t0}
         for k, node in enumerate(self.nodes):
             bundles = worker_bundles(self.plan, k)
             selector = [{"ray.io/node-id": node["NodeID"]}] * len(bundles)
             self.pgs.append(placement_group(bundles, strategy="STRICT_PACK",
                                             bundle_label_selector=selector, name=f"trainer-n{k}"))
         self._get([pg.ready() for pg in self.pgs], deadline, "placement groups", ResourceTimeout)
+        self.timings["placement_groups_s"] = time.monotonic() - t0
         cfg = self.cfg.model_dump()
         for slot in self.plan.workers:
             capacity = gpu_capacity(self.cfg, label_memory_gb(self.nodes[slot.node]))
@@ -96,6 +100,8 @@ class Roles:
             ).remote(cfg, self.plan, slot, self.micro, capacity)
             self.workers.append(actor)
         self._setup(deadline)
+        self.timings["workers_ready_s"] = time.monotonic() - t0
+        self.timings = {k: round(v, 3) for k, v in self.timings.items()}
         return self
 
     def _setup(self, deadline: float) -> None:

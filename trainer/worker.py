@@ -16,6 +16,7 @@ import contextlib
 import datetime
 import os
 import random
+import time
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +66,7 @@ class Worker:
 
     def __init__(self, cfg: dict, plan: Plan, slot: WorkerSlot, micro: dict[str, int],
                  capacity: float) -> None:
+        self._born = time.monotonic()
         torch.set_num_threads(1)
         torch.use_deterministic_algorithms(True)
         self.cfg = TrainerConfig.model_validate(cfg)
@@ -94,20 +96,27 @@ class Worker:
         """Join the training process group (if this worker trains) and build every role."""
         cfg = self.cfg
         timeout = datetime.timedelta(seconds=cfg.fault_tolerance.collective_timeout_s)
+        took = {"since_init_s": time.monotonic() - self._born}
+        t0 = time.monotonic()
         if store_addr is not None:
             self._join(store_addr, rank, world, timeout)
+        took["join_s"] = time.monotonic() - t0
         self.check_memory()
         roles = self.slot.roles
         for role in ("actor", "critic"):
             if role in roles:
+                t0 = time.monotonic()
                 self.engines[role] = self._engine(role)
+                took[f"{role}_engine_s"] = time.monotonic() - t0
+        t0 = time.monotonic()
         if "ref" in roles:
             self.ref = build_policy(cfg.model, cfg.seed).eval()
         if "rollout" in roles:
             from trainer.rollout import make_engine
 
             self.rollout = make_engine(cfg)
-        return self.where()
+        took["ref_rollout_s"] = time.monotonic() - t0
+        return {**self.where(), "setup_s": {k: round(v, 3) for k, v in took.items()}}
 
     def _join(self, store_addr: tuple[str, int], rank: int, world: int,
               timeout: datetime.timedelta) -> None:

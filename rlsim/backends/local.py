@@ -42,11 +42,8 @@ class LocalCluster(StartedCluster):
     # ---- lifecycle -------------------------------------------------------------------------
 
     @classmethod
-    def attach(cls, name: str) -> LocalCluster:
+    def attach(cls, st: ClusterState) -> LocalCluster:
         """A handle on a running cluster started elsewhere (``rlsim cluster --detach``)."""
-        st = state.load(name)
-        if st is None:
-            raise LookupError(f"no rlsim cluster named {name!r} (see `rlsim status`)")
         cluster = cls(st.spec, detached=st.detached)
         cluster.state = st
         cluster._firewall = Firewall(st.slot, st.session)

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlsim.backends import STARTED, cluster_class
 from rlsim.backends.base import ClusterStartError
-from rlsim.backends.local import LocalCluster
 from rlsim.backends.real import RealCluster, Unsupported, check_supported
 from rlsim.faults import FAULTS, Fault, FaultContext
 from rlsim.scenario.loader import REPO, resolve
@@ -123,16 +123,13 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
         if getattr(sc.cluster, key) not in ({}, "shared") and backend != "docker":
             raise Unsupported(f"cluster.{key} ({what}) needs container nodes: run it with "
                               "--backend docker")
-    if backend == "local":
-        return LocalCluster(spec)
     if backend == "docker":
-        from rlsim.backends.docker import DockerCluster, engine_problem, interpreter_problem
+        from rlsim.backends.docker import engine_problem, interpreter_problem
 
         problem = engine_problem() or next(
             (p for path in sc.cluster.python.values() if (p := interpreter_problem(path))), None)
         if problem:
             raise Unsupported(f"--backend docker: {problem}", missing_part=True)
-        return DockerCluster(spec)
     if backend == "real":
         address = ray_address or os.environ.get("RAY_ADDRESS")
         if not address:
@@ -141,7 +138,9 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
         kinds = [f.kind for f in sc.faults]
         check_supported(kinds)
         return RealCluster(address, spec, gpu_faults="gpu_oom" in kinds)
-    raise Unsupported(f"unknown backend {backend!r} (local, docker, real)")
+    if backend not in STARTED:
+        raise Unsupported(f"unknown backend {backend!r} ({', '.join(STARTED)}, real)")
+    return cluster_class(backend)(spec)
 
 
 def checkpoint_dir(out_dir: Path) -> Path:
