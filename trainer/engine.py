@@ -9,7 +9,6 @@ schedule exactly; ``full_state()`` is the whole model on every rank (gathered un
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,22 +39,11 @@ def _skip_shm_comm_build() -> None:
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
-def _skip_muon_import() -> None:
-    """DeepSpeed's ZeRO optimizer check imports its Muon optimizer only to list it as supported,
-    and that module runs ``torch.compile`` at import (torch's inductor): measured 1.9 s per engine
-    on 2 cores, paid by every worker of every attempt, for an optimizer the trainer never uses
-    (AdamW). A ``None`` in ``sys.modules`` makes the import raise ImportError, which DeepSpeed
-    handles by leaving Muon off the list. Nothing else changes; a process that already imported
-    Muon keeps it."""
-    sys.modules.setdefault("deepspeed.runtime.zero.muon.muon_optimizer", None)
-
-
 class DeepSpeedEngine:
     def __init__(self, module: torch.nn.Module, oc: OptimConfig, micro: int, accum: int) -> None:
         import deepspeed
 
         _skip_shm_comm_build()
-        _skip_muon_import()
         opt, sched = _optimizer(module, oc)
         bucket = int(min(5e8, max(1e5, sum(p.numel() for p in module.parameters()))))
         config = {
