@@ -56,6 +56,9 @@ class ClusterSpec(BaseModel):
     object_store_mb: int = Field(128, ge=64)
     health: HealthChecks = Field(default_factory=HealthChecks)
     ready_timeout_s: float = Field(60.0, gt=0)
+    dashboard: bool = Field(
+        True, description="run the head's dashboard (the Jobs API: `ray job submit`); a "
+                          "scenario's trainer is a plain driver and needs none")
     ray_version: dict[int, str] = Field(
         default_factory=dict,
         description="node index -> the Ray version its package reports (docker only: that node's "

@@ -69,7 +69,7 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
     if index == 0:
         kwargs.update(
             gcs_server_port=plan.gcs_port,
-            include_dashboard=True,
+            include_dashboard=spec.dashboard,
             dashboard_host="127.0.0.1" if addresses else address,
             dashboard_port=plan.dashboard_port,
         )

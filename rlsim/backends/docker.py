@@ -233,6 +233,8 @@ class DockerCluster(StartedCluster):
     @property
     def dashboard_url(self) -> str:
         """The dashboard listens on the head container's loopback only."""
+        if not self.spec.dashboard:
+            return "off (spec.dashboard)"
         return (f"http://127.0.0.1:{self._st.plan.dashboard_port} inside "
                 f"{self._container(0).name} (docker exec)")
 

@@ -105,7 +105,7 @@ class LocalCluster(StartedCluster):
 
     @property
     def dashboard_url(self) -> str:
-        return self._st.plan.dashboard_url
+        return self._st.plan.dashboard_url if self.spec.dashboard else "off (spec.dashboard)"
 
     def driver_env(self) -> dict[str, str]:
         return {"RAY_ADDRESS": self.address, **connect_env(str(state.auth_token_path()))}

@@ -30,7 +30,7 @@ def _docker_problem() -> str | None:
 def cluster(request):
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
     spec = ClusterSpec(name=f"pt-comp-{request.param}-{worker}-{os.getpid()}", nodes=NODES,
-                       gpus_per_node=GPUS)
+                       gpus_per_node=GPUS, dashboard=False)
     if request.param == "docker":
         require(_docker_problem())
         from rlsim.backends.docker import DockerCluster
