@@ -3,7 +3,8 @@
     .venv/bin/python bench/cluster.py [--nodes 4] [--gpus 8] [--repeat 3] [--skip-defaults]
 
 Rows: time until NODES x GPUS are alive with
-  * rlsim's local backend (own 127.x address per node, dashboard + Jobs API on the head),
+  * rlsim's local backend (own 127.x address per node, dashboard + Jobs API on the head), and
+    without the dashboard, as scenarios run it (their trainer is a plain driver),
   * Ray's in-process test cluster ``ray.cluster_utils.Cluster`` (one IP for all nodes),
   * sequential ``ray start`` (head with dashboard, then workers), each on its own 127.x address,
 then seconds from SIGKILL of a worker node to Ray declaring it dead (rlsim's tuned health checks
@@ -43,8 +44,9 @@ def rss_mb(pids: list[int]) -> float:
     return total / 2**20
 
 
-def time_rlsim(nodes: int, gpus: int) -> tuple[float, dict[str, float]]:
-    with LocalCluster(ClusterSpec(name="bench-up", nodes=nodes, gpus_per_node=gpus)) as c:
+def time_rlsim(nodes: int, gpus: int, dashboard: bool = True) -> tuple[float, dict[str, float]]:
+    spec = ClusterSpec(name="bench-up", nodes=nodes, gpus_per_node=gpus, dashboard=dashboard)
+    with LocalCluster(spec) as c:
         ready = c.timings["ready_s"]
         time.sleep(3)  # let agents settle before measuring memory
         infos = c.nodes()
@@ -141,6 +143,7 @@ def main() -> None:
 
     con.print(f"measuring bring-up of {shape} ...")
     ours, mem = time_rlsim(a.nodes, a.gpus)
+    bare, bare_mem = time_rlsim(a.nodes, a.gpus, dashboard=False)
     theirs = time_ray_cluster_utils(a.nodes, a.gpus)
     cli = time_ray_start(a.nodes, a.gpus)
     con.print("measuring failure detection ...")
@@ -152,6 +155,8 @@ def main() -> None:
         t.add_column(col)
     t.add_row(f"ready {shape}: rlsim local (own IPs, dashboard)", f"{ours:.2f} s",
               f"{ours / theirs:.2f}x", "<= 0.6x")
+    t.add_row(f"ready {shape}: rlsim local, no dashboard (scenarios)", f"{bare:.2f} s",
+              f"{bare / theirs:.2f}x", "")
     t.add_row(f"ready {shape}: ray.cluster_utils.Cluster (one IP)", f"{theirs:.2f} s", "1.00x", "")
     t.add_row(f"ready {shape}: sequential ray start (own IPs)", f"{cli:.2f} s",
               f"{cli / theirs:.2f}x", "")
@@ -161,6 +166,8 @@ def main() -> None:
     if default:
         t.add_row("kill -> dead, Ray default health checks", f"{default[0]:.2f} s", "", "")
     t.add_row("RSS head node (gcs, dashboard, raylet, agents)", f"{mem['head']:.0f} MB", "", "")
+    t.add_row("RSS head node without the dashboard (scenarios)", f"{bare_mem['head']:.0f} MB",
+              "", "")
     t.add_row("RSS per worker node (raylet + agents)", f"{mem['worker']:.0f} MB", "",
               "<= 250 MB")
     con.print(t)

@@ -82,15 +82,21 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
 def start_node(st: ClusterState, index: int, addresses: list[str] | None = None) -> int:
     """Start node ``index`` and return its raylet's pid. Must run in a launcher process."""
     import ray._private.node
+    import ray._private.utils
 
     os.environ[procs.NODE_VAR] = str(index)
     if st.cgroups:
         cgroups.NodeGroup(st.session, index).enter()
     st.node_dir(index).mkdir(parents=True, exist_ok=True)
-    node = ray._private.node.Node(
-        ray_params(st, index, addresses), head=index == 0, shutdown_at_exit=False,
-        spawn_reaper=False,
-    )
+    params = ray_params(st, index, addresses)
+    node = ray._private.node.Node(params, head=index == 0, shutdown_at_exit=False,
+                                  spawn_reaper=False)
+    # What `ray start` writes and Ray's "auto" address reads in this node's temp dir: a Ray Job's
+    # supervisor resolves its driver's RAY_ADDRESS from it. Without it Ray falls back to any
+    # gcs_server process on the machine, which with two clusters at once (pytest -n 2) was
+    # another cluster's.
+    gcs = f"{addresses[0]}:{st.plan.gcs_port}" if addresses else st.plan.gcs_address
+    ray._private.utils.write_ray_address(gcs, params.temp_dir)
     return node.all_processes["raylet"][0].process.pid
 
 

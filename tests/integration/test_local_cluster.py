@@ -109,6 +109,14 @@ def test_two_clusters_at_once_do_not_collide():
         assert not {n.address for n in a.plan.nodes} & {n.address for n in b.plan.nodes}
         assert a.plan.port_range != b.plan.port_range
         assert all(alive(c) == [0, 1] for c in clusters)
+        # Ray's "auto" address (a Ray Job's driver gets it) resolves, on every node, to the
+        # node's own cluster, never to the other gcs_server running on the machine
+        from ray._private.services import get_ray_address_from_environment
+
+        for st in (a, b):
+            for i in range(2):
+                assert get_ray_address_from_environment("auto", str(st.node_dir(i))) == \
+                    st.plan.gcs_address
         clusters[0].kill_node(1)  # a fault in one leaves the other untouched
         wait_until(lambda: alive(clusters[0]) == [0], 15, "node death in cluster 0")
         assert alive(clusters[1]) == [0, 1]
