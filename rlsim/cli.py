@@ -69,7 +69,7 @@ def cluster(
     cpus_per_node: int = typer.Option(4, help="Logical CPUs each node advertises."),
     name: str = typer.Option("rlsim", help="Cluster name (for status/down)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Leave it running and return."),
-    ready_timeout: float = typer.Option(60.0, help="Seconds to wait for every node to join."),
+    ready_timeout: float = typer.Option(60.0, help="Seconds each node may take to join."),
     backend: str = typer.Option("local", help="local (processes on 127.x addresses) or docker "
                                 "(one container per node)"),
 ) -> None:

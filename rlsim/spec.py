@@ -55,7 +55,8 @@ class ClusterSpec(BaseModel):
     cpus_per_node: int = Field(4, ge=1)
     object_store_mb: int = Field(128, ge=64)
     health: HealthChecks = Field(default_factory=HealthChecks)
-    ready_timeout_s: float = Field(60.0, gt=0)
+    ready_timeout_s: float = Field(60.0, gt=0, description="bound on one node's (re)start; a "
+                                   "whole cluster's start gets it once per node")
     dashboard: bool = Field(
         True, description="run the head's dashboard (the Jobs API: `ray job submit`); a "
                           "scenario's trainer is a plain driver and needs none")

@@ -86,8 +86,9 @@ class StartedCluster:
         first missing node (and whatever :meth:`_check_starting` raises earlier).
         """
         st = self._st
-        timeout = st.spec.ready_timeout_s if timeout is None else timeout
         want = set(range(st.spec.nodes) if indices is None else indices)
+        # ready_timeout_s bounds one node's (re)start: a whole cluster gets it once per node
+        timeout = st.spec.ready_timeout_s * len(want) if timeout is None else timeout
         deadline = time.monotonic() + timeout
         while True:
             infos = self.nodes(exclude_ids)
@@ -103,8 +104,8 @@ class StartedCluster:
                     f"cluster {st.spec.name!r} ({self.name}): node(s) {missing} not alive after "
                     f"{timeout:.0f} s (alive: {sorted(n.index for n in infos if n.alive)}, GPUs "
                     f"seen {gpus} of {st.spec.nodes * st.spec.gpus_per_node}). Raise "
-                    f"ready_timeout_s (--ready-timeout) if the machine is just slow. Node {first} "
-                    f"log tail:\n" + self.logs(first)
+                    f"ready_timeout_s (--ready-timeout, per node) if the machine is just slow. "
+                    f"Node {first} log tail:\n" + self.logs(first)
                 )
             time.sleep(0.1)
 

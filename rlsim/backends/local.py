@@ -175,12 +175,13 @@ class LocalCluster(StartedCluster):
             try:
                 proc = subprocess.run(
                     cmd, stdout=subprocess.PIPE, stderr=err, text=True,
-                    timeout=st.spec.ready_timeout_s,
+                    timeout=st.spec.ready_timeout_s * len(indices),
                 )
             except subprocess.TimeoutExpired as e:
                 raise ClusterStartError(
                     f"cluster {st.spec.name!r}: starting node(s) {indices} took over "
-                    f"{st.spec.ready_timeout_s:.0f} s (ready_timeout_s). Log tail:\n"
+                    f"{st.spec.ready_timeout_s * len(indices):.0f} s (ready_timeout_s per node). "
+                    "Log tail:\n"
                     + self.logs(indices[0])
                 ) from e
         for line in proc.stdout.splitlines():

@@ -32,7 +32,8 @@ class ClusterSection(_Strict):
     gpus_per_node: int = Field(2, ge=0, le=64)
     gpu_memory_gb: float = Field(80.0, gt=0)
     backend: Literal["local", "docker", "real"] = "local"
-    ready_timeout_s: float = Field(60, gt=0, description="bound on a node (re)start")
+    ready_timeout_s: float = Field(60, gt=0, description="bound on one node's (re)start (a "
+                                   "cluster's start: once per node)")
     ray_version: dict[int, str] = Field(
         default_factory=dict,
         description="node index -> the Ray version that node's package reports (docker: a node "
