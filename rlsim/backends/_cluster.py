@@ -1,15 +1,18 @@
 """What the local and docker backends share: one Ray cluster of ``spec.nodes`` nodes that rlsim
-started and tears down. Context management, the bounded wait for nodes, named ports and the
-network verbs live here once; a backend supplies ``start``/``stop``, ``nodes``, ``logs`` and a
+started and tears down. Start-up and teardown, context management, the bounded wait for nodes,
+named ports and the network verbs live here once; a backend supplies ``_prepare``,
+``_launch_nodes`` and ``_reap`` (what start and stop do differently), ``nodes``, ``logs`` and a
 ``firewall`` with ``apply``/``heal``."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
 
+from rlsim import state
 from rlsim.backends.base import NodeInfo
 from rlsim.net import iptables
 from rlsim.net.alloc import named_ports
@@ -23,6 +26,56 @@ class StartedCluster:
     name = "cluster"
     spec: ClusterSpec
     state: ClusterState | None
+    detached: bool
+    timings: dict[str, float]
+    _stopped: ClusterState | None
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    def start(self):
+        """Bring the cluster up and wait until every node is alive with its GPUs.
+
+        Raises ClusterStartError or TimeoutError, after tearing down what was started, naming the
+        node that did not come up and its log tail.
+        """
+        from rlsim.backends.local import reap_abandoned  # local imports this module
+
+        self._check_can_start()
+        t0 = time.monotonic()
+        reap_abandoned()
+        self.state = state.reserve(self.spec, backend=self.name, detached=self.detached)
+        try:
+            self._prepare(self.state)
+            shutil.rmtree(self.state.root, ignore_errors=True)
+            self.state.root.mkdir(parents=True)
+            self._launch_nodes()
+            self.timings["launched_s"] = time.monotonic() - t0
+            self.wait_for_nodes()
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["ready_s"] = time.monotonic() - t0
+        return self
+
+    def stop(self) -> None:
+        """Tear down everything the cluster made (see :meth:`_reap`). Safe twice."""
+        st = self.state
+        if st is None:
+            return
+        self._reap(st)
+        self._stopped, self.state = st, None
+
+    def _check_can_start(self) -> None:
+        """Raise ClusterStartError when this machine cannot run the backend at all."""
+
+    def _prepare(self, st: ClusterState) -> None:
+        """What the backend readies once the slot is reserved (torn down by stop on failure)."""
+
+    def _launch_nodes(self) -> None:
+        raise NotImplementedError
+
+    def _reap(self, st: ClusterState) -> None:
+        raise NotImplementedError
 
     def __enter__(self):
         return self.start() if self.state is None else self

@@ -124,44 +124,29 @@ class DockerCluster(StartedCluster):
             cluster.containers[int(c.labels["rlsim.node"])] = c
         return cluster
 
-    def start(self) -> DockerCluster:
-        from rlsim.backends.docker_image import build
-        from rlsim.backends.local import reap_abandoned
-
+    def _check_can_start(self) -> None:
         problem = engine_problem()
         if problem:
             raise ClusterStartError(f"--backend docker: {problem}")
-        t0 = time.monotonic()
-        reap_abandoned()
-        self.state = state.reserve(self.spec, backend=self.name, detached=self.detached)
-        st = self.state
+
+    def _prepare(self, st: ClusterState) -> None:
+        from rlsim.backends.docker_image import build
+
         if st.slot > 255:
             raise ClusterStartError("docker backend: slot above 255 has no subnet")
-        try:
-            client = _client()
-            self.image = build(client)
-            self.timings["image_s"] = time.monotonic() - t0
-            shutil.rmtree(st.root, ignore_errors=True)
-            st.root.mkdir(parents=True)
-            self.network = _create_network(client, st)
-            for index in range(self.spec.nodes):
-                self._run_node(index)
-            self.timings["launched_s"] = time.monotonic() - t0
-            self.wait_for_nodes()
-        except BaseException:
-            self.stop()
-            raise
-        self.timings["ready_s"] = time.monotonic() - t0
-        return self
+        t0 = time.monotonic()
+        self.image = build(_client())
+        self.timings["image_s"] = time.monotonic() - t0
 
-    def stop(self) -> None:
-        """Remove the containers and the network (by label), the state and node dirs. Safe twice."""
-        st = self.state
-        if st is None:
-            return
+    def _launch_nodes(self) -> None:
+        self.network = _create_network(_client(), self._st)
+        for index in range(self.spec.nodes):
+            self._run_node(index)
+
+    def _reap(self, st: ClusterState) -> None:
+        """Remove the containers, network and volumes (by label), the state and node dirs."""
         reap_docker(st)
         self.containers.clear()
-        self._stopped, self.state = st, None
 
     def leaks(self) -> list[str]:
         st = self._stopped or self.state

@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from rlsim import cgroups, procs, state
@@ -49,38 +48,18 @@ class LocalCluster(StartedCluster):
         cluster._firewall = Firewall(st.slot, st.session)
         return cluster
 
-    def start(self) -> LocalCluster:
-        """Bring the cluster up and wait until every node is alive with its GPUs.
+    def _prepare(self, st: ClusterState) -> None:
+        st.cgroups = cgroups.available() is None
+        state.save(st)
+        self._firewall = Firewall(st.slot, st.session)
+        self._firewall.heal()  # a chain left by a crashed owner of this slot
 
-        Raises ClusterStartError (after tearing down what was started) naming the node that did
-        not come up and its log tail.
-        """
-        t0 = time.monotonic()
-        reap_abandoned()
-        self.state = state.reserve(self.spec, backend=self.name, detached=self.detached)
-        self.state.cgroups = cgroups.available() is None
-        state.save(self.state)
-        self._firewall = Firewall(self.state.slot, self.state.session)
-        try:
-            self._firewall.heal()  # a chain left by a crashed owner of this slot
-            shutil.rmtree(self.state.root, ignore_errors=True)
-            self.state.root.mkdir(parents=True)
-            self._launch(list(range(self.spec.nodes)))
-            self.timings["launched_s"] = time.monotonic() - t0
-            self.wait_for_nodes()
-        except BaseException:
-            self.stop()
-            raise
-        self.timings["ready_s"] = time.monotonic() - t0
-        return self
+    def _launch_nodes(self) -> None:
+        self._launch(list(range(self.spec.nodes)))
 
-    def stop(self) -> None:
-        """Heal faults, SIGCONT and SIGKILL every labelled process, drop the state. Safe twice."""
-        st = self.state
-        if st is None:
-            return
+    def _reap(self, st: ClusterState) -> None:
+        """Heal faults, SIGCONT and SIGKILL every labelled process, drop the state."""
         reap(st)
-        self._stopped, self.state = st, None
 
     def leaks(self) -> list[str]:
         """What the stopped cluster left behind: processes of its session, its iptables chain,
