@@ -119,7 +119,10 @@ def _storage(by_index: dict[int, dict], looks: dict[int, dict], seen: dict[int, 
                    "mount the checkpoint directory writable on every node")
            for i, look in looks.items() if "write_error" in look]
     wrote = sorted(i for i, look in looks.items() if "write_error" not in look)
-    views = {i: sorted(set(seen.get(i, [])) & set(wrote)) for i in wrote}
+    out += [Finding("error", "probe", f"{_name(by_index[i])} did not list {checkpoint_dir}",
+                    "check the node is up and runs this environment (rlsim status)")
+            for i in wrote if i not in seen]
+    views = {i: sorted(set(seen[i]) & set(wrote)) for i in wrote if i in seen}
     blind = {i: v for i, v in views.items() if v != wrote}
     if blind:
         detail = "; ".join(f"node {i} sees the files of node(s) {', '.join(map(str, v)) or 'none'}"
@@ -153,7 +156,7 @@ def examine(cluster, checkpoint_dir: str | None = None) -> Report:
 
     report.looks = each("look", lambda i: {"targets": targets[i]})
     if checkpoint_dir:
-        report.seen = {i: r.get("seen", []) for i, r in each("seen").items()}
+        report.seen = {i: r["seen"] for i, r in each("seen").items() if "seen" in r}
         each("clean")
     report.findings = diagnose(report.endpoints, report.looks, report.seen, checkpoint_dir)
     report.seconds = round(time.monotonic() - t0, 3)

@@ -75,3 +75,9 @@ def test_probe_runs_as_a_process_and_reports_a_refused_port():
                          check=True)
     [r] = json.loads(out.stdout)["reach"]
     assert r["ok"] is False and r["error"]
+
+
+def test_a_node_that_could_not_list_the_directory_is_a_probe_error_not_node_local_storage():
+    looks = {i: look() for i in range(3)}
+    [f] = diagnose(EPS, looks, {0: [0, 1, 2], 1: [0, 1, 2]}, "/ckpt")
+    assert (f.level, f.check) == ("error", "probe") and "node 2 (10.0.0.12)" in f.message
