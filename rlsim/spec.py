@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import time
@@ -20,6 +21,13 @@ def rlsim_home() -> Path:
     Kept short on purpose: Ray puts unix sockets under it and socket paths are limited to 107 bytes.
     """
     return Path(os.environ.get("RLSIM_HOME", "/tmp/.rlsim"))
+
+
+def home_id() -> str:
+    """Eight hex digits naming this home on the machine: what rlsim creates outside the home
+    (iptables chains, container labels, docker networks) carries it, so that a reaper or
+    ``down --all`` touches only what this home made, never another user's or CI job's."""
+    return hashlib.sha256(str(rlsim_home().resolve()).encode()).hexdigest()[:8]
 
 
 class HealthChecks(BaseModel):
