@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from trainer.config import load_config
+from trainer.config import load_config, preflight
 from trainer.errors import ConfigError
 
 
@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)
+        preflight(cfg)  # before Ray and torch load: a bad config is refused in well under a second
     except ConfigError as e:
         print(f"trainer: {e}", file=sys.stderr)
         return 2

@@ -161,18 +161,47 @@ class TrainerConfig(_Section):
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``["a.b=1", "c=x"]`` -> nested dict; values parse as YAML scalars."""
+    """``["a.b=1", "c=x"]`` -> nested dict; values parse as YAML scalars (or flow lists/maps)."""
     out: dict[str, Any] = {}
+    given: dict[str, str] = {}  # dotted key -> the override that set it
     for item in items:
         key, sep, raw = item.partition("=")
-        if not sep or not key:
+        key = key.strip()
+        parts = key.split(".")
+        if not sep or not all(p.strip() for p in parts):
             raise ConfigError(f"override {item!r}: write key=value, e.g. total_steps=40")
+        value = _override_value(item, raw)
         node = out
-        *parents, leaf = key.strip().split(".")
-        for part in parents:
+        for n, part in enumerate(parts[:-1], 1):
             node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(raw) if raw else ""
+            if not isinstance(node, dict):  # an earlier override set this prefix to a value
+                prefix = ".".join(parts[:n])
+                _clash(item, next(i for k, i in given.items()
+                                  if prefix == k or prefix.startswith(k + ".")), prefix)
+        inner = next((i for k, i in given.items() if k.startswith(key + ".")), None)
+        if inner:  # an earlier override set a key inside this one
+            _clash(item, inner, key)
+        given[key] = item
+        node[parts[-1]] = value
     return out
+
+
+def _clash(item: str, earlier: str, key: str) -> None:
+    raise ConfigError(f"override {item!r} conflicts with {earlier!r}: {key} cannot be both a "
+                      "value and a section. Fix: keep one of the two")
+
+
+def _override_value(item: str, raw: str) -> Any:
+    if not raw:
+        return ""
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"override {item!r}: the value is not valid YAML ({problem}). Fix: "
+                          "close its brackets or quotes, or quote the whole value") from None
+    except RecursionError:
+        raise ConfigError(f"override {item!r}: the value nests too deeply") from None
 
 
 def _merge(base: dict, extra: dict) -> dict:
@@ -205,14 +234,7 @@ def load_config(path: str | Path | None,
     source = "<defaults>"
     if path is not None:
         source = str(path)
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file (pass --config PATH)") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML: {e}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of keys, not {type(data)}")
+        data = _read_yaml(Path(path))
     extra = overrides if isinstance(overrides, dict) else parse_overrides(list(overrides or []))
     if extra:
         source += " + overrides " + ", ".join(sorted(_flat(extra)))
@@ -222,8 +244,45 @@ def load_config(path: str | Path | None,
         raise ConfigError(_explain(e, source)) from None
 
 
+def _read_yaml(path: Path) -> dict:
+    """The mapping a YAML config file holds; :class:`ConfigError` naming the file otherwise."""
+    fix = "Fix: pass --config a trainer YAML file such as fixtures/trainer/grpo_tiny.yaml"
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file. {fix}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path} is a directory, not a config file. {fix}") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read it ({e.strerror}). {fix}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}): a binary file? {fix}") \
+            from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nests too deeply to be a trainer config. {fix}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys, not a "
+                          f"{type(data).__name__}. {fix}")
+    return data
+
+
 def _flat(d: dict, prefix: str = "") -> list[str]:
     keys: list[str] = []
     for k, v in d.items():
         keys += _flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
     return keys
+
+
+def preflight(cfg: TrainerConfig) -> None:
+    """Check, without Ray and without writing anything, that ``cfg`` can start: the prompt file,
+    the model's shape and path, the checkpoint to resume, the placement plan. Raises
+    :class:`ConfigError` naming the field and the fix (see :mod:`trainer.preflight`)."""
+    from trainer.preflight import preflight as check  # it needs placement, which needs this module
+
+    check(cfg)

@@ -20,8 +20,11 @@ from pathlib import Path
 
 import torch
 
+from trainer.errors import ConfigError
+
 DIGITS = 6
 EQ, PAD = 10, 11  # token ids: 0-9 are the digits themselves
+PROMPT_CHARS = frozenset("0123456789=")
 
 
 def generate(count: int, seed: int) -> list[dict]:
@@ -43,13 +46,57 @@ def encode(prompt: str) -> list[int]:
     return [EQ if ch == "=" else int(ch) for ch in prompt]
 
 
+def read_prompts(path: str | Path) -> list[list[int]]:
+    """The token ids of every prompt in a jsonl file, one ``{"prompt": "123456="}`` object a line.
+
+    Raises :class:`ConfigError` naming ``data.path``, the line and the fix for a file that is
+    missing, unreadable, not UTF-8, empty, or has a line of another shape; never a traceback.
+    """
+    where = f"data.path={str(path)!r}"
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such prompt file. Fix: point data.path at a jsonl "
+                          "file such as fixtures/data/digits.jsonl") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{where} is a directory. Fix: point data.path at a jsonl file "
+                          "inside it") from None
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read it ({e.strerror}). Fix: make it readable "
+                          "by this user") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where}: not UTF-8 text (byte {e.start}). Fix: data.path takes a "
+                          "jsonl file, one JSON object a line") from None
+    rows = [_prompt_row(line, f"{where} line {n}")
+            for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not rows:
+        raise ConfigError(f"{where}: the file holds no prompts. Fix: one line per prompt, "
+                          'e.g. {"prompt": "123456="}')
+    widths = {len(r) for r in rows}
+    if len(widths) > 1:
+        raise ConfigError(f"{where}: prompts of {sorted(widths)} tokens; they must all have the "
+                          "same length (six digits and '=')")
+    return rows
+
+
+def _prompt_row(line: str, where: str) -> list[int]:
+    example = 'Fix: write one JSON object a line, e.g. {"prompt": "123456="}'
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError) as e:
+        raise ConfigError(f"{where}: not JSON ({getattr(e, 'msg', e)}). {example}") from None
+    prompt = row.get("prompt") if isinstance(row, dict) else None
+    if not isinstance(prompt, str) or not prompt:
+        raise ConfigError(f"{where}: no \"prompt\" string. {example}")
+    if not set(prompt) <= PROMPT_CHARS:
+        raise ConfigError(f"{where}: prompt {prompt[:40]!r} has characters other than the "
+                          f"digits 0-9 and '=' (the fixtures' tokenizer). {example}")
+    return encode(prompt)
+
+
 def load_prompts(path: str | Path) -> torch.Tensor:
-    """All prompts of a jsonl file as one (N, 7) token tensor."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"data.path={path!r}: no such prompt file (see trainer/data.py)")
-    rows = [encode(json.loads(line)["prompt"]) for line in p.read_text().splitlines() if line]
-    return torch.tensor(rows, dtype=torch.long)
+    """All prompts of a jsonl file as one (N, 7) token tensor (errors as :func:`read_prompts`)."""
+    return torch.tensor(read_prompts(path), dtype=torch.long)
 
 
 def reward(prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:

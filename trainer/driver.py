@@ -10,6 +10,7 @@ else, or one failure too many, ends the run with an ``error`` event and a non-ze
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import ray
@@ -17,7 +18,7 @@ import torch
 
 from trainer import checkpoint as ckpt
 from trainer import grpo, ppo
-from trainer.config import TrainerConfig
+from trainer.config import TrainerConfig, preflight
 from trainer.data import PromptLoader, load_prompts
 from trainer.errors import CheckpointError, CheckpointNotShared, SimulatedCudaOOM, TrainerError
 from trainer.events import EventLog
@@ -144,11 +145,16 @@ class Run:
 def run(cfg: TrainerConfig) -> int:
     """Train; return the process exit code (0 completed, 2 failed with a typed error)."""
     cfg = _absolute_paths(cfg)  # workers run in other directories
+    try:  # a config that cannot start is refused before the run directory is written
+        preflight(cfg)
+        plan = plan_placement(cfg)
+    except TrainerError as e:
+        print(f"trainer: {e}", file=sys.stderr, flush=True)
+        return 2
     log = EventLog(cfg.run_dir, cfg.logging.tensorboard)
     t0 = time.monotonic()
     step = 0
     try:
-        plan = plan_placement(cfg)
         log.emit("run_start", algorithm=cfg.algorithm, total_steps=cfg.total_steps, pid=os.getpid(),
                  plan=[{"index": w.index, "node": w.node, "gpus": w.gpus, "roles": w.ranks}
                        for w in plan.workers], warnings=list(plan.warnings))
