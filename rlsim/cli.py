@@ -187,13 +187,12 @@ def doctor(
         None, "--checkpoint-dir", help="Also check that every node sees one storage there."),
 ) -> None:
     """Pre-flight checks from every node: versions, ports between nodes, shared checkpoints.
-    Exit 0: nothing or only warnings; 1: errors (the run would fail); 2: no such cluster."""
+    Exit 0: nothing or only warnings; 1: errors (the run would fail); 2: no such cluster, or
+    no Ray cluster answers at --ray-address (within seconds); 130/143: Ctrl-C/SIGTERM."""
     from rlsim import doctor as doc
 
     if ray_address:
-        from rlsim.backends.real import RealCluster
-
-        cluster = RealCluster(ray_address).start()
+        cluster = _connect_real(doc, ray_address)
     elif name or len(state.load_all()) == 1:
         name = name or state.load_all()[0].spec.name
         if state.load(name) is None:
@@ -215,6 +214,33 @@ def doctor(
     if not report.findings:
         console.print(f"[green]no findings[/green] ({report.seconds:.1f} s)")
     raise typer.Exit(0 if report.ok else 1)
+
+
+DOCTOR_CONNECT_TIMEOUT_S = 90.0  # joining and placing an agent on every node of a real cluster
+
+
+def _connect_real(doc, ray_address: str):
+    """A RealCluster on ``ray_address``, or exit 2 with one line: asked first with a bounded
+    connection, then joined with Ctrl-C, SIGTERM and a time limit ending the wait at once."""
+    from rlsim.backends.real import RealCluster
+
+    try:
+        host, port = doc.parse_address(ray_address)
+    except ValueError as e:
+        err.print(f"rlsim doctor: {e}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    with doc.connecting(ray_address, DOCTOR_CONNECT_TIMEOUT_S):
+        silence = doc.gcs_silence(host, port)
+        if silence is None:
+            try:
+                return RealCluster(ray_address).start()
+            except Exception as e:  # noqa: BLE001 - Ray's many ways of refusing: one line each
+                silence = f"joining failed: {str(e).strip().splitlines()[0] if str(e) else e!r}"
+    err.print(f"rlsim doctor: no Ray cluster answers at {ray_address} ({silence}). Fix: give the "
+              "head's GCS address (HOST:PORT, port 6379 unless `ray start --port` said "
+              "otherwise) and check that this host can reach it", markup=False, highlight=False,
+              soft_wrap=True)
+    raise typer.Exit(2)
 
 
 def _doctor_table(report, checkpoint_dir: str | None) -> Table:

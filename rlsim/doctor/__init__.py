@@ -18,12 +18,25 @@ Planning the probes and judging their answers are pure functions (:func:`plan_ta
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import signal
+import socket
+import sys
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 VERSIONED = ("python", "ray", "torch", "deepspeed")
+GCS_ANSWER_TIMEOUT_S = 3.0  # a GCS that is up answers a connection in milliseconds
+ADDRESS_RE = re.compile(r"^(?:\[([0-9a-fA-F:.]+)\]|([A-Za-z0-9_.-]+)):(\d{1,5})$")
+# what a gRPC server (Ray's GCS is one) sends first: an HTTP/2 SETTINGS frame
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+H2_SETTINGS = 0x4
 
 
 @dataclass(frozen=True)
@@ -161,3 +174,83 @@ def examine(cluster, checkpoint_dir: str | None = None) -> Report:
     report.findings = diagnose(report.endpoints, report.looks, report.seen, checkpoint_dir)
     report.seconds = round(time.monotonic() - t0, 3)
     return report
+
+
+# ---- reaching a cluster rlsim did not start ----------------------------------------------------
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``[IPv6]:PORT``) of a GCS -> (host, port); :class:`ValueError` saying
+    what is wrong and the fix otherwise."""
+    m = ADDRESS_RE.match(text.strip())
+    fix = "Fix: give the head's GCS address as HOST:PORT, e.g. --ray-address 10.0.0.1:6379"
+    if not m:
+        raise ValueError(f"--ray-address {text!r} is not HOST:PORT. {fix}")
+    port = int(m.group(3))
+    if not 1 <= port <= 65535:
+        raise ValueError(f"--ray-address {text!r}: port {port} is outside 1-65535. {fix}")
+    return m.group(1) or m.group(2), port
+
+
+def gcs_silence(host: str, port: int, timeout_s: float = GCS_ANSWER_TIMEOUT_S) -> str | None:
+    """None if a gRPC server answers at ``host:port`` within ``timeout_s``, else what happened.
+
+    Ray's own connection to an address nobody serves retries for minutes, deep in C++, printing
+    only its warnings; asking first answers in seconds. With TLS on (``RAY_USE_TLS``) only the TCP
+    connection is checked: the plain HTTP/2 greeting would not be understood.
+    """
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                return None
+            sock.settimeout(timeout_s)
+            sock.sendall(H2_PREFACE)
+            head = sock.recv(9)
+    except TimeoutError:
+        return f"no answer within {timeout_s:g} s"
+    except OSError as e:
+        return e.strerror or str(e) or type(e).__name__
+    if len(head) < 4 or head[3] != H2_SETTINGS:
+        return "something answers there, but not a Ray GCS (it does not speak gRPC)"
+    return None
+
+
+@contextlib.contextmanager
+def connecting(address: str, timeout_s: float) -> Iterator[None]:
+    """While inside: Ctrl-C or SIGTERM end the process at once (exit 128 + the signal), and so
+    does ``timeout_s`` passing (exit 2), each with one line naming ``address``.
+
+    Ray connects inside C++, where Python's own signal handlers do not run until it gives up
+    (minutes): here the signals are blocked in this thread (and the threads Ray starts meanwhile)
+    and a watcher thread takes them instead. Must be entered from the main thread.
+    """
+    sigs = {signal.SIGINT, signal.SIGTERM}
+    done = threading.Event()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done.is_set():
+            got = signal.sigtimedwait(sigs, 0.1)
+            if got is not None:
+                _leave(f"stopped by {signal.Signals(got.si_signo).name} while connecting to "
+                       f"the Ray cluster at {address}", 128 + got.si_signo)
+            if time.monotonic() > deadline and not done.is_set():
+                _leave(f"the Ray cluster at {address} did not let rlsim connect within "
+                       f"{timeout_s:g} s. Fix: check the address is the head's GCS (ray status "
+                       "--address on the head) and that its auth settings are in the environment",
+                       2)
+
+    watcher = threading.Thread(target=watch, name="doctor-connect-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a signal still pending lands now
+
+
+def _leave(message: str, code: int) -> None:
+    print(f"rlsim doctor: {message}", file=sys.stderr, flush=True)
+    os._exit(code)
