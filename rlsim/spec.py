@@ -2,25 +2,70 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import stat
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlsim.net.alloc import MAX_NODES, ClusterPlan, plan_cluster
+from rlsim.net.alloc import MAX_NODES, MAX_SLOTS, ClusterPlan, plan_cluster
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+SESSION_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}-([0-9a-f]{8})$")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a cluster (it becomes a file name in the home), or None."""
+    if NAME_RE.match(name):
+        return None
+    return (f"cluster name {name!r} must be 1-32 of a-z, 0-9, '-', '_' and start with a letter "
+            "or digit")
 
 
 def rlsim_home() -> Path:
-    """Where rlsim keeps state, tokens and node temp dirs (``RLSIM_HOME``, default /tmp/.rlsim).
+    """Where rlsim keeps state, tokens and node temp dirs: ``RLSIM_HOME``, else
+    ``$XDG_RUNTIME_DIR/rlsim`` when that runtime dir is set and this user's, else
+    ``/tmp/rlsim-<uid>``. Per user, because whoever owns the home decides what rlsim (often root)
+    reads, writes and deletes; :func:`rlsim.state.home` creates and checks it.
 
-    Kept short on purpose: Ray puts unix sockets under it and socket paths are limited to 107 bytes.
+    Kept short on purpose: Ray puts unix sockets under it and socket paths are limited to 107 bytes
+    (see :func:`socket_path_problem`).
     """
-    return Path(os.environ.get("RLSIM_HOME", "/tmp/.rlsim"))
+    if os.environ.get("RLSIM_HOME"):
+        return Path(os.environ["RLSIM_HOME"])
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime):
+        with contextlib.suppress(OSError):
+            st = os.lstat(runtime)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+                return Path(runtime) / "rlsim"
+    return Path(f"/tmp/rlsim-{os.geteuid()}")
+
+
+class HomeError(RuntimeError):
+    """The rlsim home, or an entry in it, is not safe to use (another user's, a symlink, writable
+    by others). The message names the path and the fix."""
+
+
+# What Ray adds under a node's temp dir for its longest unix socket:
+# "/session_<YYYY-mm-dd_HH-MM-SS_ffffff>_<pid up to 7 digits>/sockets/plasma_store.<n>"
+RAY_SOCKET_TAIL = len("/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store.9")
+SOCKET_PATH_MAX = 107  # AF_UNIX sun_path on Linux, less its terminating NUL
+
+
+def socket_path_problem(node_dir: Path) -> str | None:
+    """Why Ray could not bind its sockets under ``node_dir`` (too long a path), or None."""
+    longest = len(str(node_dir).encode()) + RAY_SOCKET_TAIL
+    if longest <= SOCKET_PATH_MAX:
+        return None
+    return (f"Ray's unix sockets under {node_dir} would be {longest} bytes long, over the "
+            f"{SOCKET_PATH_MAX} a socket path may have: set RLSIM_HOME to a shorter directory "
+            f"(at most {len(str(rlsim_home()).encode()) - longest + SOCKET_PATH_MAX} bytes)")
 
 
 def home_id() -> str:
@@ -90,12 +135,60 @@ class ClusterSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _name_ok(cls, v: str) -> str:
-        if not NAME_RE.match(v):
-            raise ValueError(
-                f"cluster name {v!r} must be 1-32 of a-z, 0-9, '-', '_' and start with a letter "
-                "or digit"
-            )
+        problem = name_problem(v)
+        if problem:
+            raise ValueError(problem)
         return v
+
+    @field_validator("ray_version")
+    @classmethod
+    def _versions_ok(cls, v: dict[int, str]) -> dict[int, str]:
+        for index, version in v.items():
+            problem = ray_version_problem(version)
+            if problem:
+                raise ValueError(f"node {index}: {problem}")
+        return v
+
+    @field_validator("python")
+    @classmethod
+    def _pythons_ok(cls, v: dict[int, str]) -> dict[int, str]:
+        for index, path in v.items():
+            problem = python_problem(path)
+            if problem:
+                raise ValueError(f"node {index}: {problem}")
+        return v
+
+    @model_validator(mode="after")
+    def _indices_on_nodes(self) -> ClusterSpec:
+        for field in ("ray_version", "python"):
+            bad = [i for i in getattr(self, field) if not 0 <= i < self.nodes]
+            if bad:
+                raise ValueError(f"{field} names node {bad[0]}; the cluster has nodes "
+                                 f"0..{self.nodes - 1}: use one of those indices")
+        return self
+
+
+def ray_version_problem(version: str) -> str | None:
+    """Why ``version`` cannot be a node's Ray version, or None. The string ends up inside Python
+    source in the node (its ray/_version.py), so only a plain PEP 440 version will do."""
+    try:
+        Version(version)
+    except InvalidVersion:
+        return f"ray_version {version!r} is not a PEP 440 version: write it as e.g. '2.59.0'"
+    if version != version.strip():
+        return f"ray_version {version!r} has surrounding whitespace: write it as e.g. '2.59.0'"
+    return None
+
+
+def python_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a node's Python interpreter (it is executed as given), or None."""
+    if not os.path.isabs(path):
+        return (f"python {path!r} is not an absolute path: give the interpreter's full path, "
+                "e.g. /usr/bin/python3")
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        return (f"python {path!r} is not an executable file on this host: install it or give "
+                "another interpreter's full path")
+    return None
 
 
 class ClusterState(BaseModel):
@@ -106,14 +199,23 @@ class ClusterState(BaseModel):
     """
 
     spec: ClusterSpec
-    slot: int
-    session: str
+    slot: int = Field(ge=0, lt=MAX_SLOTS)
+    session: str = Field(description="<name>-<8 hex digits>, unique per start: labels the "
+                         "cluster's processes, cgroups and run directory")
     backend: str = "local"
-    owner_pid: int
+    owner_pid: int = Field(ge=1)
     detached: bool = False
     created: float = Field(default_factory=time.time)
     cgroups: bool = Field(False, description="node i lives in cgroup rlsim/<session>/n<i>")
     pids: dict[int, int] = Field(default_factory=dict, description="node index -> raylet pid")
+
+    @field_validator("session")
+    @classmethod
+    def _session_ok(cls, v: str) -> str:
+        # It becomes a cgroup path and the run directory's name: nothing that could climb out.
+        if not SESSION_RE.match(v):
+            raise ValueError(f"session {v!r} is not <cluster name>-<8 hex digits>")
+        return v
 
     @property
     def plan(self) -> ClusterPlan:
@@ -121,7 +223,12 @@ class ClusterState(BaseModel):
 
     @property
     def root(self) -> Path:
-        return rlsim_home() / "run" / self.spec.name
+        """This start's run directory: named by the session's random part, so that a cluster
+        started later under the same name never shares (or loses) it, and short, for Ray's
+        socket paths beneath it."""
+        match = SESSION_RE.match(self.session)
+        assert match is not None  # checked by the validator
+        return rlsim_home() / "run" / match.group(1)
 
     def node_dir(self, index: int) -> Path:
         return self.root / f"n{index}"

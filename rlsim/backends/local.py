@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 from rlsim import cgroups, procs, state
 from rlsim.backends._cluster import StartedCluster
@@ -22,7 +21,7 @@ from rlsim.backends.base import ClusterStartError, NodeInfo
 from rlsim.backends.gcs import alive_nodes, connect_env
 from rlsim.net import iptables
 from rlsim.net.iptables import Firewall
-from rlsim.spec import ClusterSpec, ClusterState
+from rlsim.spec import ClusterSpec, ClusterState, socket_path_problem
 
 
 class LocalCluster(StartedCluster):
@@ -49,6 +48,9 @@ class LocalCluster(StartedCluster):
         return cluster
 
     def _prepare(self, st: ClusterState) -> None:
+        problem = socket_path_problem(st.node_dir(st.spec.nodes - 1))
+        if problem:
+            raise ClusterStartError(f"cluster {st.spec.name!r}: {problem}")
         st.cgroups = cgroups.available() is None
         state.save(st)
         self._firewall = Firewall(st.slot, st.session)
@@ -247,27 +249,57 @@ class LocalCluster(StartedCluster):
 
 
 def reap_abandoned() -> list[str]:
-    """Tear down clusters whose owner died without stopping them; returns their names."""
+    """Tear down clusters whose owner died without stopping them; returns their names.
+
+    Under the registry lock, so that no cluster starts under a reaped name meanwhile."""
     reaped = []
-    for st in state.abandoned():
-        reap(st)
-        reaped.append(st.spec.name)
+    with state.locked():
+        for st in state.abandoned():
+            reap(st)
+            reaped.append(st.spec.name)
     return reaped
 
 
 def reap(st: ClusterState) -> None:
     """Remove every trace of ``st``: network rules, processes, cgroups, state file, node dirs.
 
-    Safe twice. Network rules go first so that nothing stays cut off if a later step fails.
+    Safe twice, and safe against a new cluster that took the same name or slot meanwhile: under
+    the registry lock, the state file goes only if it is still this session's, the chain only if
+    no other cluster holds the slot; processes, cgroups and the run directory are the session's
+    own. Network rules go first so that nothing stays cut off if a later step fails.
     """
-    if st.backend == "docker":
-        from rlsim.backends.docker import reap_docker
+    with state.locked():
+        state.run_dir()  # refuses a home whose run/ is not rlsim's own before anything is touched
+        current = state.load_entry(st.spec.name)
+        if st.backend == "docker":
+            if isinstance(current, ClusterState) and current.session != st.session:
+                # The name is another cluster's now: docker's orphan reaper finds this session's
+                # containers by label.
+                return None
+            from rlsim.backends.docker import reap_docker
 
-        return reap_docker(st)
-    if Firewall.available() is None:
-        iptables.heal_chain(f"RLSIM-{st.slot}")
-    cgroups.remove_session(st.session)
-    procs.signal_all(procs.find(st.session), signal.SIGCONT)  # a stopped process ignores KILL
-    procs.kill_and_wait(st.session)
-    state.remove(st.spec.name)
-    shutil.rmtree(Path(st.root), ignore_errors=True)
+            return reap_docker(st)
+        if Firewall.available() is None and not state.slot_held_by_other(st):
+            iptables.heal_chain(f"RLSIM-{st.slot}")
+        cgroups.remove_session(st.session)
+        procs.signal_all(procs.find(st.session), signal.SIGCONT)  # a stopped process ignores KILL
+        procs.kill_and_wait(st.session)
+        state.forget(st)
+        state.remove_run_dir(st.session)
+
+
+def reap_corrupt(entry: state.Corrupt) -> None:
+    """Remove a state file that does not parse, and what it still names: the processes, cgroups
+    and run directory of its session and, when no one else holds it, its slot's chain."""
+    with state.locked():
+        if entry.session:
+            cgroups.remove_session(entry.session)
+            procs.signal_all(procs.find(entry.session), signal.SIGCONT)
+            procs.kill_and_wait(entry.session)
+        if entry.slot is not None and Firewall.available() is None:
+            held = any(isinstance(o, ClusterState) and o.slot == entry.slot for o in state.scan())
+            if not held:
+                iptables.heal_chain(f"RLSIM-{entry.slot}")
+        state.forget(entry)
+        if entry.session:
+            state.remove_run_dir(entry.session)
