@@ -12,6 +12,7 @@ Pure: reads the files the config names, writes nothing, imports no Ray. What nee
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from trainer import checkpoint as ckpt
@@ -69,10 +70,18 @@ def _check_data(cfg: TrainerConfig) -> None:
 
 
 def _check_run_dir(cfg: TrainerConfig) -> None:
+    """run_dir and checkpoint_dir must be, or be creatable as, directories this user can write."""
     for field, value in (("run_dir", cfg.run_dir), ("checkpoint_dir", cfg.checkpoint_dir)):
-        if value and Path(value).exists() and not Path(value).is_dir():
-            raise ConfigError(f"{field}={value!r} is a file, not a directory. Fix: point {field} "
-                              "at a directory (it is created if missing)")
+        if not value:
+            continue
+        path = Path(value).absolute()
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if not existing.is_dir():
+            raise ConfigError(f"{field}={value!r}: {existing} is a file, not a directory. Fix: "
+                              f"point {field} at a directory (it is created if missing)")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ConfigError(f"{field}={value!r}: {existing} is not writable by this user. "
+                              f"Fix: point {field} somewhere writable")
 
 
 def _check_resume(cfg: TrainerConfig) -> None:
