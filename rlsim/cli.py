@@ -5,18 +5,20 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from rlsim import state
 from rlsim.backends import attach, cluster_class
 from rlsim.backends.base import ClusterStartError, NodeInfo
-from rlsim.backends.local import LocalCluster, reap, reap_abandoned
+from rlsim.backends.local import LocalCluster, reap, reap_abandoned, reap_corrupt
 from rlsim.net import iptables
-from rlsim.spec import ClusterSpec, HealthChecks
+from rlsim.spec import ClusterSpec, HealthChecks, HomeError, name_problem
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 console = Console()
@@ -52,13 +54,45 @@ def _print_connect(cluster: LocalCluster) -> None:
     )
 
 
+def _fail(message: str, code: int) -> typer.Exit:
+    """Print ``message`` as one line on stderr (never read as markup) and return the exit."""
+    err.print(message, style="red", markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _spec(command: str, options: dict[str, str], **fields) -> ClusterSpec:
+    """A ClusterSpec from command-line options; a bad value exits 2 naming its option."""
+    try:
+        return ClusterSpec(**fields)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
+        option = options.get(field, field)
+        why = first["msg"].removeprefix("Value error, ")
+        raise _fail(f"rlsim {command}: {option} {fields.get(field)!s}: {why}; fix: give "
+                    f"{option} another value", 2) from None
+
+
+def _check_name(name: str, command: str) -> None:
+    problem = name_problem(name)
+    if problem:
+        raise _fail(f"rlsim {command}: {problem}; fix: name a cluster from `rlsim status`", 2)
+
+
 def _start(spec: ClusterSpec, detached: bool, backend: str = "local") -> LocalCluster:
     try:
         with console.status(f"starting {spec.nodes} nodes x {spec.gpus_per_node} fake GPUs"):
             return cluster_class(backend)(spec, detached=detached).start()
+    except HomeError as e:
+        raise _fail(f"rlsim cluster: {e}", 2) from None
     except (ClusterStartError, TimeoutError, RuntimeError) as e:
         err.print(f"[red]rlsim cluster: {e}[/red]")
         raise typer.Exit(1) from e
+
+
+_CLUSTER_OPTIONS = {"name": "--name", "nodes": "--nodes", "gpus_per_node": "--fake-gpus",
+                    "gpu_memory_gb": "--gpu-memory-gb", "cpus_per_node": "--cpus-per-node",
+                    "ready_timeout_s": "--ready-timeout"}
 
 
 @app.command()
@@ -74,11 +108,13 @@ def cluster(
                                 "(one container per node)"),
 ) -> None:
     """Start a real Ray cluster whose nodes are local processes on their own 127.x addresses
-    (or Docker containers on a network of their own: --backend docker)."""
+    (or Docker containers on a network of their own: --backend docker).
+    Exit 0: stopped by Ctrl-C, or detached; 1: the cluster did not start; 2: a bad option."""
     if backend not in ("local", "docker"):
-        err.print(f"[red]--backend {backend}: rlsim cluster starts local or docker nodes[/red]")
-        raise typer.Exit(2)
-    spec = ClusterSpec(
+        raise _fail(f"rlsim cluster: --backend {backend}: rlsim cluster starts local or docker "
+                    "nodes; fix: --backend local or --backend docker", 2)
+    spec = _spec(
+        "cluster", _CLUSTER_OPTIONS,
         name=name, nodes=nodes, gpus_per_node=fake_gpus, gpu_memory_gb=gpu_memory_gb,
         cpus_per_node=cpus_per_node, ready_timeout_s=ready_timeout, health=HealthChecks(),
     )
@@ -108,24 +144,44 @@ def _attach(name: str):
     return attach(st)
 
 
+def _no_such(command: str, name: str) -> typer.Exit:
+    return _fail(f"rlsim {command}: no rlsim cluster named {name!r}; fix: name one from "
+                 "`rlsim status`", 2)
+
+
+def _corrupt_line(c: state.Corrupt) -> str:
+    return f"{c.name}: corrupt state file {c.path} ({c.reason}); fix: {c.fix}"
+
+
 @app.command()
 def status(
     name: str | None = typer.Argument(None, help="One cluster; all if omitted."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Show running rlsim clusters and Ray's view of their nodes."""
-    names = [name] if name else [s.spec.name for s in state.load_all()]
+    """Show running rlsim clusters and Ray's view of their nodes (a state file that does not parse
+    is shown as corrupt, with its path and the fix).
+    Exit 0: shown; 2: a bad name or no such cluster."""
+    if name is not None:
+        _check_name(name, "status")
+    entries = state.scan()
+    if name is not None:
+        entries = [e for e in entries if _entry_name(e) == name]
+        if not entries:
+            raise _no_such("status", name)
     out = []
-    for n in names:
-        try:
-            c = _attach(n)
-        except LookupError as e:
-            err.print(f"[red]{e}[/red]")
-            raise typer.Exit(1) from e
+    for entry in entries:
+        if isinstance(entry, state.Corrupt):
+            out.append({"name": entry.name, "corrupt": str(entry.path), "reason": entry.reason,
+                        "fix": entry.fix})
+            if not as_json:
+                err.print(_corrupt_line(entry), style="red", markup=False, highlight=False,
+                          soft_wrap=True)
+            continue
+        c = attach(entry)
         nodes = c.nodes()
         out.append(
             {
-                "name": n,
+                "name": entry.spec.name,
                 "backend": c.name,
                 "address": c.address,
                 "dashboard": c.dashboard_url,
@@ -145,30 +201,45 @@ def status(
         console.print("no rlsim clusters are running")
 
 
+def _entry_name(entry: state.ClusterState | state.Corrupt) -> str:
+    return entry.name if isinstance(entry, state.Corrupt) else entry.spec.name
+
+
 @app.command()
 def down(
     name: str | None = typer.Argument(None, help="The cluster to stop."),
     all_: bool = typer.Option(False, "--all", help="Stop every rlsim cluster and reap leftovers."),
 ) -> None:
-    """Stop a cluster: kill exactly its processes, remove its rules, cgroups and state."""
-    states = state.load_all()
+    """Stop a cluster: kill exactly its processes, remove its rules, cgroups and state (a corrupt
+    state file: remove it and what it still names).
+    Exit 0: stopped; 1: something survived; 2: a bad name, no such cluster, or no name where
+    several run."""
+    if name is not None:
+        _check_name(name, "down")
+    entries = state.scan()
     if all_:
-        targets = states
+        targets = entries
     elif name:
-        targets = [s for s in states if s.spec.name == name]
+        targets = [e for e in entries if _entry_name(e) == name]
         if not targets:
-            err.print(f"[red]no rlsim cluster named {name!r} (see `rlsim status`)[/red]")
-            raise typer.Exit(1)
-    elif len(states) == 1:
-        targets = states
+            raise _no_such("down", name)
+    elif len(entries) == 1:
+        targets = entries
     else:
-        err.print(f"[red]name one cluster or --all: running {[s.spec.name for s in states]}[/red]")
-        raise typer.Exit(2)
-    for st in targets:
-        reap(st)
-        console.print(f"stopped {st.spec.name!r}")
-    if all_:
+        raise _fail(f"rlsim down: name one cluster or give --all: running "
+                    f"{[_entry_name(e) for e in entries]}", 2)
+    try:
+        for entry in targets:
+            if isinstance(entry, state.Corrupt):
+                reap_corrupt(entry)
+                console.print(f"removed corrupt state file {entry.path}", highlight=False)
+            else:
+                reap(entry)
+                console.print(f"stopped {entry.spec.name!r}", highlight=False)
         reap_abandoned()
+    except TimeoutError as e:
+        raise _fail(f"rlsim down: {e}", 1) from None
+    if all_:
         for chain in iptables.rlsim_chains():
             iptables.heal_chain(chain)
         from rlsim.backends.docker import reap_orphans
@@ -289,9 +360,13 @@ def demo(
     train: bool = typer.Option(True, "--train/--no-train", help="also run the tiny GRPO trainer"),
 ) -> None:
     """The default job: bring up NODES x FAKE_GPUS, run a task on every node, train the tiny GRPO
-    config across two nodes, tear down."""
+    config across two nodes, tear down.
+    Exit 0: every task ran where it should and the reward rose; 1: it did not, or the cluster did
+    not start; 2: a bad option."""
     t0 = time.monotonic()
-    c = _start(ClusterSpec(name=f"demo-{os.getpid()}", nodes=nodes, gpus_per_node=fake_gpus), False)
+    spec = _spec("demo", {"nodes": "--nodes", "gpus_per_node": "--fake-gpus"},
+                 name=f"demo-{os.getpid()}", nodes=nodes, gpus_per_node=fake_gpus)
+    c = _start(spec, False)
     try:
         console.print(_table(c, c.nodes()))
         console.print(f"ready in {c.timings['ready_s']:.1f} s")
@@ -353,9 +428,14 @@ def _scenario_commands() -> None:
 _scenario_commands()
 
 
-def main() -> None:
-    reap_abandoned()
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """The ``rlsim`` entry point. Leftovers of abandoned clusters are reaped by the commands that
+    start or stop clusters, never by the ones that only read (``status``, ``validate``)."""
+    try:
+        app(args=argv, prog_name="rlsim")
+    except HomeError as e:
+        err.print(f"rlsim: {e}", style="red", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,140 @@
+"""Bad input to the top-level ``rlsim`` commands: exit 2, one line naming the option or name and
+the fix, no traceback, nothing written outside the home. One row per case, run through the real
+entry point (``rlsim.cli.main``) in this process with RLSIM_HOME in a temp dir."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from rlsim import cli, state
+from rlsim.spec import ClusterSpec
+
+OTHER_UID = 65534
+
+
+def corrupt(home: Path, text: str = "{not json") -> None:
+    (home / "clusters").mkdir(parents=True, mode=0o700, exist_ok=True)
+    (home / "clusters" / "broken.json").write_text(text)
+
+
+def foreign_home(home: Path) -> None:
+    home.mkdir()
+    os.chown(home, OTHER_UID, -1)
+
+
+def abandoned(home: Path) -> None:
+    st = state.reserve(ClusterSpec(name="gone"), "local", detached=False)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True)
+    st.owner_pid = int(dead.stdout)
+    state.save(st)
+
+
+CASES = [
+    # (argv, plant, exit, words in the output)
+    (["cluster", "--nodes", "0"], None, 2, ["--nodes 0", "greater than or equal to 1", "fix"]),
+    (["cluster", "--nodes", "999"], None, 2, ["--nodes 999", "less than or equal to 16"]),
+    (["cluster", "--fake-gpus", "-1"], None, 2, ["--fake-gpus -1", "greater than or equal to 0"]),
+    (["cluster", "--name", "../../etc"], None, 2, ["--name ../../etc", "cluster name"]),
+    (["cluster", "--backend", "k8s"], None, 2, ["--backend k8s", "fix"]),
+    (["demo", "--nodes", "0"], None, 2, ["--nodes 0", "greater than or equal to 1"]),
+    (["status", "../../etc/passwd"], None, 2, ["cluster name '../../etc/passwd'", "fix"]),
+    (["status", "[/oops]"], None, 2, ["cluster name '[/oops]'"]),
+    (["down", "../x"], None, 2, ["cluster name '../x'"]),
+    (["status", "nosuch"], None, 2, ["no rlsim cluster named 'nosuch'", "rlsim status"]),
+    (["down", "nosuch"], None, 2, ["no rlsim cluster named 'nosuch'", "rlsim status"]),
+    (["doctor", "nosuch"], None, 2, ["no rlsim cluster named 'nosuch'"]),
+    (["status"], corrupt, 0, ["broken: corrupt state file", "broken.json", "rlsim down broken"]),
+    (["status", "broken"], corrupt, 0, ["corrupt state file", "rlsim down broken"]),
+    (["down", "broken"], corrupt, 0, ["removed corrupt state file"]),
+    (["status"], foreign_home, 2, [f"belongs to uid {OTHER_UID}", "RLSIM_HOME"]),
+    (["down", "--all"], foreign_home, 2, [f"belongs to uid {OTHER_UID}"]),
+    (["validate", "no/such/scenario.yaml"], abandoned, 2, ["scenario.yaml"]),
+]
+
+
+def tree(path: Path) -> set[str]:
+    return {str(p) for p in path.rglob("*")}
+
+
+@pytest.mark.parametrize("argv,plant,code,words", CASES,
+                         ids=[" ".join(c[0]) + (f" ({c[1].__name__})" if c[1] else "")
+                              for c in CASES])
+def test_bad_input_exits_with_one_clear_line(tmp_path, monkeypatch, capsys, argv, plant, code,
+                                             words):
+    home = tmp_path / "home"
+    monkeypatch.setenv("RLSIM_HOME", str(home))
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.chdir(tmp_path)
+    if plant:
+        plant(home)
+    before = tree(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert e.value.code == code, text
+    assert "Traceback" not in text
+    for word in words:
+        assert word in text, text
+    if code == 2:
+        assert len(text.strip().splitlines()) == 1, text
+    created = {p for p in tree(tmp_path) - before if not p.startswith(str(home))}
+    assert not created
+
+
+def test_down_removes_a_corrupt_state_file_and_status_no_longer_shows_it(tmp_path, monkeypatch,
+                                                                         capsys):
+    monkeypatch.setenv("RLSIM_HOME", str(tmp_path))
+    corrupt(tmp_path)
+    with pytest.raises(SystemExit):
+        cli.main(["down", "broken"])
+    assert not (tmp_path / "clusters" / "broken.json").exists()
+    with pytest.raises(SystemExit) as e:
+        cli.main(["status"])
+    assert e.value.code == 0 and "no rlsim clusters are running" in capsys.readouterr().out
+
+
+def test_validate_does_not_reap(tmp_path, monkeypatch):
+    """Only commands that start or stop clusters reap abandoned ones."""
+    monkeypatch.setenv("RLSIM_HOME", str(tmp_path))
+    abandoned(tmp_path)
+    with pytest.raises(SystemExit):
+        cli.main(["validate", str(tmp_path / "none.yaml")])
+    assert state.load("gone") is not None
+
+
+def test_every_command_documents_its_exit_codes():
+    for command in ("cluster", "status", "down", "doctor", "demo"):
+        doc = getattr(cli, command).__doc__
+        assert "Exit 0" in doc and "2:" in doc, command
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("ray_version", {1: '2.9"; import os; "'}, "node 1: ray_version '2.9\"; import os; \"' is not "
+     "a PEP 440 version"),
+    ("ray_version", {0: "2.9\n"}, "node 0: ray_version '2.9\\n' has surrounding whitespace"),
+    ("ray_version", {5: "2.9.0"}, "ray_version names node 5; the cluster has nodes 0..3"),
+    ("python", {2: "python3"}, "node 2: python 'python3' is not an absolute path"),
+    ("python", {1: "/no/such/python"}, "node 1: python '/no/such/python' is not an executable"),
+    ("python", {1: "{tmp}/plain.txt"}, "is not an executable file"),
+])
+def test_spec_refuses_versions_and_interpreters_that_would_become_code(tmp_path, field, value,
+                                                                       needle):
+    (tmp_path / "plain.txt").write_text("not a program")
+    value = {k: v.replace("{tmp}", str(tmp_path)) for k, v in value.items()}
+    with pytest.raises(ValidationError) as e:
+        ClusterSpec(nodes=4, **{field: value})
+    assert needle in str(e.value)
+
+
+def test_spec_takes_plain_versions_and_real_interpreters():
+    spec = ClusterSpec(nodes=3, ray_version={2: "2.59.0", 1: "3.0.0rc1"},
+                       python={2: sys.executable})
+    assert spec.ray_version[2] == "2.59.0"
