@@ -8,6 +8,12 @@ node (``num_cpus=0``, hard node affinity). Faults act through the agent of their
 - ``kill_node``: SIGKILL the node's raylet and every process it started (``kill_head``: the GCS
   too). The machine stays without Ray until its supervisor (KubeRay, systemd) restarts it.
 - ``kill_role``: SIGKILL one pid on the host that runs it.
+
+A host may run more than this cluster (a second Ray cluster, a CI job, the user's shell), so the
+agent signals nothing on a name or a parent pid alone: the raylet is the agent's ancestor whose
+``--node_id`` is the agent's node, the GCS is the ``gcs_server`` serving this cluster's GCS port,
+and a role's pid must be a Ray worker below that raylet. Which pids qualify is decided by pure
+functions over a snapshot of the host's processes (:class:`Proc`), apart from the signalling.
 - ``gpu_oom``: a real CUDA allocation of ``gb`` on each GPU of the node, held until heal.
 - ``corrupt_checkpoint``: as on every backend, in the run directory, which must be storage the
   runner sees (the trainer needs it shared across nodes anyway, FIELD-NOTES 7).
@@ -27,6 +33,8 @@ import contextlib
 import os
 import signal
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlsim.backends.base import ClusterStartError, NodeInfo
@@ -52,15 +60,27 @@ class NodeAgent:
                 "raylet": os.getppid()}
 
     def kill(self, pid: int) -> int:
+        """SIGKILL ``pid`` if it is a Ray worker of this node's raylet; NotThisCluster otherwise."""
+        import ray
+
+        procs = snapshot()
+        raylet = find_raylet(procs, os.getpid(), ray.get_runtime_context().get_node_id())
+        check_worker(procs, pid, raylet.pid)
         os.kill(pid, signal.SIGKILL)
         return pid
 
     def kill_node(self, with_gcs: bool) -> list[int]:
-        """SIGKILL the raylet and every process it started (the GCS too, on the head); this agent
-        answers first and then exits, as its raylet is gone."""
-        raylet = os.getppid()
-        pids = [raylet, *_children(raylet), *(_by_name("gcs_server") if with_gcs else [])]
-        pids = sorted(set(pids) - {os.getpid()})
+        """SIGKILL this node's raylet and everything below it (the GCS too, on the head); this
+        agent answers first and then exits, as its raylet is gone. Nothing is signalled unless
+        the raylet (and the GCS) of this cluster were found."""
+        import ray
+
+        ctx = ray.get_runtime_context()
+        gcs = None
+        if with_gcs:  # the GCS's command line names the head's address, which the agent shares
+            host, _, port = ctx.gcs_address.rpartition(":")
+            gcs = (int(port), frozenset({host, ray.util.get_node_ip_address()}))
+        pids = node_kill_plan(snapshot(), os.getpid(), ctx.get_node_id(), gcs)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -98,23 +118,146 @@ class NodeAgent:
         return n
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+# ---- which processes a fault may signal (pure, over a snapshot of the host) ------------------
+
+RAY_DAEMON_TITLES = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")  # children of the raylet
+
+
+class NotThisCluster(ProcessLookupError):
+    """The process a fault would signal is not the one it must be; nothing was signalled."""
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One process as /proc shows it: ``name`` is its comm, ``cmdline`` its argv (after any
+    retitling: a Ray worker's argv[0] reads ``ray::<Actor>.<method>``)."""
+
+    pid: int
+    ppid: int
+    name: str
+    cmdline: tuple[str, ...] = ()
+
+    def flag(self, *names: str) -> str | None:
+        """The value of ``--NAME=value`` on the command line (the first of ``names`` found)."""
+        for arg in self.cmdline:
+            for name in names:
+                if arg.startswith(f"--{name}="):
+                    return arg.split("=", 1)[1]
+        return None
+
+    def describe(self) -> str:
+        cmd = " ".join(a for a in self.cmdline if a)[:120]
+        return f"pid {self.pid} ({self.name}: {cmd or 'no command line'})"
+
+
+def ancestors(procs: Mapping[int, Proc], pid: int) -> list[Proc]:
+    """The parents of ``pid``, nearest first (stops at a pid missing from the snapshot)."""
+    chain, seen = [], {pid}
+    proc = procs.get(pid)
+    while proc is not None and proc.ppid not in seen:
+        seen.add(proc.ppid)
+        proc = procs.get(proc.ppid)
+        if proc is not None:
+            chain.append(proc)
+    return chain
+
+
+def descendants(procs: Mapping[int, Proc], root: int) -> list[int]:
+    """``root`` and every process below it, sorted."""
+    children: dict[int, list[int]] = {}
+    for p in procs.values():
+        children.setdefault(p.ppid, []).append(p.pid)
+    found, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return sorted(found)
+
+
+def is_raylet(proc: Proc, node_id: str) -> bool:
+    """``proc`` is the raylet of node ``node_id`` (its id is on the raylet's command line)."""
+    exe = proc.cmdline[0].rsplit("/", 1)[-1] if proc.cmdline else ""
+    return "raylet" in (proc.name, exe) and proc.flag("node_id", "node-id") == node_id
+
+
+def find_raylet(procs: Mapping[int, Proc], agent_pid: int, node_id: str) -> Proc:
+    """The raylet of ``node_id`` among the agent's ancestors (a worker started through a wrapper,
+    e.g. a profiler or an environment manager, has the wrapper as its parent)."""
+    chain = ancestors(procs, agent_pid)
+    for proc in chain:
+        if is_raylet(proc, node_id):
+            return proc
+    seen = "; ".join(p.describe() for p in chain[:4]) or "no parent found"
+    raise NotThisCluster(f"the node agent (pid {agent_pid}) has no raylet of node {node_id} "
+                         f"above it ({seen}): refusing to signal anything on this host")
+
+
+def gcs_servers(procs: Mapping[int, Proc], port: int, hosts: frozenset[str]) -> list[int]:
+    """The ``gcs_server`` serving ``port`` (at one of ``hosts``, where its command line names an
+    address): another cluster's GCS on the same host serves another port or address."""
+    return sorted(p.pid for p in procs.values()
+                  if p.name == "gcs_server" and p.flag("gcs_server_port") == str(port)
+                  and p.flag("node-ip-address", "node_ip_address") in {None, *hosts})
+
+
+def node_kill_plan(procs: Mapping[int, Proc], agent_pid: int, node_id: str,
+                   gcs: tuple[int, frozenset[str]] | None) -> list[int]:
+    """What ``kill_node`` signals: the node's raylet and its descendants, plus, on the head, the
+    GCS at ``gcs`` (port, the addresses it may name); never the agent itself."""
+    raylet = find_raylet(procs, agent_pid, node_id)
+    pids = set(descendants(procs, raylet.pid))
+    if gcs is not None:
+        found = gcs_servers(procs, *gcs)
+        if not found:
+            raise NotThisCluster(f"kill_head: no gcs_server on port {gcs[0]} of "
+                                 f"{'/'.join(sorted(gcs[1]))} on this host "
+                                 f"(the head's agent runs under raylet pid {raylet.pid}); "
+                                 "nothing was signalled")
+        pids.update(found)
+    return sorted(pids - {agent_pid})
+
+
+def is_ray_worker(proc: Proc) -> bool:
+    """A Ray worker process: retitled ``ray::...`` (not one of the raylet's agents), or still
+    running ``default_worker.py`` before it retitles itself."""
+    title = proc.cmdline[0] if proc.cmdline else proc.name
+    if title.startswith("ray::"):
+        return title.split(maxsplit=1)[0] not in RAY_DAEMON_TITLES
+    return any(arg.endswith("default_worker.py") for arg in proc.cmdline)
+
+
+def check_worker(procs: Mapping[int, Proc], pid: int, raylet_pid: int) -> None:
+    """Raise NotThisCluster unless ``pid`` is a Ray worker below the raylet ``raylet_pid``."""
+    proc = procs.get(pid)
+    if proc is None:
+        raise NotThisCluster(f"pid {pid} is not running on this host: nothing was signalled")
+    if raylet_pid not in {p.pid for p in ancestors(procs, pid)}:
+        raise NotThisCluster(f"{proc.describe()} is not a process of this node's raylet "
+                             f"(pid {raylet_pid}): refusing to signal it")
+    if not is_ray_worker(proc):
+        raise NotThisCluster(f"{proc.describe()} runs under this node's raylet but is not a "
+                             "Ray worker: refusing to signal it")
+
+
+def snapshot(proc_root: Path = Path("/proc")) -> dict[int, Proc]:
+    """Every process of this host (those that vanish while being read are left out)."""
+    procs = {}
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit():
+            continue
         with contextlib.suppress(OSError, IndexError, ValueError):
-            # the command may contain spaces: the fields after its closing parenthesis are safe
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(stat.parent.name))
-    return found
-
-
-def _by_name(name: str) -> list[int]:
-    found = []
-    for comm in Path("/proc").glob("[0-9]*/comm"):
-        with contextlib.suppress(OSError):
-            if comm.read_text().strip() == name:
-                found.append(int(comm.parent.name))
-    return found
+            stat = (entry / "stat").read_text()
+            # the name may contain spaces and parentheses: the fields after the last ")" are safe
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            cmdline = tuple(a.decode(errors="replace") for a in argv)
+            while cmdline and not cmdline[-1]:  # a retitled process pads argv with empty strings
+                cmdline = cmdline[:-1]
+            procs[int(entry.name)] = Proc(int(entry.name), ppid, name, cmdline)
+    return procs
 
 
 class Unsupported(Exception):
