@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
-import stat
 import time
 from pathlib import Path
 
@@ -29,21 +27,17 @@ def name_problem(name: str) -> str | None:
 
 def rlsim_home() -> Path:
     """Where rlsim keeps state, tokens and node temp dirs: ``RLSIM_HOME``, else
-    ``$XDG_RUNTIME_DIR/rlsim`` when that runtime dir is set and this user's, else
     ``/tmp/rlsim-<uid>``. Per user, because whoever owns the home decides what rlsim (often root)
-    reads, writes and deletes; :func:`rlsim.state.home` creates and checks it.
+    reads, writes and deletes: :func:`rlsim.state.home` creates it mode 0700 and refuses one that
+    is not this user's own. Not ``$XDG_RUNTIME_DIR``: that is a small tmpfs (Ray writes its logs
+    and spills objects under the node dirs) and ``/run/user/<uid>/rlsim`` leaves too little of
+    the socket path budget.
 
     Kept short on purpose: Ray puts unix sockets under it and socket paths are limited to 107 bytes
     (see :func:`socket_path_problem`).
     """
     if os.environ.get("RLSIM_HOME"):
         return Path(os.environ["RLSIM_HOME"])
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime):
-        with contextlib.suppress(OSError):
-            st = os.lstat(runtime)
-            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
-                return Path(runtime) / "rlsim"
     return Path(f"/tmp/rlsim-{os.geteuid()}")
 
 
@@ -52,9 +46,10 @@ class HomeError(RuntimeError):
     by others). The message names the path and the fix."""
 
 
-# What Ray adds under a node's temp dir for its longest unix socket:
-# "/session_<YYYY-mm-dd_HH-MM-SS_ffffff>_<pid up to 7 digits>/sockets/plasma_store.<n>"
-RAY_SOCKET_TAIL = len("/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store.9")
+# What Ray adds under a node's temp dir for its longest unix socket: the head's dashboard modules
+# listen on "<session dir>/sockets/dash_<module>" (dash_TaskEventsHead is the longest name in
+# Ray 2.60; one more byte of room), and the session dir holds the head's pid (up to 7 digits).
+RAY_SOCKET_TAIL = len("/session_2026-01-01_00-00-00_000000_4194304/sockets/") + 20
 SOCKET_PATH_MAX = 107  # AF_UNIX sun_path on Linux, less its terminating NUL
 
 
