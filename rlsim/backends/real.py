@@ -16,7 +16,7 @@ and a role's pid must be a Ray worker below that raylet. Which pids qualify is d
 functions over a snapshot of the host's processes (:class:`Proc`), apart from the signalling.
 - ``gpu_oom``: a real CUDA allocation of ``gb`` on each GPU of the node, held until heal.
 - ``corrupt_checkpoint``: as on every backend, in the run directory, which must be storage the
-  runner sees (the trainer needs it shared across nodes anyway, FIELD-NOTES 7).
+  runner sees (the trainer needs it shared across nodes anyway).
 
 Faults that need control of the host's network, cgroups or process tree (``partition``,
 ``block_port``, ``pause_node``, ``restart_node``, ``host_oom``) are not offered: a scenario that
@@ -57,7 +57,7 @@ class NodeAgent:
         import ray
 
         return {"ip": ray.util.get_node_ip_address(), "pid": os.getpid(),
-                "raylet": os.getppid()}
+                "parent": os.getppid()}
 
     def kill(self, pid: int) -> int:
         """SIGKILL ``pid`` if it is a Ray worker of this node's raylet; NotThisCluster otherwise."""
@@ -220,12 +220,13 @@ def node_kill_plan(procs: Mapping[int, Proc], agent_pid: int, node_id: str,
 
 
 def is_ray_worker(proc: Proc) -> bool:
-    """A Ray worker process: retitled ``ray::...`` (not one of the raylet's agents), or still
-    running ``default_worker.py`` before it retitles itself."""
+    """A Ray worker process: retitled ``ray::...`` (not one of the raylet's agents), or an
+    interpreter still running ``default_worker.py`` before it retitles itself (a wrapper that
+    merely passes that script on, ``sh wrap.sh default_worker.py``, is not the worker)."""
     title = proc.cmdline[0] if proc.cmdline else proc.name
     if title.startswith("ray::"):
         return title.split(maxsplit=1)[0] not in RAY_DAEMON_TITLES
-    return any(arg.endswith("default_worker.py") for arg in proc.cmdline)
+    return len(proc.cmdline) > 1 and proc.cmdline[1].endswith("default_worker.py")
 
 
 def check_worker(procs: Mapping[int, Proc], pid: int, raylet_pid: int) -> None:

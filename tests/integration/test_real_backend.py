@@ -154,10 +154,10 @@ def test_kill_node_finds_the_raylet_when_the_agent_runs_under_a_wrapper(rlsim_cl
             runtime_env={"py_executable": str(wrapper)},
         ).remote(False)
         where = ray.get(agent.where.remote(), timeout=120)
-        assert Path(f"/proc/{where['raylet']}/comm").read_text().strip() == "wrap.sh"
+        assert Path(f"/proc/{where['parent']}/comm").read_text().strip() == "wrap.sh"
         node1 = set(descendants(snapshot(), raylet1))
         pids = ray.get(agent.kill_node.remote(False), timeout=60)
-        assert raylet1 in pids and where["raylet"] in pids
+        assert raylet1 in pids and where["parent"] in pids
         assert set(pids) <= node1  # nothing of node 0, of this test or of the host besides
         assert _gone(raylet1)
         assert not _gone(raylet0, timeout=0)

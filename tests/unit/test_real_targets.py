@@ -45,6 +45,8 @@ HOST = {p.pid: p for p in [
     Proc(115, 110, "python", ("/venv/bin/python", "/venv/.../default_worker.py", "--x=1")),
     Proc(116, 110, "nsys", ("nsys", "profile", "python")),                # wrapper of agent A'
     Proc(117, 116, "ray::NodeAgent", ("ray::NodeAgent.kill_node",)),      # agent A' (wrapped)
+    Proc(118, 110, "wrap.sh", ("/bin/sh", "/tmp/wrap.sh", "/venv/.../default_worker.py")),
+    Proc(119, 118, "python", ("/venv/bin/python", "/venv/.../default_worker.py", "--x=1")),
     gcs(200, 6380, NODE_B), raylet(210, NODE_B),
     Proc(211, 210, "ray::RolloutWo", ("ray::RolloutWorker.generate",)),   # cluster B's worker
     Proc(300, 1, "bash", ("-bash",)), Proc(301, 300, "sleep", ("sleep", "600")),
@@ -53,7 +55,7 @@ HOST = {p.pid: p for p in [
 
 
 def test_kill_node_takes_the_raylet_of_the_agents_node_and_what_is_below_it():
-    assert node_kill_plan(HOST, 112, NODE_A, None) == [110, 111, 113, 114, 115, 116, 117]
+    assert node_kill_plan(HOST, 112, NODE_A, None) == [110, 111, *range(113, 120)]  # 112: the agent
 
 
 def test_an_agent_behind_a_wrapper_still_finds_its_raylet_not_the_wrapper():
@@ -94,7 +96,7 @@ def test_a_raylet_is_known_by_its_node_id_not_its_name():
         find_raylet(impostor, 112, NODE_A)
 
 
-@pytest.mark.parametrize("pid", [113, 115, 117])
+@pytest.mark.parametrize("pid", [113, 115, 117, 119])
 def test_a_ray_worker_of_the_raylet_may_be_killed(pid: int):
     check_worker(HOST, pid, 110)
 
@@ -107,6 +109,7 @@ def test_a_ray_worker_of_the_raylet_may_be_killed(pid: int):
     (111, r"pid 111 \(ray::Dashboard: ray::DashboardAgent\) runs under .* not a Ray worker"),
     (114, r"pid 114 \(python3: python3 -c compile kernels\) runs under .* not a Ray worker"),
     (116, r"pid 116 \(nsys: nsys profile python\) runs under .* not a Ray worker"),
+    (118, r"pid 118 \(wrap.sh: /bin/sh /tmp/wrap.sh .*\) runs under .* not a Ray worker"),
     (999, r"pid 999 is not running on this host"),
 ])
 def test_a_pid_that_is_not_a_worker_of_the_raylet_is_refused_in_words(pid: int, words: str):
