@@ -65,13 +65,29 @@ def _private_dir(path: Path) -> Path:
     return path
 
 
+def _check_ancestors(path: Path) -> None:
+    """Raise HomeError when someone else could swap the home for another directory: an ancestor
+    that another user (not root) owns, or that others may write without the sticky bit."""
+    for parent in Path(os.path.realpath(path.parent)).parents[::-1] + (
+            Path(os.path.realpath(path.parent)),):
+        st = os.stat(parent)
+        if st.st_uid not in (0, os.geteuid()):
+            raise HomeError(f"{parent}, above the rlsim home {path}, belongs to uid {st.st_uid}: "
+                            "set RLSIM_HOME to a directory whose parents are yours or root's")
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise HomeError(f"{parent}, above the rlsim home {path}, is writable by others "
+                            "without the sticky bit: set RLSIM_HOME elsewhere")
+
+
 def home() -> Path:
     """The rlsim home, created (mode 0700) and checked: raises HomeError naming the path and the
-    fix when it is another user's, a symlink, or writable by group or others."""
+    fix when it, or a directory above it, is another user's, or it is a symlink or writable by
+    group or others."""
     path = rlsim_home()
     if not path.is_absolute():
         raise HomeError(f"RLSIM_HOME={path} is not an absolute path: give a full path")
     path.parent.mkdir(parents=True, exist_ok=True)
+    _check_ancestors(path)
     return _private_dir(path)
 
 

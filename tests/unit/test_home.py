@@ -58,6 +58,8 @@ def test_default_home_is_per_user_and_private(monkeypatch, tmp_path):
     (lambda h, o: (h.mkdir(), os.chown(h, OTHER_UID, -1)), f"belongs to uid {OTHER_UID}"),
     (lambda h, o: (h.mkdir(), os.chmod(h, 0o777)), "writable by group or others"),
     (lambda h, o: h.symlink_to(o), "is a symlink"),
+    (lambda h, o: os.chown(h.parent, OTHER_UID, -1), "above the rlsim home"),
+    (lambda h, o: os.chmod(h.parent, 0o777), "writable by others without the sticky bit"),
     (lambda h, o: (h.mkdir(0o700), (h / "clusters").symlink_to(o)), "clusters is a symlink"),
     (lambda h, o: (h.mkdir(0o700), (h / "lock").symlink_to(o / "victim")), "lock is a symlink"),
     (lambda h, o: (h.mkdir(0o700), (h / "lock").write_text(""),
