@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from rlsim import state
+from rlsim import procs, state
 from rlsim.backends import attach, cluster_class
 from rlsim.backends.base import ClusterStartError, NodeInfo
 from rlsim.backends.local import LocalCluster, reap, reap_abandoned, reap_corrupt
@@ -168,6 +168,7 @@ def status(
         entries = [e for e in entries if _entry_name(e) == name]
         if not entries:
             raise _no_such("status", name)
+    live = procs.sessions()
     out = []
     for entry in entries:
         if isinstance(entry, state.Corrupt):
@@ -179,12 +180,14 @@ def status(
             continue
         c = attach(entry)
         nodes = c.nodes()
+        gone = state.is_abandoned(entry, live)
         out.append(
             {
                 "name": entry.spec.name,
                 "backend": c.name,
                 "address": c.address,
                 "dashboard": c.dashboard_url,
+                "abandoned": gone,
                 "nodes": [
                     {"index": x.index, "role": x.role, "address": x.address, "alive": x.alive,
                      "gpus": x.gpus, "pids": len(x.pids)}
@@ -195,6 +198,11 @@ def status(
         if not as_json:
             console.print(_table(c, nodes))
             _print_connect(c)
+            if gone:
+                err.print(f"{entry.spec.name}: abandoned (its owner, pid {entry.owner_pid}, is "
+                          f"gone); fix: `rlsim down {entry.spec.name}` (starting any cluster "
+                          "also reaps it)", style="yellow", markup=False, highlight=False,
+                          soft_wrap=True)
     if as_json:
         print(json.dumps(out, indent=2))
     elif not out:

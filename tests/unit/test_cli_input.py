@@ -56,6 +56,7 @@ CASES = [
     (["status"], foreign_home, 2, [f"belongs to uid {OTHER_UID}", "RLSIM_HOME"]),
     (["down", "--all"], foreign_home, 2, [f"belongs to uid {OTHER_UID}"]),
     (["validate", "no/such/scenario.yaml"], abandoned, 2, ["scenario.yaml"]),
+    (["status"], abandoned, 0, ["gone: abandoned", "rlsim down gone"]),
 ]
 
 
