@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from trainer.errors import ConfigError
 
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_VALUES = 100_000
 RANGE_RE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
 
 
@@ -222,7 +224,7 @@ def _explain(err: ValidationError, source: str) -> str:
             hint = "unknown key: check its spelling against trainer/config.py"
         else:
             hint = e["msg"]
-        got = f" (got {e['input']!r})" if e["type"] != "missing" else ""
+        got = f" (got {_short(e['input'])})" if e["type"] != "missing" else ""
         lines.append(f"  field `{field}`: {hint}{got}")
     return "\n".join(lines)
 
@@ -239,7 +241,9 @@ def load_config(path: str | Path | None,
     if extra:
         source += " + overrides " + ", ".join(sorted(_flat(extra)))
     try:
-        return TrainerConfig.model_validate(_merge(data, extra))
+        merged = _merge(data, extra)
+        _check_size(merged, source)
+        return TrainerConfig.model_validate(merged)
     except ValidationError as e:
         raise ConfigError(_explain(e, source)) from None
 
@@ -248,6 +252,9 @@ def _read_yaml(path: Path) -> dict:
     """The mapping a YAML config file holds; :class:`ConfigError` naming the file otherwise."""
     fix = "Fix: pass --config a trainer YAML file such as fixtures/trainer/grpo_tiny.yaml"
     try:
+        if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: {path.stat().st_size} bytes is no trainer config (they "
+                              f"take a few hundred; at most {MAX_CONFIG_BYTES}). {fix}")
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file. {fix}") from None
@@ -270,6 +277,30 @@ def _read_yaml(path: Path) -> dict:
         raise ConfigError(f"{path}: the top level must be a mapping of keys, not a "
                           f"{type(data).__name__}. {fix}")
     return data
+
+
+def _check_size(data: Any, source: str) -> None:
+    """Refuse a config whose values, with YAML aliases expanded, exceed ``MAX_CONFIG_VALUES``:
+    a few lines of nested aliases can stand for billions of values, and validating (or printing)
+    them would take minutes and gigabytes."""
+    budget = MAX_CONFIG_VALUES
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise ConfigError(f"{source}: holds more than {MAX_CONFIG_VALUES} values once its "
+                              "YAML aliases (*name) are expanded: not a trainer config. Fix: write "
+                              "the values out, without nested aliases")
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _flat(d: dict, prefix: str = "") -> list[str]:

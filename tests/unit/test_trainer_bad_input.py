@@ -32,6 +32,9 @@ class Case:
 
 
 PROMPT = b'{"prompt": "123456="}\n'
+# nine levels of nine aliases each: 9**9 (387 million) values once expanded, in 300 bytes
+BOMB = "\n".join(["a0: &a0 [x, x, x, x, x, x, x, x, x]"] + [
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]).encode()
 CASES = [
     Case("config is a directory", (), ("is a directory", "--config"), config="{tmp}"),
     Case("config is binary", (), ("bin.yaml", "not UTF-8", "--config"), config="{tmp}/bin.yaml",
@@ -41,6 +44,10 @@ CASES = [
          files=(("list.yaml", b"- a\n- b\n"),)),
     Case("config nests too deeply", (), ("deep.yaml", "nests too deeply"),
          config="{tmp}/deep.yaml", files=(("deep.yaml", b"[" * 500),)),
+    Case("config is an alias bomb", (), ("bomb.yaml", "aliases"), config="{tmp}/bomb.yaml",
+         files=(("bomb.yaml", BOMB),)),
+    Case("config is huge", (), ("huge.yaml", "bytes is no trainer config"),
+         config="{tmp}/huge.yaml", files=(("huge.yaml", b"a: " + b"x" * (2 << 20)),)),
     Case("value then section", ("total_steps=5", "total_steps.x=1"),
          ("total_steps.x=1", "conflicts with", "total_steps=5")),
     Case("section then value", ("actor.lr=1", "actor=3"), ("actor=3", "conflicts with")),
