@@ -23,7 +23,8 @@ RANGE_RE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # inf would pass every "greater than" bound and turn a run's numbers into NaN
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class ModelConfig(_Section):
@@ -136,7 +137,7 @@ class TrainerConfig(_Section):
     run_dir: str = Field("runs/default", description="events, metrics and checkpoints go here")
     total_steps: int = Field(20, ge=1, description="train until this global step")
     save_freq: int = Field(10, ge=0, description="checkpoint every N steps (0 = only at the end)")
-    seed: int = Field(1, description="seeds model init, data order, sampling")
+    seed: int = Field(1, ge=0, lt=2**63, description="seeds model init, data order, sampling")
     resume: str = Field("auto", description="auto | disable | <checkpoint dir>")
     keep_last: int = Field(3, ge=1, description="checkpoints kept")
     checkpoint_dir: str = Field("", description="where checkpoints go (default <run_dir>/"

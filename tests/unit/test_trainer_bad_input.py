@@ -54,6 +54,8 @@ CASES = [
     Case("override not YAML", ("actor.lr=[",), ("actor.lr=[", "not valid YAML", "Fix")),
     Case("override empty key part", ("actor..lr=1",), ("key=value",)),
     Case("unknown key", ("actor.lrr=1",), ("actor.lrr", "unknown key")),
+    Case("infinite number", ("actor.lr=.inf",), ("actor.lr", "finite number")),
+    Case("absurd seed", ("seed=100000000000000000000",), ("`seed`", "less than")),
     Case("data.path missing", ("data.path={tmp}/none.jsonl",), ("data.path", "no such prompt")),
     Case("data.path is a directory", ("data.path={tmp}",), ("data.path", "is a directory")),
     Case("data.path binary", ("data.path={tmp}/bin.jsonl",), ("data.path", "not UTF-8"),
