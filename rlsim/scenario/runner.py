@@ -107,17 +107,6 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
     """The scenario's cluster on ``backend``, not started yet; its nodes see ``out_dir`` (the run
     directory's parent). Raises ``Unsupported`` when the backend cannot run the scenario (a skip,
     not a failure)."""
-    spec = ClusterSpec(name=f"sc{os.getpid()}-{next(_names)}", nodes=sc.cluster.nodes,
-                       gpus_per_node=sc.cluster.gpus_per_node,
-                       gpu_memory_gb=sc.cluster.gpu_memory_gb,
-                       ready_timeout_s=sc.cluster.ready_timeout_s,
-                       # the trainer is a plain driver: no Jobs API needed, and without the
-                       # dashboard a 3-node cluster is up 2.5-5 s sooner and 0.9 GB smaller
-                       dashboard=False,
-                       ray_version=sc.cluster.ray_version, python=sc.cluster.python,
-                       mounts=[str(out_dir.resolve())] if out_dir else [],
-                       node_local=[str(checkpoint_dir(out_dir))]
-                       if out_dir and sc.cluster.checkpoint_storage == "node_local" else [])
     if backend in sc.cluster.skip_on:
         raise Unsupported(sc.cluster.skip_on[backend])
     for key, what in (("ray_version", "a node with another Ray"),
@@ -133,6 +122,18 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
             (p for path in sc.cluster.python.values() if (p := interpreter_problem(path))), None)
         if problem:
             raise Unsupported(f"--backend docker: {problem}", missing_part=True)
+    # built after the checks above: a missing interpreter is a skip there, not a spec error
+    spec = ClusterSpec(name=f"sc{os.getpid()}-{next(_names)}", nodes=sc.cluster.nodes,
+                       gpus_per_node=sc.cluster.gpus_per_node,
+                       gpu_memory_gb=sc.cluster.gpu_memory_gb,
+                       ready_timeout_s=sc.cluster.ready_timeout_s,
+                       # the trainer is a plain driver: no Jobs API needed, and without the
+                       # dashboard a 3-node cluster is up 2.5-5 s sooner and 0.9 GB smaller
+                       dashboard=False,
+                       ray_version=sc.cluster.ray_version, python=sc.cluster.python,
+                       mounts=[str(out_dir.resolve())] if out_dir else [],
+                       node_local=[str(checkpoint_dir(out_dir))]
+                       if out_dir and sc.cluster.checkpoint_storage == "node_local" else [])
     if backend == "real":
         address = ray_address or os.environ.get("RAY_ADDRESS")
         if not address:
