@@ -19,29 +19,52 @@ console = Console(soft_wrap=True)
 
 
 def _paths(paths: list[Path]) -> list[Path]:
+    """The scenario files named, folders expanded; a folder without any is an error."""
     out: list[Path] = []
     for p in paths:
-        out += discover(p) if p.is_dir() else [p]
+        found = discover(p) if p.is_dir() else [p]
+        if not found:
+            raise ScenarioError(f"{p}: a directory with no scenario files (*.yaml) in it; give "
+                                "a scenario file or a directory holding some, e.g. scenarios/")
+        out += found
     return out
+
+
+def _refuse(e: ScenarioError) -> None:
+    """Print a scenario's problems as they are: its text is the file's, never rich markup."""
+    console.print(str(e), style="red", markup=False, highlight=False)
+
+
+def _load_all(paths: list[Path]) -> list:
+    """Every scenario named, validated; exit 2 after printing every problem found."""
+    try:
+        files = _paths(paths)
+    except ScenarioError as e:
+        _refuse(e)
+        raise typer.Exit(2) from None
+    scenarios, bad = [], 0
+    for path in files:
+        try:
+            scenarios.append((path, load(path)))
+        except ScenarioError as e:
+            _refuse(e)
+            bad += 1
+    if bad:
+        raise typer.Exit(2)
+    return scenarios
 
 
 Paths = Annotated[list[Path], typer.Argument(help="scenario files or folders")]
 
 
 def validate(paths: Paths) -> None:
-    """Check scenario files without running them; exit 2 on the first invalid one."""
-    bad = 0
-    for path in _paths(paths):
-        try:
-            sc = load(path)
-        except ScenarioError as e:
-            console.print(f"[red]{e}[/red]", highlight=False)
-            bad += 1
-        else:
-            console.print(f"ok  {path}: {sc.name} ({len(sc.faults)} faults, "
-                          f"{len(sc.expect)} checks)", highlight=False)
-    if bad:
-        raise typer.Exit(2)
+    """Check scenario files without running them: the schema, then the trainer config with the
+    scenario's overrides (data, model, resume, placement), as the run would start it. Exit 0 when
+    all are valid; 2 when one is not (each problem as ``file:line: field: what and the fix``) or
+    a directory holds no scenarios."""
+    for path, sc in _load_all(paths):
+        console.print(f"ok  {path}: {sc.name} ({len(sc.faults)} faults, {len(sc.expect)} checks)",
+                      markup=False, highlight=False)
 
 
 def run(
@@ -56,13 +79,7 @@ def run(
     from rlsim.checks import judge
     from rlsim.report import verdicts_record
 
-    scenarios = []
-    for path in _paths(paths):
-        try:
-            scenarios.append(load(path))
-        except ScenarioError as e:
-            console.print(f"[red]{e}[/red]", highlight=False)
-            raise typer.Exit(2) from None
+    scenarios = [sc for _, sc in _load_all(paths)]  # all valid before anything starts
     if backend not in ("local", "docker", "real"):
         console.print(f"[red]--backend {backend}: unknown (local, docker, real)[/red]")
         raise typer.Exit(2)

@@ -1,35 +1,220 @@
-"""Read scenario files; a malformed one gives ``path:line: field: what is wrong``, no traceback."""
+"""Read scenario files; a malformed one gives ``path:line: field: what is wrong``, no traceback.
+
+A scenario file is read as untrusted input, in bounded time and memory: at most ``MAX_BYTES``,
+UTF-8, one YAML document parsed once (libyaml when installed) into a node tree built here without
+recursion, so nesting deeper than ``MAX_DEPTH`` is refused before anything recurses over it.
+Anchors and aliases are refused (an alias bomb expands a few lines into gigabytes), so are
+duplicate keys (YAML would keep the last one silently) and numbers that are infinite, NaN or
+beyond ``MAX_NUMBER``. A file that passes the schema is then checked against the trainer config
+it names, with its overrides, the way the runner will start the trainer: a typo is caught here,
+before any cluster starts.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import math
 import re
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
+from yaml import events as ev
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rlsim.scenario.schema import Scenario
 
 REPO = Path(__file__).resolve().parents[2]
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 64
+MAX_NUMBER = 1e15
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _PATH_IN_MSG = re.compile(r"^(\w+)\[(\d+)\](?:\.([\w.]+))?: ")
+_FIELD_IN_MSG = re.compile(r"^(\w+(?:\.\w+)+): ")
 
 
 class ScenarioError(ValueError):
     """A scenario file that cannot be run; ``str()`` is one line per problem, ``path:line: ...``."""
 
 
-def _lines(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
-    """Every key path of a YAML document -> its 1-based line."""
-    out = {} if out is None else out
-    out.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            out[(*path, key.value)] = key.start_mark.line + 1
-            _lines(value, (*path, key.value), out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _lines(item, (*path, i), out)
-    return out
+def load(path: str | Path) -> Scenario:
+    """Parse and validate one scenario file; raise :class:`ScenarioError` with every problem."""
+    p = Path(path)
+    data, lines = _parse(p, _read(p))
+    if data is None:
+        raise ScenarioError(f"{p}:1: the file is empty; a scenario is a mapping (name, cluster, "
+                            "trainer, faults, expect): see scenarios/ for examples")
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{p}:1: a scenario is a mapping (name, cluster, trainer, faults, "
+                            "expect), not a " + type(data).__name__)
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as e:
+        raise ScenarioError("\n".join(_schema_problem(p, lines, err) for err in e.errors())) \
+            from None
+    _check_against_trainer(p, lines, scenario)
+    return scenario
+
+
+def resolve(path: str) -> Path:
+    """A path in a scenario: absolute, or relative to the repository root."""
+    p = Path(path)
+    return p if p.is_absolute() else REPO / p
+
+
+def discover(root: str | Path) -> list[Path]:
+    return sorted(Path(root).rglob("*.yaml"))
+
+
+def trainer_overrides(sc: Scenario) -> list[str]:
+    """The scenario's overrides as the trainer's ``key=value`` arguments. JSON is flow-style YAML:
+    the trainer parses each value back with yaml.safe_load."""
+    return [f"{k}={json.dumps(v)}" for k, v in sc.trainer.overrides.items()]
+
+
+# -- reading and parsing ---------------------------------------------------------------------------
+def _read(p: Path) -> str:
+    try:
+        if not p.is_file():
+            what = "a directory" if p.is_dir() else "not a regular file" if p.exists() else None
+            if what is None:
+                raise ScenarioError(f"{p}:1: no such file; give a scenario .yaml file or a "
+                                    "directory of them")
+            raise ScenarioError(f"{p}:1: {what}; give a scenario .yaml file")
+        with p.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise ScenarioError(f"{p}:1: cannot read the file ({e.strerror}); make it readable by "
+                            "this user") from None
+    if len(raw) > MAX_BYTES:
+        raise ScenarioError(f"{p}:1: larger than {MAX_BYTES // 1024} KiB, the limit for a "
+                            "scenario file (a real one is a few KiB): is this the right file?")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise ScenarioError(f"{p}:{line}: not UTF-8 text (byte {e.start}): a binary file? A "
+                            "scenario is a YAML text file") from None
+
+
+def _parse(p: Path, text: str) -> tuple[object, dict[tuple, int]]:
+    """The document's Python value and the line of every key path in it."""
+    loader = _Loader(text)
+    try:
+        root, lines = _compose(p, loader)
+        return (loader.construct_document(root) if root is not None else None), lines
+    except ScenarioError:
+        raise
+    except yaml.reader.ReaderError as e:
+        raise ScenarioError(f"{p}:{text[:e.position].count(chr(10)) + 1}: not valid YAML: "
+                            f"character #x{e.character:04x} at offset {e.position}: "
+                            f"{e.reason}; remove it (a scenario is plain text)") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        problem = getattr(e, "problem", None) or getattr(e, "context", None) or str(e)
+        raise ScenarioError(f"{p}:{mark.line + 1 if mark else 1}: not valid YAML: "
+                            f"{' '.join(str(problem).split())}") from None
+    except (ValueError, OverflowError) as e:  # a value that looks like a date but is none
+        raise ScenarioError(f"{p}:1: not valid YAML: {e}") from None
+    finally:
+        loader.dispose()
+
+
+def _compose(p: Path, loader) -> tuple[Node | None, dict[tuple, int]]:
+    """Build the node tree from the parser's events, iteratively, refusing what ``load`` refuses.
+
+    Each open collection is a frame ``[node, key path, pending mapping key, {key: line}]``."""
+    root, lines, stack, docs = None, {(): 1}, [], 0
+    while loader.check_event():
+        e = loader.get_event()
+        line = e.start_mark.line + 1
+        if isinstance(e, ev.DocumentStartEvent):
+            docs += 1
+            if docs > 1:
+                raise ScenarioError(f"{p}:{line}: a second YAML document (---); a scenario file "
+                                    "holds one")
+        elif isinstance(e, ev.AliasEvent):
+            raise ScenarioError(f"{p}:{line}: alias *{e.anchor} is not allowed in a scenario "
+                                "file: write the value out in full")
+        elif isinstance(e, ev.CollectionEndEvent):
+            stack.pop()[0].end_mark = e.end_mark
+        elif isinstance(e, ev.NodeEvent):
+            if e.anchor is not None:
+                raise ScenarioError(f"{p}:{line}: anchor &{e.anchor} is not allowed in a "
+                                    "scenario file: write each value out in full")
+            node = _node(loader, e)
+            path = _attach(p, stack[-1], node, lines) if stack else ()
+            if isinstance(node, ScalarNode):
+                _check_number(p, loader, node, path)
+            root = node if root is None else root
+            if not isinstance(node, ScalarNode):
+                if len(stack) >= MAX_DEPTH:
+                    raise ScenarioError(f"{p}:{line}: nested more than {MAX_DEPTH} levels deep; "
+                                        "a scenario is a few levels of mappings and lists")
+                stack.append([node, path, None, {}])
+    return root, lines
+
+
+def _attach(p: Path, frame: list, node: Node, lines: dict[tuple, int]) -> tuple:
+    """Put ``node`` into its parent collection (``frame``); the node's key path. A mapping key's
+    line is recorded under its path, and a key given twice is refused."""
+    parent, path, key, seen = frame
+    line = node.start_mark.line + 1
+    if isinstance(parent, SequenceNode):
+        child = (*path, len(parent.value))
+        parent.value.append(node)
+    elif key is None:  # this node is the next key
+        frame[2] = node
+        if isinstance(node, ScalarNode):
+            ident = (node.tag, node.value)
+            if ident in seen:
+                where = f"lines {seen[ident]} and {line}" if seen[ident] != line else "same line"
+                raise ScenarioError(f"{p}:{line}: {_dotted(path)}: key {node.value!r} appears "
+                                    f"twice ({where}): keep one")
+            seen[ident] = line
+            lines[(*path, node.value)] = line
+        return path
+    else:
+        parent.value.append((key, node))
+        frame[2] = None
+        child = (*path, key.value) if isinstance(key, ScalarNode) else path
+    lines.setdefault(child, line)
+    return child
+
+
+def _node(loader, e: ev.NodeEvent) -> Node:
+    """The node for a scalar or collection start event, its tag resolved as yaml's composer does."""
+    if isinstance(e, ev.ScalarEvent):
+        tag = e.tag if e.tag not in (None, "!") else loader.resolve(ScalarNode, e.value, e.implicit)
+        return ScalarNode(tag, e.value, e.start_mark, e.end_mark, style=e.style)
+    kind = SequenceNode if isinstance(e, ev.SequenceStartEvent) else MappingNode
+    tag = e.tag if e.tag not in (None, "!") else loader.resolve(kind, None, e.implicit)
+    return kind(tag, [], e.start_mark, None, flow_style=e.flow_style)
+
+
+def _check_number(p: Path, loader, node: ScalarNode, path: tuple) -> None:
+    """Refuse an infinite, NaN or absurdly large number wherever it stands (``path``)."""
+    if node.tag == "tag:yaml.org,2002:float":
+        value = loader.construct_yaml_float(node)
+    elif node.tag == "tag:yaml.org,2002:int":
+        value = loader.construct_yaml_int(node)
+    else:
+        return
+    if not math.isfinite(value) or abs(value) >= MAX_NUMBER:
+        what = "not a finite number" if not math.isfinite(value) else "too large"
+        raise ScenarioError(f"{p}:{node.start_mark.line + 1}: {_dotted(path)}: {node.value} is "
+                            f"{what}; write a plain number (below {MAX_NUMBER:.0e})")
+
+
+# -- reporting schema problems ---------------------------------------------------------------------
+def _schema_problem(p: Path, lines: dict[tuple, int], err: dict) -> str:
+    loc, msg = _where(tuple(err["loc"]), err["msg"].removeprefix("Value error, "))
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key (see rlsim/scenario/schema.py for the vocabulary)"
+    elif err["type"] == "missing":
+        msg = "required, missing"
+    return f"{p}:{_line_of(lines, loc)}: {_dotted(loc)}: {msg}"
 
 
 def _where(loc: tuple, msg: str) -> tuple[tuple, str]:
@@ -38,6 +223,8 @@ def _where(loc: tuple, msg: str) -> tuple[tuple, str]:
     if m and len(loc) <= 2:
         loc = (m.group(1), int(m.group(2)), *(m.group(3).split(".") if m.group(3) else ()))
         msg = msg[m.end():]
+    elif (m := _FIELD_IN_MSG.match(msg)) and loc and isinstance(loc[-1], int):
+        loc, msg = (*loc, *m.group(1).split(".")), msg[m.end():]  # a fault's own parameter
     return loc, msg
 
 
@@ -55,49 +242,59 @@ def _dotted(loc: tuple) -> str:
     return out or "<top level>"
 
 
-def load(path: str | Path) -> Scenario:
-    """Parse and validate one scenario file; raise :class:`ScenarioError` with every problem."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ScenarioError(f"{p}:1: cannot read the file ({e.strerror})") from None
-    try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark else 1
-        raise ScenarioError(f"{p}:{line}: not valid YAML: {getattr(e, 'problem', e)}") from None
-    if not isinstance(data, dict):
-        raise ScenarioError(f"{p}:1: a scenario is a mapping (name, cluster, trainer, faults, "
-                            "expect), not a " + type(data).__name__)
-    lines = _lines(root) if root is not None else {}
-    try:
-        scenario = Scenario.model_validate(data)
-    except ValidationError as e:
-        problems = []
-        for err in e.errors():
-            loc, msg = _where(tuple(err["loc"]), err["msg"].removeprefix("Value error, "))
-            if err["type"] == "extra_forbidden":
-                msg = "unknown key (see rlsim/scenario/schema.py for the vocabulary)"
-            elif err["type"] == "missing":
-                msg = "required, missing"
-            problems.append(f"{p}:{_line_of(lines, loc)}: {_dotted(loc)}: {msg}")
-        raise ScenarioError("\n".join(problems)) from None
-    config = resolve(scenario.trainer.config)
+# -- the scenario against its trainer --------------------------------------------------------------
+def _check_against_trainer(p: Path, lines: dict[tuple, int], sc: Scenario) -> None:
+    """What only the trainer knows: its event types, its config with the scenario's overrides
+    (then its own pre-flight: data, model, resume, placement), and how many steps it runs."""
+    from trainer.events import EVENT_TYPES  # the trainer package brings torch: only when needed
+
+    for i, fault in enumerate(sc.faults):
+        if fault.at.event is not None and fault.at.event not in EVENT_TYPES:
+            raise ScenarioError(
+                f"{p}:{_line_of(lines, ('faults', i, 'at', 'event'))}: faults[{i}].at.event: the "
+                f"trainer never logs an event {fault.at.event!r}; use one of "
+                f"{', '.join(sorted(EVENT_TYPES))}")
+    config = resolve(sc.trainer.config)
     if not config.is_file():
         raise ScenarioError(f"{p}:{_line_of(lines, ('trainer', 'config'))}: trainer.config: "
-                            f"no such trainer config {scenario.trainer.config!r} (looked for "
+                            f"no such trainer config {sc.trainer.config!r} (looked for "
                             f"{config}); use a path under fixtures/trainer/")
-    return scenario
+    cfg = _trainer_config(p, lines, sc, config)
+    if cfg is None:  # refused, as the scenario expects
+        return
+    for i, fault in enumerate(sc.faults):
+        if fault.at.step is not None and fault.at.step > cfg.total_steps:
+            raise ScenarioError(
+                f"{p}:{_line_of(lines, ('faults', i, 'at', 'step'))}: faults[{i}].at.step: step "
+                f"{fault.at.step} is never reached, the trainer stops at total_steps="
+                f"{cfg.total_steps}; fire earlier or raise total_steps in trainer.overrides")
 
 
-def resolve(path: str) -> Path:
-    """A path in a scenario: absolute, or relative to the repository root."""
-    p = Path(path)
-    return p if p.is_absolute() else REPO / p
+def _trainer_config(p: Path, lines: dict[tuple, int], sc: Scenario, config: Path):
+    """The trainer's config as the runner will start it, pre-flight checked; None when the trainer
+    refuses it in words a ``fails`` check expects. Any other refusal becomes a
+    :class:`ScenarioError` at the override (or the ``trainer.config``) it names."""
+    from trainer.config import load_config, preflight
+    from trainer.errors import ConfigError
 
-
-def discover(root: str | Path) -> list[Path]:
-    return sorted(Path(root).rglob("*.yaml"))
+    try:
+        with contextlib.chdir(REPO):  # the trainer runs there: its relative paths are the repo's
+            cfg = load_config(config, trainer_overrides(sc))
+            if "run_dir" not in sc.trainer.overrides:  # the runner's: in its report folder
+                cfg = cfg.model_copy(update={"run_dir": str(REPO / "reports")})
+            preflight(cfg)
+    except ConfigError as e:
+        msg = " ".join(str(e).split())
+        if any(name == "fails" and re.search(check.pattern, str(e)) for name, check in sc.checks()):
+            return None  # the scenario's story is this refusal
+        field, line = "trainer.config", _line_of(lines, ("trainer", "config"))
+        named = set(re.findall(r"`([\w.]+)`|'?([\w.]+)=", msg))
+        named = {n for pair in named for n in pair if n}
+        for key in sc.trainer.overrides:
+            if any(n == key or n.startswith(key + ".") or key.startswith(n + ".") for n in named):
+                field = f"trainer.overrides.{key}"
+                line = _line_of(lines, ("trainer", "overrides", key))
+                break
+        raise ScenarioError(f"{p}:{line}: {field}: the trainer refuses its config: {msg}") \
+            from None
+    return cfg

@@ -16,23 +16,37 @@ A scenario reads top to bottom as a story::
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rlsim.spec import python_problem, ray_version_problem
+
 NodeRef = int | Literal["random"]
+DAY = 86400.0  # no fault, wait or run in a scenario lasts longer
+PORT_NAMES = re.compile(r"^(gcs|dashboard|client|(workers|daemons):(\d{1,2}))$")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def _regex(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"not a valid regular expression ({e}); escape special characters "
+                         "with a backslash") from None
+    return pattern
 
 
 class ClusterSection(_Strict):
     nodes: int = Field(3, ge=1, le=16)
     gpus_per_node: int = Field(2, ge=0, le=64)
-    gpu_memory_gb: float = Field(80.0, gt=0)
+    gpu_memory_gb: float = Field(80.0, gt=0, le=4096)
     backend: Literal["local", "docker", "real"] = "local"
-    ready_timeout_s: float = Field(60, gt=0, description="bound on one node's (re)start (a "
+    ready_timeout_s: float = Field(60, gt=0, le=DAY, description="bound on one node's (re)start (a "
                                    "cluster's start: once per node)")
     ray_version: dict[int, str] = Field(
         default_factory=dict,
@@ -58,20 +72,26 @@ class ClusterSection(_Strict):
             if bad:
                 raise ValueError(f"{field} names node {bad[0]}; the cluster has nodes "
                                  f"0..{self.nodes - 1}")
+        for index, version in self.ray_version.items():
+            if problem := ray_version_problem(version):
+                raise ValueError(f"node {index}: {problem}")
+        for index, path in self.python.items():
+            if problem := python_problem(path):
+                raise ValueError(f"node {index}: {problem}")
         return self
 
 
 class TrainerSection(_Strict):
     config: str = Field(description="trainer YAML, relative to the repository root or absolute")
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted key -> value")
-    timeout_s: float = Field(300, gt=0, description="the whole run, faults included")
+    timeout_s: float = Field(300, gt=0, le=7 * DAY, description="the whole run, faults included")
 
 
 class At(_Strict):
     """When a fault fires: at a trainer step, seconds after the trainer started, or an event."""
 
     step: int | None = Field(None, ge=1)
-    seconds: float | None = Field(None, ge=0)
+    seconds: float | None = Field(None, ge=0, le=DAY)
     event: str | None = None
 
     @model_validator(mode="after")
@@ -97,7 +117,21 @@ class PauseNode(_Strict):
 
 
 class Partition(_Strict):
-    groups: list[list[int]] = Field(description="node groups cut off from the rest and each other")
+    groups: list[list[int]] = Field(min_length=1,
+                                    description="node groups cut off from the rest and each other")
+
+    @field_validator("groups")
+    @classmethod
+    def _each_node_once(cls, groups: list[list[int]]) -> list[list[int]]:
+        seen: set[int] = set()
+        for group in groups:
+            if not group:
+                raise ValueError("an empty group cuts nothing off: drop it")
+            for n in group:
+                if n in seen:
+                    raise ValueError(f"node {n} is named twice; a node is in one group at most")
+                seen.add(n)
+        return groups
 
 
 class BlockPort(_Strict):
@@ -106,10 +140,26 @@ class BlockPort(_Strict):
         description="gcs | dashboard | workers:<i> | 6379 | [lo, hi]")
     sources: list[int] | None = Field(None, description="nodes that lose it (default: all others)")
 
+    @field_validator("port")
+    @classmethod
+    def _port_ok(cls, port: str | int | list[int]) -> str | int | list[int]:
+        if isinstance(port, str) and not PORT_NAMES.match(port):
+            raise ValueError(f"unknown port name {port!r}; use gcs, dashboard, client, "
+                             "workers:<node>, daemons:<node>, a port number or [low, high]")
+        ports = [port] if isinstance(port, int) else port if isinstance(port, list) else []
+        if isinstance(port, list) and len(port) != 2:
+            raise ValueError(f"a port range is [low, high], got {len(port)} numbers")
+        for n in ports:
+            if not 1 <= n <= 65535:
+                raise ValueError(f"port {n} is out of range: TCP ports are 1-65535")
+        if len(ports) == 2 and ports[0] > ports[1]:
+            raise ValueError(f"port range {port}: the low end comes first")
+        return port
+
 
 class KillRole(_Strict):
     role: Literal["actor", "rollout", "ref", "critic", "reward"]
-    rank: int = Field(0, ge=0)
+    rank: int = Field(0, ge=0, le=4096)
 
 
 class CorruptCheckpoint(_Strict):
@@ -119,12 +169,13 @@ class CorruptCheckpoint(_Strict):
 
 class GpuOom(_Strict):
     node: NodeRef
-    gb: float = Field(gt=0, description="GiB taken on every GPU of the node")
+    gb: float = Field(gt=0, le=4096, description="GiB taken on every GPU of the node")
 
 
 class HostOom(_Strict):
     node: NodeRef
-    mb: int = Field(128, gt=0, description="MiB a hog takes on the node once it has no free memory")
+    mb: int = Field(128, gt=0, le=1 << 20,
+                    description="MiB a hog takes on the node once it has no free memory")
 
 
 class KillHead(_Strict):
@@ -142,9 +193,10 @@ FAULTS: dict[str, type[_Strict]] = {
 class FaultEntry(BaseModel):
     """``{at: {...}, <fault>: {...}, for_s: S}``: one fault, when, and for how long."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     at: At
-    for_s: float | None = Field(None, gt=0, description="heal after S seconds (else at the end)")
+    for_s: float | None = Field(None, gt=0, le=DAY,
+                                description="heal after S seconds (else at the end)")
 
     @model_validator(mode="after")
     def _one_fault(self) -> FaultEntry:
@@ -159,7 +211,8 @@ class FaultEntry(BaseModel):
         except ValidationError as e:
             err = e.errors()[0]
             field = ".".join(str(x) for x in err["loc"])
-            raise ValueError(f"{names[0]}.{field}: {err['msg']}") from None
+            msg = err["msg"].removeprefix("Value error, ")
+            raise ValueError(f"{names[0]}.{field}: {msg}") from None
         return self
 
     @property
@@ -178,7 +231,9 @@ class Completes(_Strict):
 
 class Fails(_Strict):
     pattern: str = Field(".*", description="regex the trainer's error must match")
-    within_s: float | None = Field(None, gt=0, description="after the trainer started")
+    within_s: float | None = Field(None, gt=0, le=DAY, description="after the trainer started")
+
+    _pattern = field_validator("pattern")(_regex)
 
 
 class ResumedFromStep(_Strict):
@@ -195,11 +250,11 @@ class FinalStep(_Strict):
 
 
 class DetectedWithinS(_Strict):
-    seconds: float = Field(gt=0)
+    seconds: float = Field(gt=0, le=DAY)
 
 
 class RecoveredWithinS(_Strict):
-    seconds: float = Field(gt=0)
+    seconds: float = Field(gt=0, le=DAY)
 
 
 class MatchesBaseline(_Strict):
@@ -220,12 +275,16 @@ class Refused(_Strict):
 
     pattern: str = Field(".*", description="regex the start-up error must match")
 
+    _pattern = field_validator("pattern")(_regex)
+
 
 class DoctorWarns(_Strict):
     """The pre-flight ``rlsim doctor`` (run before the trainer starts) reported a finding that
     matches ``pattern``."""
 
     pattern: str = Field(description="regex one of the doctor's findings must match")
+
+    _pattern = field_validator("pattern")(_regex)
 
 
 class DoctorClean(_Strict):
@@ -273,17 +332,28 @@ class Scenario(_Strict):
             except ValidationError as e:
                 err = e.errors()[0]
                 field = ".".join(str(x) for x in err["loc"])
-                raise ValueError(f"expect[{i}].{name}.{field}: {err['msg']}") from None
+                msg = err["msg"].removeprefix("Value error, ")
+                raise ValueError(f"expect[{i}].{name}.{field}: {msg}") from None
         return expect
 
     @model_validator(mode="after")
     def _nodes(self) -> Scenario:
+        last = self.cluster.nodes - 1
         for i, fault in enumerate(self.faults):
+            where = f"faults[{i}].{fault.kind}"
             for field in ("node", "sources", "groups"):
                 for n in _nodes(getattr(fault.params, field, None)):
-                    if not 0 <= n < self.cluster.nodes:
-                        raise ValueError(f"faults[{i}].{fault.kind}.{field}: node {n} is outside "
-                                         f"the cluster (nodes 0-{self.cluster.nodes - 1})")
+                    if not 0 <= n <= last:
+                        raise ValueError(f"{where}.{field}: node {n} is outside the cluster "
+                                         f"(nodes 0-{last})")
+            if getattr(fault.params, "node", None) == "random" and last < 1:
+                raise ValueError(f"{where}.node: random picks a node other than the head, and "
+                                 "this cluster has only the head: name node 0 or add nodes")
+            port = getattr(fault.params, "port", None)
+            m = PORT_NAMES.match(port) if isinstance(port, str) else None
+            if m and m.group(3) is not None and int(m.group(3)) > last:
+                raise ValueError(f"{where}.port: {port!r} names node {m.group(3)}, outside the "
+                                 f"cluster (nodes 0-{last})")
         return self
 
     def checks(self) -> list[tuple[str, _Strict]]:
