@@ -262,7 +262,22 @@ def _drive(sc, cluster, outcome, rng, faults, log, on_progress) -> None:
         outcome.returncode = proc.returncode
         for e in tail.poll():
             log.trainer(e)
+        if refusal := config_refusal(outcome):
+            log.trainer(refusal)
         log.emit("trainer_exited", returncode=proc.returncode)
+
+
+def config_refusal(outcome: Outcome) -> dict | None:
+    """The trainer's refusal of its config as an ``error`` event, or None. A config the trainer
+    refuses at start (exit 2, one ``trainer: ...`` line) is refused before its event log exists,
+    so the refusal is known only from its output."""
+    if outcome.returncode != 2 or outcome.trainer("error"):
+        return None
+    said = [ln for ln in outcome.output.splitlines() if ln.startswith("trainer: ")]
+    if not said:
+        return None
+    return {"ts": round(time.time(), 4), "type": "error", "kind": "config_error",
+            "message": said[-1].removeprefix("trainer: "), "from": "output"}
 
 
 def _preflight(cluster, out_dir: Path, log) -> None:
