@@ -77,7 +77,7 @@ class CheckpointError(TrainerError):
 
 class CheckpointNotShared(CheckpointError):
     """The checkpoint directory is node-local: workers wrote files the driver cannot see, so no
-    node can resume from it (FIELD-NOTES 7). Names the nodes, example files and the fix."""
+    node can resume from it. Names the nodes, example files and the fix."""
 
     kind = "checkpoint_not_shared"
 

@@ -122,7 +122,7 @@ class Worker:
               timeout: datetime.timedelta) -> None:
         """Rendezvous at rank 0's store and form the process group, or fail in words: a peer that
         cannot reach the store or the collective's own ports would otherwise surface as a bare
-        store error (or, without a timeout, a hang: FIELD-NOTES 3)."""
+        store error (or, without a timeout, a hang)."""
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         # what torchrun would export; DeepSpeed insists on LOCAL_RANK. Ray gives each worker
         # its own CUDA_VISIBLE_DEVICES, so its device is always local index 0.

@@ -1,6 +1,6 @@
 """``rlsim doctor``: pre-flight checks of a cluster, before a run spends GPU-hours finding out.
 
-Asked from every node (FIELD-NOTES 2, 7, 10), by a probe process on that node
+Asked from every node, by a probe process on that node
 (:mod:`rlsim.doctor.probe`; local and docker nodes run it through the backend's node command, a real
 cluster through rlsim's agent actor on each node):
 
