@@ -32,8 +32,9 @@ ALGORITHMS = {"grpo": grpo.step, "ppo": ppo.step}
 class Run:
     """One training run across restarts: the state a checkpoint must carry, and the loop."""
 
-    def __init__(self, cfg: TrainerConfig, plan: Plan, log: EventLog) -> None:
-        self.cfg, self.plan, self.log = cfg, plan, log
+    def __init__(self, cfg: TrainerConfig, plan: Plan, log: EventLog,
+                 lease: ckpt.Lease) -> None:
+        self.cfg, self.plan, self.log, self.lease = cfg, plan, log, lease
         self.prompts = load_prompts(cfg.data.path)
         self.loader = PromptLoader(len(self.prompts), cfg.data.prompts_per_step, cfg.seed)
         self.step = 0
@@ -83,8 +84,7 @@ class Run:
             self._warn_not_shared(not_here)
         state = {"step": self.step, "loader": self.loader.state(), "seed": self.cfg.seed,
                  "algorithm": self.cfg.algorithm, "restarts": self.restarts}
-        final = ckpt.commit(self.cfg.ckpt_dir, self.step, tmp, state, self.cfg.keep_last,
-                            not_here)
+        final = ckpt.commit(self.lease, self.step, tmp, state, self.cfg.keep_last, not_here)
         self.log.emit("checkpoint_saved", step=self.step, path=str(final),
                       seconds=round(time.monotonic() - t0, 3))
 
@@ -148,7 +148,8 @@ def run(cfg: TrainerConfig) -> int:
     try:  # a config that cannot start is refused before the run directory is written
         preflight(cfg)
         plan = plan_placement(cfg)
-    except TrainerError as e:
+        lease = ckpt.Lease.acquire(cfg.ckpt_dir)  # one writer per checkpoint_dir, restarts included
+    except (TrainerError, ckpt.LeaseHeld) as e:
         print(f"trainer: {e}", file=sys.stderr, flush=True)
         return 2
     log = EventLog(cfg.run_dir, cfg.logging.tensorboard)
@@ -160,7 +161,7 @@ def run(cfg: TrainerConfig) -> int:
                        for w in plan.workers], warnings=list(plan.warnings))
         _connect()
         _watch_head(log, cfg.fault_tolerance.gcs_reconnect_timeout_s, t0)
-        r = Run(cfg, plan, log)
+        r = Run(cfg, plan, log, lease)
         while True:
             try:
                 r.attempt()
@@ -197,6 +198,7 @@ def run(cfg: TrainerConfig) -> int:
         raise
     finally:
         log.close()
+        lease.release()
 
 
 def _resumable_step(cfg: TrainerConfig) -> int | None:
