@@ -236,9 +236,12 @@ def _line_of(lines: dict[tuple, int], loc: tuple) -> int:
 
 
 def _dotted(loc: tuple) -> str:
+    """``faults[0].kill_node.node``; a key that would not print as itself on one line (a line
+    separator, a control character) is shown quoted, with escapes."""
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        text = str(part) if str(part).isprintable() else repr(part)
+        out += f"[{text}]" if isinstance(part, int) else (f".{text}" if out else text)
     return out or "<top level>"
 
 
@@ -248,17 +251,19 @@ def _check_against_trainer(p: Path, lines: dict[tuple, int], sc: Scenario) -> No
     (then its own pre-flight: data, model, resume, placement), and how many steps it runs."""
     from trainer.events import EVENT_TYPES  # the trainer package brings torch: only when needed
 
-    for i, fault in enumerate(sc.faults):
-        if fault.at.event is not None and fault.at.event not in EVENT_TYPES:
+    named = [(("faults", i, "at", "event"), f.at.event) for i, f in enumerate(sc.faults)]
+    named += [(("expect", i, "event", "type"), e["event"].get("type"))
+              for i, e in enumerate(sc.expect) if isinstance(e.get("event"), dict)]
+    for loc, event in named:
+        if event is not None and event not in EVENT_TYPES:
             raise ScenarioError(
-                f"{p}:{_line_of(lines, ('faults', i, 'at', 'event'))}: faults[{i}].at.event: the "
-                f"trainer never logs an event {fault.at.event!r}; use one of "
-                f"{', '.join(sorted(EVENT_TYPES))}")
+                f"{p}:{_line_of(lines, loc)}: {_dotted(loc)}: the trainer never logs an event "
+                f"{event!r}; use one of {', '.join(sorted(EVENT_TYPES))}")
     config = resolve(sc.trainer.config)
     if not config.is_file():
         raise ScenarioError(f"{p}:{_line_of(lines, ('trainer', 'config'))}: trainer.config: "
                             f"no such trainer config {sc.trainer.config!r} (looked for "
-                            f"{config}); use a path under fixtures/trainer/")
+                            f"{str(config)!r}); use a path under fixtures/trainer/")
     cfg = _trainer_config(p, lines, sc, config)
     if cfg is None:  # refused, as the scenario expects
         return
@@ -282,6 +287,11 @@ def _trainer_config(p: Path, lines: dict[tuple, int], sc: Scenario, config: Path
             cfg = load_config(config, trainer_overrides(sc))
             if "run_dir" not in sc.trainer.overrides:  # the runner's: in its report folder
                 cfg = cfg.model_copy(update={"run_dir": str(REPO / "reports")})
+            data = Path(cfg.data.path)
+            if data.exists() and not data.is_file() and not data.is_dir():
+                # a device or a pipe would be read without end
+                raise ConfigError(f"data.path={cfg.data.path!r} is not a regular file. Fix: point "
+                                  "data.path at a jsonl file such as fixtures/data/digits.jsonl")
             preflight(cfg)
     except ConfigError as e:
         msg = " ".join(str(e).split())

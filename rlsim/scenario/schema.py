@@ -25,6 +25,7 @@ from rlsim.spec import python_problem, ray_version_problem
 
 NodeRef = int | Literal["random"]
 DAY = 86400.0  # no fault, wait or run in a scenario lasts longer
+OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 PORT_NAMES = re.compile(r"^(gcs|dashboard|client|(workers|daemons):(\d{1,2}))$")
 
 
@@ -84,6 +85,15 @@ class ClusterSection(_Strict):
 class TrainerSection(_Strict):
     config: str = Field(description="trainer YAML, relative to the repository root or absolute")
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted key -> value")
+
+    @field_validator("overrides")
+    @classmethod
+    def _keys_ok(cls, overrides: dict[str, Any]) -> dict[str, Any]:
+        for key in overrides:
+            if not OVERRIDE_KEY.match(key):
+                raise ValueError(f"override key {key!r} is not a trainer config key: write a "
+                                 "dotted name such as total_steps or actor.lr")
+        return overrides
     timeout_s: float = Field(300, gt=0, le=7 * DAY, description="the whole run, faults included")
 
 
