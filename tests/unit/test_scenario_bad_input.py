@@ -11,6 +11,7 @@ import pytest
 
 from rlsim import cli
 
+pytest_plugins = ["pytester"]
 TINY = "fixtures/trainer/grpo_tiny.yaml"
 
 
@@ -198,3 +199,19 @@ def test_a_refusal_the_scenario_expects_is_not_an_error(tmp_path):
     path.write_text(body.replace("does not divide", "is something else"))
     with pytest.raises(ScenarioError, match="model.n_head=3 does not divide"):
         load(path)
+
+
+def test_pytest_reports_bad_scenario_files_as_invalid_items(pytester):
+    """Collected by the plugin, each bad file is one failing item in the loader's words: no
+    collection error, no traceback, no cluster (nothing valid to run)."""
+    d = pytester.mkdir("scenarios")
+    (d / "binary.yaml").write_bytes(bytes(range(256)))
+    (d / "bomb.yaml").write_text(BOMB)
+    (d / "markup.yaml").write_text(scenario(extra='"[/oops]": 1\n'))
+    result = pytester.runpytest("scenarios", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=3)
+    out = result.stdout.str()
+    assert "invalid scenario:" in out and "Traceback" not in out
+    for needle in ("binary.yaml:2: not UTF-8 text", "bomb.yaml:1: anchor &a is not allowed",
+                   "markup.yaml:2: [/oops]: unknown key"):
+        assert needle in out, out
