@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from rlsim.backends.real import Unsupported
@@ -81,7 +82,8 @@ def run(
 
     scenarios = [sc for _, sc in _load_all(paths)]  # all valid before anything starts
     if backend not in ("local", "docker", "real"):
-        console.print(f"[red]--backend {backend}: unknown (local, docker, real)[/red]")
+        console.print(f"--backend {backend}: unknown (local, docker, real)", style="red",
+                      markup=False, highlight=False)
         raise typer.Exit(2)
     root = report or Path(f"reports/run-{time.strftime('%Y%m%d-%H%M%S')}")
     summary, failed = [], 0
@@ -90,7 +92,7 @@ def run(
         try:
             outcome = _run_live(sc, root, seed, backend, ray_address)
         except Unsupported as e:
-            console.print(f"[yellow]SKIP[/] {sc.name}: {e}", highlight=False)
+            console.print(f"[yellow]SKIP[/] {sc.name}: {escape(str(e))}", highlight=False)
             continue
         verdicts = judge(outcome)
         ok = all(v.ok for v in verdicts)
@@ -99,7 +101,7 @@ def run(
                       f"({time.monotonic() - t0:.1f} s)")
         for v in verdicts:
             mark = "[green]ok[/]  " if v.ok else "[red]no[/]  "
-            console.print(f"   {mark}{v.check}: {v.message}", highlight=False)
+            console.print(f"   {mark}{v.check}: {escape(v.message)}", highlight=False)
             if not v.ok:
                 for line in v.evidence[-10:]:
                     console.print(f"        {line}", highlight=False, markup=False)
@@ -108,7 +110,8 @@ def run(
     (root / "summary.json").write_text(json.dumps(summary, indent=1))
     from rlsim.report import render
 
-    console.print(f"report: {render(root)} (summary.json and <scenario>/timeline.jsonl beside it)")
+    console.print(f"report: {render(root)} (summary.json and <scenario>/timeline.jsonl beside it)",
+                  markup=False, highlight=False)
     if failed:
         raise typer.Exit(1)
 
@@ -149,10 +152,11 @@ def report(
     from rlsim.report import render
 
     if not (root / "summary.json").is_file() and not list(root.glob("*/verdicts.json")):
-        console.print(f"[red]{root}: no summary.json (write one with rlsim run --report DIR)[/red]")
+        console.print(f"{root}: no summary.json (write one with rlsim run --report DIR)",
+                      style="red", markup=False, highlight=False)
         raise typer.Exit(2)
     out = render(root)
-    console.print(f"report: {out}")
+    console.print(f"report: {out}", markup=False, highlight=False)
     if open_:
         import webbrowser
 

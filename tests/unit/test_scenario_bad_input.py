@@ -215,3 +215,19 @@ def test_pytest_reports_bad_scenario_files_as_invalid_items(pytester):
     for needle in ("binary.yaml:2: not UTF-8 text", "bomb.yaml:1: anchor &a is not allowed",
                    "markup.yaml:2: [/oops]: unknown key"):
         assert needle in out, out
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["report", "{tmp}/[/oops]"], ["[/oops]: no summary.json"]),
+    (["run", "scenarios/head_lost.yaml", "--backend", "[/x]", "--report", "{tmp}/r"],
+     ["--backend [/x]: unknown (local, docker, real)"]),
+])
+def test_markup_in_arguments_is_printed_as_text(tmp_path, monkeypatch, capsys, argv, words):
+    monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(Path(__file__).parents[2])
+    (tmp_path / "[").mkdir()
+    code, text = refusal([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys)
+    assert code == 2 and "Traceback" not in text
+    for word in words:
+        assert word in text, text
+    assert not (tmp_path / "r").exists()
