@@ -24,7 +24,7 @@ from rlsim.backends import STARTED, cluster_class
 from rlsim.backends.base import ClusterStartError
 from rlsim.backends.real import RealCluster, Unsupported, check_supported
 from rlsim.faults import FAULTS, Fault, FaultContext
-from rlsim.scenario.loader import REPO, resolve
+from rlsim.scenario.loader import REPO, resolve, trainer_overrides
 from rlsim.scenario.schema import FaultEntry, Scenario
 from rlsim.spec import ClusterSpec
 
@@ -75,10 +75,9 @@ class EventTail:
 
 
 def trainer_command(sc: Scenario, run_dir: Path) -> list[str]:
-    # JSON is flow-style YAML: the trainer parses each value back with yaml.safe_load
-    overrides = [f"{k}={json.dumps(v)}" for k, v in sc.trainer.overrides.items()]
+    # the same overrides `rlsim validate` checked against the trainer's config
     return [sys.executable, "-m", "trainer", "--config", str(resolve(sc.trainer.config)),
-            f"run_dir={run_dir}", *overrides]
+            f"run_dir={run_dir}", *trainer_overrides(sc)]
 
 
 class Schedule:
