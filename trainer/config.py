@@ -8,7 +8,10 @@ exist, so scenarios and CI can set them without knowing the rest.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -249,6 +252,31 @@ def load_config(path: str | Path | None,
         raise ConfigError(_explain(e, source)) from None
 
 
+def read_small_file(path: str | Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them.
+
+    Raises OSError as reading does (FileNotFoundError, IsADirectoryError, PermissionError), and
+    ValueError saying what is wrong for anything that is no regular file or is larger: a device
+    such as /dev/zero would be read without end, and opening a pipe waits for a writer forever.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a pipe without a writer must not block
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+        if not stat.S_ISREG(mode):
+            raise ValueError("not a regular file (a device, pipe or socket)")
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise ValueError(f"larger than {limit} bytes")
+    return b"".join(chunks)
+
+
 def _read_yaml(path: Path) -> dict:
     """The mapping a YAML config file holds; :class:`ConfigError` naming the file otherwise."""
     fix = "Fix: pass --config a trainer YAML file such as fixtures/trainer/grpo_tiny.yaml"
@@ -256,9 +284,14 @@ def _read_yaml(path: Path) -> dict:
         if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
             raise ConfigError(f"{path}: {path.stat().st_size} bytes is no trainer config (they "
                               f"take a few hundred; at most {MAX_CONFIG_BYTES}). {fix}")
-        text = path.read_bytes().decode("utf-8")
+        text = read_small_file(path, MAX_CONFIG_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file. {fix}") from None
+    except ValueError as e:
+        if not isinstance(e, UnicodeDecodeError):
+            raise ConfigError(f"{path}: {e}, so no trainer config. {fix}") from None
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}): a binary file? {fix}") \
+            from None
     except IsADirectoryError:
         raise ConfigError(f"{path} is a directory, not a config file. {fix}") from None
     except OSError as e:

@@ -20,7 +20,10 @@ from pathlib import Path
 
 import torch
 
+from trainer.config import read_small_file
 from trainer.errors import ConfigError
+
+MAX_PROMPT_BYTES = 64 * 1024**2  # the prompt sets this trainer reads are kilobytes
 
 DIGITS = 6
 EQ, PAD = 10, 11  # token ids: 0-9 are the digits themselves
@@ -54,7 +57,7 @@ def read_prompts(path: str | Path) -> list[list[int]]:
     """
     where = f"data.path={str(path)!r}"
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        text = read_small_file(path, MAX_PROMPT_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{where}: no such prompt file. Fix: point data.path at a jsonl "
                           "file such as fixtures/data/digits.jsonl") from None
@@ -67,6 +70,9 @@ def read_prompts(path: str | Path) -> list[list[int]]:
     except UnicodeDecodeError as e:
         raise ConfigError(f"{where}: not UTF-8 text (byte {e.start}). Fix: data.path takes a "
                           "jsonl file, one JSON object a line") from None
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}. Fix: data.path takes a jsonl file, one JSON object "
+                          "a line") from None
     rows = [_prompt_row(line, f"{where} line {n}")
             for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not rows:
