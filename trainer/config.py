@@ -228,7 +228,9 @@ def _explain(err: ValidationError, source: str) -> str:
             hint = "unknown key: check its spelling against trainer/config.py"
         else:
             hint = e["msg"]
-        got = f" (got {_short(e['input'])})" if e["type"] != "missing" else ""
+        # an unknown key's value is not echoed: a path that is no trainer config (pointed at a
+        # file of secrets by mistake) must not end up in a log
+        got = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {_short(e['input'])})"
         lines.append(f"  field `{field}`: {hint}{got}")
     return "\n".join(lines)
 

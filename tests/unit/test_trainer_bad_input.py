@@ -156,3 +156,14 @@ def test_preflight_passes_the_fixtures_without_ray_or_writes(tmp_path):
                          timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_keys_value_is_not_echoed(tmp_path, capsys):
+    """A file that is no trainer config (a file of secrets, given by mistake) names its keys but
+    never prints their values."""
+    config = tmp_path / "secrets.yaml"
+    config.write_text("db_password: hunter2\n")
+    assert main(["--config", str(config), f"run_dir={tmp_path}/run"]) == 2
+    err = capsys.readouterr().err
+    assert "db_password" in err and "unknown key" in err
+    assert "hunter2" not in err
