@@ -175,11 +175,15 @@ def ray_version_problem(version: str) -> str | None:
     return None
 
 
-def python_problem(path: str) -> str | None:
-    """Why ``path`` cannot be a node's Python interpreter (it is executed as given), or None."""
+def python_problem(path: str, on_this_host: bool = True) -> str | None:
+    """Why ``path`` cannot be a node's Python interpreter (it is executed as given), or None.
+    ``on_this_host=False`` checks only its form: a scenario file names an interpreter that the
+    host running it must have, and a host without it skips the scenario, naming the part."""
     if not os.path.isabs(path):
         return (f"python {path!r} is not an absolute path: give the interpreter's full path, "
                 "e.g. /usr/bin/python3")
+    if not on_this_host:
+        return None
     if not os.path.isfile(path) or not os.access(path, os.X_OK):
         return (f"python {path!r} is not an executable file on this host: install it or give "
                 "another interpreter's full path")

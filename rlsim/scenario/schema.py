@@ -77,7 +77,7 @@ class ClusterSection(_Strict):
             if problem := ray_version_problem(version):
                 raise ValueError(f"node {index}: {problem}")
         for index, path in self.python.items():
-            if problem := python_problem(path):
+            if problem := python_problem(path, on_this_host=False):
                 raise ValueError(f"node {index}: {problem}")
         return self
 

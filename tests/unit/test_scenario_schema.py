@@ -64,3 +64,19 @@ def test_schedule_fires_by_step_event_and_seconds():
     assert s.due([{"type": "checkpoint_saved", "step": 4}], 1.0) == []
     assert [i for i, _ in s.due([{"type": "checkpoint_saved", "step": 5}], 3.1)] == [1, 2]
     assert s.due([], 99) == []  # each fires once
+
+
+def test_a_node_interpreter_this_host_lacks_is_a_skip_not_a_bad_file(tmp_path):
+    """The file is valid wherever it is read; the host that runs it skips it naming the part
+    (a failure under RLSIM_STRICT)."""
+    from rlsim.backends.real import Unsupported
+    from rlsim.scenario.runner import make_cluster
+
+    sc = load(write(tmp_path, BASE + "cluster: {nodes: 2, gpus_per_node: 1, "
+                    "python: {1: /no/such/python3}}\nexpect: [{completes: {}}]\n"))
+    assert sc.cluster.python == {1: "/no/such/python3"}
+    with pytest.raises(Unsupported, match="needs container nodes"):
+        make_cluster(sc, "local")
+    with pytest.raises(ScenarioError, match="not an absolute path"):
+        load(write(tmp_path, BASE + "cluster: {nodes: 2, python: {1: python3}}\n"
+                   "expect: [{completes: {}}]\n"))
