@@ -72,8 +72,8 @@ class LocalCluster(StartedCluster):
         found = [f"process {pid}" for pid in procs.find(st.session)]
         if shutil.which("iptables") and os.geteuid() == 0:
             chains = subprocess.run(["iptables", "-w", "5", "-S"], capture_output=True, text=True)
-            if f"RLSIM-{st.slot}" in chains.stdout:
-                found.append(f"iptables chain RLSIM-{st.slot}")
+            if iptables.chain_name(st.slot) in chains.stdout:
+                found.append(f"iptables chain {iptables.chain_name(st.slot)}")
         if st.session in cgroups.sessions():
             found.append(f"cgroup rlsim/{st.session}")
         return found
@@ -280,7 +280,7 @@ def reap(st: ClusterState) -> None:
 
             return reap_docker(st)
         if Firewall.available() is None and not state.slot_held_by_other(st):
-            iptables.heal_chain(f"RLSIM-{st.slot}")
+            iptables.heal_chain(iptables.chain_name(st.slot))
         cgroups.remove_session(st.session)
         procs.signal_all(procs.find(st.session), signal.SIGCONT)  # a stopped process ignores KILL
         procs.kill_and_wait(st.session)
@@ -299,7 +299,7 @@ def reap_corrupt(entry: state.Corrupt) -> None:
         if entry.slot is not None and Firewall.available() is None:
             held = any(isinstance(o, ClusterState) and o.slot == entry.slot for o in state.scan())
             if not held:
-                iptables.heal_chain(f"RLSIM-{entry.slot}")
+                iptables.heal_chain(iptables.chain_name(entry.slot))
         state.forget(entry)
         if entry.session:
             state.remove_run_dir(entry.session)

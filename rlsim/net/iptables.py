@@ -6,9 +6,9 @@ in cgroup ``rlsim/<session>/n<i>`` (see :mod:`rlsim.cgroups`) and ``-m cgroup --
 packets their sockets send. Receivers are matched by the node's own address.
 
 Planning (which packets to drop) is pure data, apart from applying it. Every rule carries the
-comment ``rlsim:<session>`` and lives in chain ``RLSIM-<slot>``, jumped to from OUTPUT (loopback
-traffic crosses OUTPUT once per packet, so one rule per direction suffices). ``heal()`` removes the
-jump, flushes and deletes the chain; it is safe to call any number of times.
+comment ``rlsim:<session>`` and lives in chain ``RLSIM-<home id>-<slot>``, jumped to from OUTPUT
+(loopback traffic crosses OUTPUT once per packet, so one rule per direction suffices).
+``heal()`` removes the jump, flushes and deletes the chain; it is safe to call any number of times.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rlsim.net.alloc import ClusterPlan
+from rlsim.spec import home_id
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class Firewall:
     """The iptables chain of one cluster. Needs root and the ``iptables`` binary."""
 
     def __init__(self, slot: int, session: str) -> None:
-        self.chain = f"RLSIM-{slot}"
+        self.chain = chain_name(slot)
         self.comment = f"rlsim:{session}"
         self.rules: list[Drop] = []
 
@@ -193,12 +194,27 @@ def heal_chain(chain: str) -> None:
     subprocess.run(["iptables", "-w", "5", "-X", chain], capture_output=True, check=False)
 
 
+def chain_name(slot: int, home: str | None = None) -> str:
+    """The chain of ``slot`` in this rlsim home (``home``: a home id, default this one).
+
+    The home id is in the name so that two homes on one machine (other users, other CI jobs)
+    never share or remove each other's chains; at most 6 + 8 + 1 + 5 characters, well under
+    iptables' 28-character limit."""
+    return f"RLSIM-{home or home_id()}-{slot}"
+
+
+def own_chains(listing: str, home: str | None = None) -> list[str]:
+    """The chains of this home (``home``: a home id, default this one) in ``iptables -S`` output."""
+    prefix = f"-N RLSIM-{home or home_id()}-"
+    return [ln.split()[1] for ln in listing.splitlines() if ln.startswith(prefix)]
+
+
 def rlsim_chains() -> list[str]:
-    """Every RLSIM-* chain on this machine (for the reaper)."""
+    """Every chain of this rlsim home on this machine (for the reaper and ``down --all``)."""
     if shutil.which("iptables") is None:
         return []
     listing = subprocess.run(["iptables", "-w", "5", "-S"], capture_output=True, text=True)
-    return [ln.split()[1] for ln in listing.stdout.splitlines() if ln.startswith("-N RLSIM-")]
+    return own_chains(listing.stdout)
 
 
 def _unquote(tokens: list[str]) -> list[str]:

@@ -2,6 +2,7 @@ import pytest
 
 from rlsim.net import iptables
 from rlsim.net.alloc import plan_cluster
+from rlsim.spec import home_id
 
 PLAN = plan_cluster(0, 4)
 
@@ -63,3 +64,23 @@ def test_block_port_validates_node_and_ports():
 def test_reject_uses_tcp_reset_for_port_rules():
     args = iptables.Drop("x", "127.77.0.10", (1, 2), reject=True).args("c")
     assert args[-4:] == ["-j", "REJECT", "--reject-with", "tcp-reset"]
+
+
+def test_chain_names_carry_the_home_id_and_fit_iptables_limit():
+    assert iptables.chain_name(3, home="0123abcd") == "RLSIM-0123abcd-3"
+    assert iptables.chain_name(7) == f"RLSIM-{home_id()}-7"
+    assert len(iptables.chain_name(99999, home="ffffffff")) <= 28
+    assert iptables.Firewall(4, "s").chain == iptables.chain_name(4)
+
+
+def test_own_chains_leaves_other_homes_and_unscoped_chains():
+    listing = "\n".join([
+        "-P INPUT ACCEPT",
+        "-N RLSIM-0123abcd-1",
+        "-N RLSIM-0123abcd-12",
+        "-N RLSIM-ffffffff-1",  # another user's or CI job's home
+        "-N RLSIM-1",  # no home id: not ours to remove
+        "-A OUTPUT -j RLSIM-0123abcd-1",
+    ])
+    ours = ["RLSIM-0123abcd-1", "RLSIM-0123abcd-12"]
+    assert iptables.own_chains(listing, home="0123abcd") == ours
