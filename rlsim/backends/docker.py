@@ -7,7 +7,8 @@ of its own. PID 1 of a node is rlsim's launcher (the same Ray parameters as a lo
 of the cluster's block, fake GPUs, labels, health checks); it keeps the container alive and reaps
 orphans as an init would. The
 dashboard listens on the head container's loopback. Every container and the network carry the
-label ``rlsim.session``, so ``rlsim down --all`` and the reaper find them whatever happened.
+labels ``rlsim.session`` and ``rlsim.home``, so ``rlsim down --all`` and the reaper find them
+whatever happened, and touch only what this home made.
 
 What a container shares with the host, all at the same path: the host's software read-only (see the
 image module), rlsim's home (state, token, node temp dirs: Ray logs stay readable here), and the
@@ -46,12 +47,31 @@ from rlsim.backends.docker_image import REPO, host_mounts
 from rlsim.backends.gcs import alive_nodes, connect_env
 from rlsim.net import iptables
 from rlsim.net.iptables import Drop
-from rlsim.spec import ClusterSpec, ClusterState
+from rlsim.spec import ClusterSpec, ClusterState, home_id
 
 # Ryuk cannot be pulled on machines without a registry; where it can, set this to false.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 LABEL = "rlsim.session"
+HOME_LABEL = "rlsim.home"  # the rlsim home that made it: a reaper touches only its own home's
+
+
+def labels(session: str, **extra: str) -> dict[str, str]:
+    """The labels of every container, network and volume of ``session`` in this home."""
+    return {LABEL: session, HOME_LABEL: home_id(), **extra}
+
+
+def network_name(slot: int, home: str | None = None) -> str:
+    """The bridge network of ``slot`` in this home (another home's slot has its own name)."""
+    return f"rlsim-{home or home_id()}-slot{slot}"
+
+
+def is_orphan(found: dict[str, str] | None, known_sessions: set[str], home: str) -> bool:
+    """Whether a docker object with labels ``found`` is this home's and no state file knows it.
+    Objects of another home (another user, another CI job) or without a home label are never
+    orphans here."""
+    found = found or {}
+    return found.get(HOME_LABEL) == home and found.get(LABEL) not in known_sessions
 SUBNET_PREFIX = "10.177"
 
 
@@ -181,8 +201,8 @@ class DockerCluster(StartedCluster):
         if index in self.spec.ray_version:  # this node's Ray package says another version
             real, version = _ray_version()
             fake = st.root / f"n{index}-ray-version.py"
-            fake.write_text(real.read_text().replace(
-                f'version = "{version}"', f'version = "{self.spec.ray_version[index]}"'))
+            fake.write_text(ray_version_source(real.read_text(), version,
+                                               self.spec.ray_version[index]))
             container.with_volume_mapping(str(fake), str(real), "ro")
         python = self.spec.python.get(index, sys.executable)
         if index in self.spec.python:  # another interpreter over the same environment
@@ -192,7 +212,7 @@ class DockerCluster(StartedCluster):
         container.with_name(f"rlsim-{st.session}-n{index}")
         container.with_command([python, "-m", "rlsim.backends._launch", st.spec.name, str(index)])
         container.with_kwargs(
-            labels={LABEL: st.session, "rlsim.cluster": st.spec.name, "rlsim.node": str(index)},
+            labels=labels(st.session, **{"rlsim.cluster": st.spec.name, "rlsim.node": str(index)}),
             network=self.network.name, working_dir=str(REPO),
             shm_size=f"{self.spec.object_store_mb + 64}m",
             networking_config={self.network.name: _endpoint(addrs[index])},
@@ -409,6 +429,12 @@ def _reason(log: str) -> str:
     return errors[-1] if errors else (lines[-1] if lines else "(no log)")
 
 
+def ray_version_source(source: str, version: str, claimed: str) -> str:
+    """Ray's ``_version.py`` ``source`` saying ``claimed`` instead of ``version``. The value is
+    written as a Python literal (repr), so no string given as a version can become code."""
+    return source.replace(f'version = "{version}"', f"version = {claimed!r}")
+
+
 def _ray_version() -> tuple[Path, str]:
     """This environment's ``ray/_version.py`` and the version it says."""
     import ray._version
@@ -428,13 +454,14 @@ def _create_network(client, st: ClusterState):
 
     subnet = f"{SUBNET_PREFIX}.{st.slot}.0/24"
     with contextlib.suppress(Exception):  # a leftover of a crashed owner of this slot
-        for old in client.networks.list(names=[f"rlsim-slot{st.slot}"]):
-            old.remove()
+        for old in client.networks.list(names=[network_name(st.slot)]):
+            if is_orphan(old.attrs.get("Labels"), set(), home_id()):
+                old.remove()
     return client.networks.create(
-        f"rlsim-slot{st.slot}", driver="bridge",
+        network_name(st.slot), driver="bridge",
         ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=subnet, gateway=f"{SUBNET_PREFIX}."
                                                                       f"{st.slot}.1")]),
-        labels={LABEL: st.session, "rlsim.cluster": st.spec.name})
+        labels=labels(st.session, **{"rlsim.cluster": st.spec.name}))
 
 
 def _node_volume(st: ClusterState, index: int, k: int) -> str:
@@ -443,7 +470,7 @@ def _node_volume(st: ClusterState, index: int, k: int) -> str:
     name = f"rlsim-{st.session}-n{index}-disk{k}"
     client = _client()
     if not client.volumes.list(filters={"name": name}):
-        client.volumes.create(name, labels={LABEL: st.session, "rlsim.node": str(index)})
+        client.volumes.create(name, labels=labels(st.session, **{"rlsim.node": str(index)}))
     return name
 
 
@@ -466,21 +493,22 @@ def reap_docker(st: ClusterState) -> None:
 
 
 def reap_orphans(known_sessions: set[str]) -> list[str]:
-    """Remove rlsim-labelled containers, networks and volumes of sessions no state file knows (their
-    owner's state is gone); returns what was removed."""
+    """Remove this home's containers, networks and volumes of sessions no state file knows (their
+    owner's state is gone); returns what was removed. Another home's objects are left alone."""
     if engine_problem() is not None:
         return []
-    client, removed = _client(), []
-    for c in client.containers.list(all=True, filters={"label": LABEL}):
-        if c.labels.get(LABEL) not in known_sessions:
+    client, removed, home = _client(), [], home_id()
+    mine = {"label": f"{HOME_LABEL}={home}"}
+    for c in client.containers.list(all=True, filters=mine):
+        if is_orphan(c.labels, known_sessions, home):
             c.remove(force=True)
             removed.append(f"container {c.name}")
-    for n in client.networks.list(filters={"label": LABEL}):
-        if n.attrs.get("Labels", {}).get(LABEL) not in known_sessions:
+    for n in client.networks.list(filters=mine):
+        if is_orphan(n.attrs.get("Labels"), known_sessions, home):
             n.remove()
             removed.append(f"network {n.name}")
-    for v in client.volumes.list(filters={"label": LABEL}):
-        if (v.attrs.get("Labels") or {}).get(LABEL) not in known_sessions:
+    for v in client.volumes.list(filters=mine):
+        if is_orphan(v.attrs.get("Labels"), known_sessions, home):
             v.remove(force=True)
             removed.append(f"volume {v.name}")
     return removed
