@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import site
 import subprocess
 import sys
@@ -488,8 +487,8 @@ def reap_docker(st: ClusterState) -> None:
         for v in client.volumes.list(filters={"label": f"{LABEL}={st.session}"}):
             with contextlib.suppress(Exception):
                 v.remove(force=True)
-    state.remove(st.spec.name)
-    shutil.rmtree(Path(st.root), ignore_errors=True)
+    state.forget(st)  # only if the name is still this session's
+    state.remove_run_dir(st.session)
 
 
 def reap_orphans(known_sessions: set[str]) -> list[str]:

@@ -39,7 +39,7 @@ def leftovers(st: state.ClusterState) -> dict:
     return {
         "procs": procs.find(st.session),
         "cgroups": st.session in cgroups.sessions(),
-        "chain": f"RLSIM-{st.slot}" in iptables.rlsim_chains(),
+        "chain": iptables.chain_name(st.slot) in iptables.rlsim_chains(),
         "state": state.load(st.spec.name) is not None,
         "dir": st.root.exists(),
     }
