@@ -33,6 +33,9 @@ def cluster_env(st: ClusterState) -> dict[str, str]:
         # No idle workers forked ahead of demand: on 2 cores they steal CPU from bring-up.
         "RAY_enable_worker_prestart": "0",
         "RAY_prestart_worker_first_driver": "0",
+        # the head's metrics servers inside the cluster's own port block
+        "AUTOSCALER_METRIC_PORT": str(st.plan.autoscaler_metrics_port),
+        "DASHBOARD_METRIC_PORT": str(st.plan.dashboard_metrics_port),
         **st.spec.health.env(),
     }
 

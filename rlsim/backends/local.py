@@ -55,6 +55,8 @@ class LocalCluster(StartedCluster):
         state.save(st)
         self._firewall = Firewall(st.slot, st.session)
         self._firewall.heal()  # a chain left by a crashed owner of this slot
+        if Firewall.available() is None:  # without root the daemons stay open on every interface
+            self._firewall.guard_loopback(st.plan.port_block)
 
     def _launch_nodes(self) -> None:
         self._launch(list(range(self.spec.nodes)))
@@ -71,9 +73,9 @@ class LocalCluster(StartedCluster):
             return []
         found = [f"process {pid}" for pid in procs.find(st.session)]
         if shutil.which("iptables") and os.geteuid() == 0:
-            chains = subprocess.run(["iptables", "-w", "5", "-S"], capture_output=True, text=True)
-            if iptables.chain_name(st.slot) in chains.stdout:
-                found.append(f"iptables chain {iptables.chain_name(st.slot)}")
+            chains = set(iptables.rlsim_chains())
+            found += [f"iptables chain {c}" for c in (iptables.chain_name(st.slot),
+                                                      iptables.guard_chain(st.slot)) if c in chains]
         if st.session in cgroups.sessions():
             found.append(f"cgroup rlsim/{st.session}")
         return found
@@ -280,7 +282,7 @@ def reap(st: ClusterState) -> None:
 
             return reap_docker(st)
         if Firewall.available() is None and not state.slot_held_by_other(st):
-            iptables.heal_chain(iptables.chain_name(st.slot))
+            iptables.heal_slot(st.slot)
         cgroups.remove_session(st.session)
         procs.signal_all(procs.find(st.session), signal.SIGCONT)  # a stopped process ignores KILL
         procs.kill_and_wait(st.session)
@@ -299,7 +301,7 @@ def reap_corrupt(entry: state.Corrupt) -> None:
         if entry.slot is not None and Firewall.available() is None:
             held = any(isinstance(o, ClusterState) and o.slot == entry.slot for o in state.scan())
             if not held:
-                iptables.heal_chain(iptables.chain_name(entry.slot))
+                iptables.heal_slot(entry.slot)
         state.forget(entry)
         if entry.session:
             state.remove_run_dir(entry.session)

@@ -10,6 +10,9 @@ Port block of slot ``s`` (``base = PORT_LO + s * SLOT_PORTS``)::
     base + 0           GCS (the "6379" of this cluster)
     base + 1           dashboard and Jobs API (head only)
     base + 2           Ray client server (reserved)
+    base + 3, + 4      the head's metrics servers: autoscaler monitor, dashboard (Ray's defaults,
+                       44217 and 44227 on every interface, would collide between clusters and
+                       lie outside the block the loopback guard covers)
     base + 10 + i*NODE_STRIDE + k   per-node daemons, k in NODE_DAEMONS order
     ... + WORKER_OFFSET .. + NODE_STRIDE-1   that node's worker port range
 """
@@ -65,11 +68,18 @@ class ClusterPlan:
     gcs_port: int
     dashboard_port: int
     client_port: int
+    autoscaler_metrics_port: int
+    dashboard_metrics_port: int
     nodes: tuple[NodePlan, ...]
 
     @property
     def head(self) -> NodePlan:
         return self.nodes[0]
+
+    @property
+    def port_block(self) -> tuple[int, int]:
+        """The slot's whole port block (inclusive): every port any of its daemons listens on."""
+        return self.gcs_port, self.gcs_port + SLOT_PORTS - 1
 
     @property
     def gcs_address(self) -> str:
@@ -121,6 +131,8 @@ def plan_cluster(slot: int, nodes: int) -> ClusterPlan:
         gcs_port=base,
         dashboard_port=base + 1,
         client_port=base + 2,
+        autoscaler_metrics_port=base + 3,
+        dashboard_metrics_port=base + 4,
         nodes=tuple(plans),
     )
 

@@ -123,6 +123,7 @@ class Firewall:
 
     def __init__(self, slot: int, session: str) -> None:
         self.chain = chain_name(slot)
+        self.guard = guard_chain(slot)
         self.comment = f"rlsim:{session}"
         self.rules: list[Drop] = []
 
@@ -173,6 +174,19 @@ class Firewall:
             if d in self.rules:
                 self.rules.remove(d)
 
+    def guard_loopback(self, ports: tuple[int, int]) -> None:
+        """Keep the cluster's port block ``ports`` reachable over loopback only: a chain of its
+        own, jumped to from INPUT (fault rules stay on the OUTPUT side, where their cgroup match
+        names the sender), removed with the cluster, not by :meth:`heal`."""
+        reason = self.available()
+        if reason:
+            raise IptablesError(reason)
+        heal_chain(self.guard)
+        self._ipt("-N", self.guard)
+        self._ipt("-A", self.guard, *loopback_only(ports), "-m", "comment",
+                  "--comment", self.comment)
+        self._ipt("-I", "INPUT", "-m", "comment", "--comment", self.comment, "-j", self.guard)
+
     def heal(self) -> None:
         """Remove every rule of this chain and the chain itself. Safe twice, safe if never used."""
         self.rules = []
@@ -182,16 +196,40 @@ class Firewall:
 
 
 def heal_chain(chain: str) -> None:
-    """Delete every OUTPUT jump to ``chain``, then flush and delete it (no error if absent)."""
-    listing = subprocess.run(
-        ["iptables", "-w", "5", "-S", "OUTPUT"], capture_output=True, text=True
-    )
-    for line in listing.stdout.splitlines():
-        if line.startswith("-A OUTPUT") and line.endswith(f"-j {chain}"):
-            spec = line.split()[2:]
-            subprocess.run(["iptables", "-w", "5", "-D", "OUTPUT", *_unquote(spec)], check=False)
+    """Delete every OUTPUT and INPUT jump to ``chain``, then flush and delete it (no error if
+    absent)."""
+    for hook in ("OUTPUT", "INPUT"):
+        listing = subprocess.run(
+            ["iptables", "-w", "5", "-S", hook], capture_output=True, text=True
+        )
+        for line in listing.stdout.splitlines():
+            if line.startswith(f"-A {hook}") and line.endswith(f"-j {chain}"):
+                spec = line.split()[2:]
+                subprocess.run(["iptables", "-w", "5", "-D", hook, *_unquote(spec)], check=False)
     subprocess.run(["iptables", "-w", "5", "-F", chain], capture_output=True, check=False)
     subprocess.run(["iptables", "-w", "5", "-X", chain], capture_output=True, check=False)
+
+
+def heal_slot(slot: int) -> None:
+    """Remove both chains of ``slot`` in this home: its faults and its loopback guard."""
+    heal_chain(chain_name(slot))
+    heal_chain(guard_chain(slot))
+
+
+def guard_chain(slot: int, home: str | None = None) -> str:
+    """The chain that keeps ``slot``'s port block reachable over loopback only (INPUT side)."""
+    return f"{chain_name(slot, home)}-lo"
+
+
+def loopback_only(ports: tuple[int, int]) -> list[str]:
+    """The rule (pure data) that refuses TCP to ``ports`` arriving on any interface but ``lo``.
+
+    Ray binds its GCS, raylets and agents to every interface and has no setting to narrow that,
+    so without this rule anything that can reach the host reaches a simulated cluster (and its
+    unauthenticated metrics). A reset, not a silent drop: a client elsewhere learns at once."""
+    lo, hi = ports
+    return ["!", "-i", "lo", "-p", "tcp", "--dport", f"{lo}:{hi}",
+            "-j", "REJECT", "--reject-with", "tcp-reset"]
 
 
 def chain_name(slot: int, home: str | None = None) -> str:

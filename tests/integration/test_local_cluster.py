@@ -5,8 +5,10 @@ Each test starts real Ray nodes (seconds each); kept to 2-3 nodes so the suite s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -164,3 +166,68 @@ def test_status_of_a_cluster_whose_head_died_answers_at_once(rlsim_cluster):
     t = time.monotonic()
     assert [n.alive for n in rlsim_cluster.nodes()] == [False, False]
     assert time.monotonic() - t < 5
+
+
+def test_the_cluster_answers_only_over_loopback(shared, tmp_path):
+    """Ray binds its daemons to every interface: each listening port of the cluster lies in its
+    slot's block, which the loopback guard refuses on every other interface. Checked from a
+    network namespace this test makes, joined to the host by a veth pair of its own: a port
+    outside the block answers there, the GCS port refuses at once."""
+    require(Firewall.available())
+    st = shared.state
+    lo, hi = st.plan.port_block
+    listening = {(c.laddr.ip, c.laddr.port)
+                 for pid in procs.find(st.session)
+                 for c in _listening(pid)}
+    assert listening, "the cluster's processes listen on nothing?"
+    outside = {a for a in listening if not (lo <= a[1] <= hi or a[0].startswith("127."))}
+    assert not outside, f"listening outside the guarded block {lo}-{hi}: {sorted(outside)}"
+    rules = subprocess.run(["iptables", "-w", "5", "-S", iptables.guard_chain(st.slot)],
+                           capture_output=True, text=True).stdout
+    assert f"! -i lo -p tcp -m tcp --dport {lo}:{hi}" in rules, rules
+    with _namespace_peer() as (run_in_ns, host_ip):
+        with socket.create_server(("0.0.0.0", 0)) as control:  # outside every slot's block
+            assert _connect(run_in_ns, host_ip, control.getsockname()[1]) == "connected"
+        assert _connect(run_in_ns, host_ip, st.plan.gcs_port) == "ConnectionRefusedError"
+
+
+def _listening(pid: int) -> list:
+    import psutil
+
+    try:
+        return [c for c in psutil.Process(pid).net_connections("tcp")
+                if c.status == psutil.CONN_LISTEN]
+    except psutil.Error:
+        return []
+
+
+@contextlib.contextmanager
+def _namespace_peer():
+    """A network namespace joined to the host by a veth pair (10.213.<pid % 250>.1 here, .2
+    there), all made and removed by this test: traffic never leaves the machine."""
+    tag = os.getpid() % 10000
+    ns, host_if, ns_if = f"rlsimt{tag}", f"rlh{tag}", f"rln{tag}"
+    net = f"10.213.{tag % 250}"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+    try:
+        ip("netns", "add", ns)
+        ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
+        ip("link", "set", ns_if, "netns", ns)
+        ip("addr", "add", f"{net}.1/30", "dev", host_if)
+        ip("link", "set", host_if, "up")
+        ip("-n", ns, "addr", "add", f"{net}.2/30", "dev", ns_if)
+        ip("-n", ns, "link", "set", ns_if, "up")
+        yield (lambda argv: subprocess.run(["ip", "netns", "exec", ns, *argv], text=True,
+                                           capture_output=True, timeout=30)), f"{net}.1"
+    finally:
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _connect(run_in_ns, host: str, port: int) -> str:
+    code = (f"import socket\ntry:\n socket.create_connection(({host!r}, {port}), timeout=5)"
+            ".close()\n print('connected')\nexcept OSError as e:\n print(type(e).__name__)")
+    return run_in_ns([sys.executable, "-c", code]).stdout.strip()
