@@ -2,7 +2,6 @@
 home (another user, another CI job) on the same machine is left standing."""
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -10,6 +9,8 @@ import uuid
 import pytest
 
 from rlsim.backends.docker import HOME_LABEL, LABEL, engine_problem
+from rlsim.net.iptables import Firewall
+from rlsim.pytest_plugin import require
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 FOREIGN = "f0f0f0f0"  # a home id no path of this test hashes to
@@ -25,8 +26,8 @@ def _ipt(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["iptables", "-w", "5", *args], capture_output=True, text=True)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("iptables") is None, reason="needs root")
 def test_down_all_leaves_another_homes_chain(tmp_path):
+    require(Firewall.available())
     chain = f"RLSIM-{FOREIGN}-1"
     _ipt("-N", chain)
     try:
@@ -39,8 +40,8 @@ def test_down_all_leaves_another_homes_chain(tmp_path):
 
 
 @pytest.mark.docker
-@pytest.mark.skipif(engine_problem() is not None, reason="no docker engine")
 def test_down_all_leaves_another_homes_network_and_volume(tmp_path):
+    require(engine_problem())
     import docker
 
     client = docker.from_env()
