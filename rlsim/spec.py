@@ -135,32 +135,31 @@ class ClusterSpec(BaseModel):
             raise ValueError(problem)
         return v
 
-    @field_validator("ray_version")
-    @classmethod
-    def _versions_ok(cls, v: dict[int, str]) -> dict[int, str]:
-        for index, version in v.items():
-            problem = ray_version_problem(version)
-            if problem:
-                raise ValueError(f"node {index}: {problem}")
-        return v
-
-    @field_validator("python")
-    @classmethod
-    def _pythons_ok(cls, v: dict[int, str]) -> dict[int, str]:
-        for index, path in v.items():
-            problem = python_problem(path)
-            if problem:
-                raise ValueError(f"node {index}: {problem}")
-        return v
-
     @model_validator(mode="after")
-    def _indices_on_nodes(self) -> ClusterSpec:
-        for field in ("ray_version", "python"):
-            bad = [i for i in getattr(self, field) if not 0 <= i < self.nodes]
-            if bad:
-                raise ValueError(f"{field} names node {bad[0]}; the cluster has nodes "
-                                 f"0..{self.nodes - 1}: use one of those indices")
+    def _per_node_ok(self) -> ClusterSpec:
+        problem = per_node_problem(self.nodes, self.ray_version, self.python)
+        if problem:
+            raise ValueError(problem)
         return self
+
+
+def per_node_problem(nodes: int, ray_version: dict[int, str], python: dict[int, str],
+                     on_this_host: bool = True) -> str | None:
+    """Why a cluster's per-node settings cannot hold, or None: every index a node of the cluster,
+    every Ray version PEP 440, every interpreter an absolute path (and, ``on_this_host``, an
+    executable here; see :func:`python_problem`)."""
+    for field, values in (("ray_version", ray_version), ("python", python)):
+        bad = [i for i in values if not 0 <= i < nodes]
+        if bad:
+            return (f"{field} names node {bad[0]}; the cluster has nodes 0..{nodes - 1}: use "
+                    "one of those indices")
+    for index, version in ray_version.items():
+        if problem := ray_version_problem(version):
+            return f"node {index}: {problem}"
+    for index, path in python.items():
+        if problem := python_problem(path, on_this_host):
+            return f"node {index}: {problem}"
+    return None
 
 
 def ray_version_problem(version: str) -> str | None:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rlsim.spec import python_problem, ray_version_problem
+from rlsim.spec import per_node_problem
 
 NodeRef = int | Literal["random"]
 DAY = 86400.0  # no fault, wait or run in a scenario lasts longer
@@ -68,17 +68,10 @@ class ClusterSection(_Strict):
 
     @model_validator(mode="after")
     def _versions_on_nodes(self) -> ClusterSection:
-        for field in ("ray_version", "python"):
-            bad = [i for i in getattr(self, field) if not 0 <= i < self.nodes]
-            if bad:
-                raise ValueError(f"{field} names node {bad[0]}; the cluster has nodes "
-                                 f"0..{self.nodes - 1}")
-        for index, version in self.ray_version.items():
-            if problem := ray_version_problem(version):
-                raise ValueError(f"node {index}: {problem}")
-        for index, path in self.python.items():
-            if problem := python_problem(path, on_this_host=False):
-                raise ValueError(f"node {index}: {problem}")
+        # the interpreter's form only: the host that runs the scenario must have it, or skips it
+        problem = per_node_problem(self.nodes, self.ray_version, self.python, on_this_host=False)
+        if problem:
+            raise ValueError(problem)
         return self
 
 
