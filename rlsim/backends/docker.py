@@ -11,7 +11,8 @@ labels ``rlsim.session`` and ``rlsim.home``, so ``rlsim down --all`` and the rea
 whatever happened, and touch only what this home made.
 
 What a container shares with the host, all at the same path: the host's software read-only (see the
-image module), rlsim's home (state, token, node temp dirs: Ray logs stay readable here), and the
+image module), of rlsim's home only the token and the cluster's state read-only and the node's own
+temp dir read-write (Ray logs stay readable on the host; see :func:`home_view`), and the
 directories in ``spec.mounts`` read-write (a scenario's run directory: events and checkpoints).
 A directory in ``spec.node_local`` is instead a named volume per node (labelled like the rest): a
 node-local disk, which that node alone sees and which survives its restart.
@@ -191,7 +192,8 @@ class DockerCluster(StartedCluster):
         container = DockerContainer(self.image)
         for path in host_mounts():
             container.with_volume_mapping(path, path, "ro")
-        container.with_volume_mapping(str(state.rlsim_home()), str(state.rlsim_home()), "rw")
+        for source, target, mode in home_view(st, index, self.spec.mounts):
+            container.with_volume_mapping(source, target, mode)
         for path in self.spec.mounts:
             Path(path).mkdir(parents=True, exist_ok=True)
             container.with_volume_mapping(path, path, "rw")
@@ -461,6 +463,40 @@ def _create_network(client, st: ClusterState):
         ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=subnet, gateway=f"{SUBNET_PREFIX}."
                                                                       f"{st.slot}.1")]),
         labels=labels(st.session, **{"rlsim.cluster": st.spec.name}))
+
+
+def home_view(st: ClusterState, index: int, mounts: list[str]) -> list[tuple[str, str, str]]:
+    """What node ``index`` sees of rlsim's home, as (host path, container path, mode) mounts.
+
+    The home holds the machine's token, every cluster's state and every cluster's node dirs, so a
+    node gets a read-only stand-in for it: a directory of empty mount points (made under this
+    start's run dir, gone with it) with, over them, the token and this cluster's state file
+    read-only (what the launcher reads) and this node's own dir read-write (Ray's temp dir:
+    sockets, logs). Other clusters, other nodes' dirs and the rest of the home are absent, and
+    nothing under the home but the node's dir can be written. A directory of ``mounts`` inside
+    the home gets a mount point too, so it is mounted as asked."""
+    home = state.rlsim_home()
+    files = [state.auth_token_path(), state.state_path(st.spec.name)]
+    dirs = [st.node_dir(index)]
+    dirs += [Path(m) for m in mounts if Path(m).is_relative_to(home) and Path(m) != home]
+    stand_in = st.root / f"n{index}.home"
+    _private_dirs(stand_in, [d.relative_to(home) for d in dirs + [f.parent for f in files]])
+    for f in files:
+        (stand_in / f.relative_to(home)).touch(0o600)
+    dirs[0].mkdir(parents=True, exist_ok=True)
+    return ([(str(stand_in), str(home), "ro")] + [(str(f), str(f), "ro") for f in files]
+            + [(str(dirs[0]), str(dirs[0]), "rw")])
+
+
+def _private_dirs(top: Path, relative: list[Path]) -> None:
+    """Make each ``top / rel`` and the directories between, mode 0700 (the launcher checks the
+    home and its clusters dir as rlsim's own, private directories)."""
+    for rel in relative:
+        path = top
+        for part in ("", *rel.parts):
+            path = path / part
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path, 0o700)
 
 
 def _node_volume(st: ClusterState, index: int, k: int) -> str:
