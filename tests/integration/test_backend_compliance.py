@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from waits import alive, wait_until
@@ -27,10 +28,11 @@ def _docker_problem() -> str | None:
 
 
 @pytest.fixture(scope="module", params=["local", "docker"])
-def cluster(request):
+def cluster(request, tmp_path_factory):
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
+    shared = tmp_path_factory.mktemp(f"shared-{request.param}")  # every node sees it
     spec = ClusterSpec(name=f"pt-comp-{request.param}-{worker}-{os.getpid()}", nodes=NODES,
-                       gpus_per_node=GPUS, dashboard=False)
+                       gpus_per_node=GPUS, dashboard=False, mounts=[str(shared)])
     if request.param == "docker":
         require(_docker_problem())
         from rlsim.backends.docker import DockerCluster
@@ -72,9 +74,8 @@ def test_block_port_cuts_one_source_only_and_heals(cluster):
 
 def test_doctor_names_a_blocked_port_with_both_nodes_and_finds_shared_storage(cluster, tmp_path):
     from rlsim import doctor
-    from rlsim.state import rlsim_home
 
-    shared = rlsim_home() / f"doctor-{tmp_path.name}"  # every node of both backends sees it
+    shared = Path(cluster.spec.mounts[0]) / f"doctor-{tmp_path.name}"  # every node sees it
     clean = doctor.examine(cluster, str(shared))
     assert clean.findings == [] and clean.seen == {i: [0, 1, 2] for i in range(NODES)}
     assert not any(shared.iterdir())  # the markers are gone again
