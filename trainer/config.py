@@ -289,18 +289,15 @@ def _read_yaml(path: Path) -> dict:
         text = read_small_file(path, MAX_CONFIG_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file. {fix}") from None
-    except ValueError as e:
-        if not isinstance(e, UnicodeDecodeError):
-            raise ConfigError(f"{path}: {e}, so no trainer config. {fix}") from None
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}): a binary file? {fix}") \
-            from None
     except IsADirectoryError:
         raise ConfigError(f"{path} is a directory, not a config file. {fix}") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read it ({e.strerror}). {fix}") from None
-    except UnicodeDecodeError as e:
+    except UnicodeDecodeError as e:  # before ValueError, of which it is one
         raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}): a binary file? {fix}") \
             from None
+    except ValueError as e:  # no regular file, or too large (read_small_file)
+        raise ConfigError(f"{path}: {e}, so no trainer config. {fix}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
