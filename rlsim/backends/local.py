@@ -283,11 +283,16 @@ def reap(st: ClusterState) -> None:
             return reap_docker(st)
         if Firewall.available() is None and not state.slot_held_by_other(st):
             iptables.heal_slot(st.slot)
-        cgroups.remove_session(st.session)
-        procs.signal_all(procs.find(st.session), signal.SIGCONT)  # a stopped process ignores KILL
-        procs.kill_and_wait(st.session)
+        _end_session(st.session)
         state.forget(st)
         state.remove_run_dir(st.session)
+
+
+def _end_session(session: str) -> None:
+    """Kill every process of ``session`` and remove its cgroups."""
+    cgroups.remove_session(session)
+    procs.signal_all(procs.find(session), signal.SIGCONT)  # a stopped process ignores KILL
+    procs.kill_and_wait(session)
 
 
 def reap_corrupt(entry: state.Corrupt) -> None:
@@ -295,9 +300,7 @@ def reap_corrupt(entry: state.Corrupt) -> None:
     and run directory of its session and, when no one else holds it, its slot's chain."""
     with state.locked():
         if entry.session:
-            cgroups.remove_session(entry.session)
-            procs.signal_all(procs.find(entry.session), signal.SIGCONT)
-            procs.kill_and_wait(entry.session)
+            _end_session(entry.session)
         if entry.slot is not None and Firewall.available() is None:
             held = any(isinstance(o, ClusterState) and o.slot == entry.slot for o in state.scan())
             if not held:
