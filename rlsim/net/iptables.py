@@ -147,10 +147,11 @@ class Firewall:
             raise IptablesError(f"iptables {' '.join(args)}: {proc.stderr.strip()}")
         return proc
 
-    def _ensure_chain(self) -> None:
-        if self._ipt("-n", "-L", self.chain, check=False).returncode != 0:
-            self._ipt("-N", self.chain)
-        jump = ["OUTPUT", "-m", "comment", "--comment", self.comment, "-j", self.chain]
+    def _ensure_chain(self, chain: str, hook: str) -> None:
+        """Create ``chain`` and the jump to it from ``hook`` where they are missing."""
+        if self._ipt("-n", "-L", chain, check=False).returncode != 0:
+            self._ipt("-N", chain)
+        jump = [hook, "-m", "comment", "--comment", self.comment, "-j", chain]
         if self._ipt("-C", *jump, check=False).returncode != 0:
             self._ipt("-I", *jump)
 
@@ -159,7 +160,7 @@ class Firewall:
         reason = self.available()
         if reason:
             raise IptablesError(reason)
-        self._ensure_chain()
+        self._ensure_chain(self.chain, "OUTPUT")
         applied = []
         for d in drops:
             self._ipt("-A", self.chain, *d.args(self.comment))
@@ -182,10 +183,9 @@ class Firewall:
         if reason:
             raise IptablesError(reason)
         heal_chain(self.guard)
-        self._ipt("-N", self.guard)
+        self._ensure_chain(self.guard, "INPUT")
         self._ipt("-A", self.guard, *loopback_only(ports), "-m", "comment",
                   "--comment", self.comment)
-        self._ipt("-I", "INPUT", "-m", "comment", "--comment", self.comment, "-j", self.guard)
 
     def heal(self) -> None:
         """Remove every rule of this chain and the chain itself. Safe twice, safe if never used."""
