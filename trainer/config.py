@@ -31,7 +31,7 @@ class _Section(BaseModel):
 
 
 class ModelConfig(_Section):
-    """A small causal LM from a ``transformers`` GPT-2 config, random init (no downloads)."""
+    """A small GPT-2 causal LM (trainer.model), random init (no downloads)."""
 
     path: str | None = Field(None, description="local HF model dir; loads real weights instead")
     n_layer: int = Field(2, ge=1, description="transformer blocks")

@@ -12,16 +12,16 @@ Pure: reads the files the config names, writes nothing, imports no Ray. What nee
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from trainer import checkpoint as ckpt
-from trainer.config import TrainerConfig
+from trainer.config import TrainerConfig, read_small_file
 from trainer.data import read_prompts
 from trainer.errors import ConfigError, PlacementError
+from trainer.model import HF_CONFIG, HF_WEIGHTS, hf_config_problem
 from trainer.placement import plan_placement
-
-HF_CONFIG = "config.json"
 
 
 def preflight(cfg: TrainerConfig) -> None:
@@ -52,6 +52,18 @@ def _check_model(cfg: TrainerConfig) -> None:
     if not (path / HF_CONFIG).is_file():
         raise ConfigError(f"model.path={mc.path!r} has no {HF_CONFIG}: not a Hugging Face model "
                           "directory. Fix: point it at the directory save_pretrained() wrote")
+    try:
+        hf = json.loads(read_small_file(path / HF_CONFIG, 1 << 20))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"model.path={mc.path!r}: {HF_CONFIG} cannot be read ({e}). Fix: point "
+                          "it at the directory save_pretrained() wrote") from None
+    problem = hf_config_problem(hf) if isinstance(hf, dict) else f"{HF_CONFIG} is not a mapping"
+    if problem:
+        raise ConfigError(f"model.path={mc.path!r}: {problem}. Fix: export a GPT-2 "
+                          "(GPT2LMHeadModel.save_pretrained) or drop model.path")
+    if not (path / HF_WEIGHTS).is_file():
+        raise ConfigError(f"model.path={mc.path!r} has no {HF_WEIGHTS}. Fix: save with "
+                          "safetensors (the default of save_pretrained)")
 
 
 def _check_data(cfg: TrainerConfig) -> None:
