@@ -155,6 +155,10 @@ class NodeGroup:
             time.sleep(0.02)
         return pids
 
+    def frozen(self) -> bool:
+        knob = self.path / "cgroup.freeze"
+        return knob.exists() and knob.read_text().strip() == "1"
+
     def set_frozen(self, frozen: bool) -> list[int]:
         """Freeze (pause) or thaw the node; returns its pids. Thawing a thawed node is a no-op."""
         if self.path.exists():
@@ -179,6 +183,12 @@ class MemoryGroup:
         knob = "memory.max" if self.v2 else "memory.limit_in_bytes"
         (self.path / knob).write_text(("max" if self.v2 else "-1") if limit is None
                                       else str(limit))
+
+    def limited(self) -> bool:
+        """Whether a cap is set (a v1 group without one reads as a huge number)."""
+        knob = "memory.max" if self.v2 else "memory.limit_in_bytes"
+        value = (self.path / knob).read_text().strip()
+        return value != "max" and (self.v2 or int(value) < 1 << 60)
 
     def pids(self) -> list[int]:
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,7 +26,11 @@ from rlsim.backends.gcs import export_auth_env
 from rlsim.backends.local import LocalCluster
 from rlsim.spec import ClusterSpec
 
+if TYPE_CHECKING:
+    from rlsim.scenario.pool import Pool
+
 STRICT_VAR = "RLSIM_STRICT"
+POOL = pytest.StashKey["Pool"]()
 _counter = itertools.count()
 
 
@@ -37,6 +42,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="a real cluster's address (with --backend real)")
     group.addoption("--rlsim-report", dest="rlsim_report", default=None,
                     help="write each scenario's timeline and run directory under this folder")
+    group.addoption("--no-reuse", dest="rlsim_no_reuse", action="store_true", default=False,
+                    help="start and stop a cluster per scenario (default: scenarios of one shape "
+                         "share a cluster within a worker, checked clean in between)")
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path):
@@ -48,8 +56,31 @@ def pytest_collect_file(parent: pytest.Collector, file_path):
     return None
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Under ``--dist loadscope``, scenarios of one cluster shape form one scope, so they run on
+    one worker one after another and share its kept cluster (see rlsim.scenario.pool)."""
+    if config.getoption("dist", None) != "loadscope" or config.getoption("rlsim_no_reuse"):
+        return None
+    from rlsim.scenario.items import shape_scheduler
+
+    return shape_scheduler(config, log)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After this process's last test, stop the clusters scenarios kept; a leak in their
+    teardown is an error of that test (a worker's session end would hide it)."""
+    if nextitem is None:
+        leaks = _close_pool(item.config)
+        if leaks:
+            pytest.fail("clusters kept between scenarios leaked at teardown: " + "; ".join(leaks),
+                        pytrace=False)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """With ``--rlsim-report DIR``, render DIR/report.html once (on the xdist controller)."""
+    """Stop kept clusters (also after Ctrl-C); with ``--rlsim-report DIR``, render
+    DIR/report.html once (on the xdist controller)."""
+    _close_pool(session.config)
     report = session.config.getoption("rlsim_report", None)
     if report and not hasattr(session.config, "workerinput"):
         from pathlib import Path
@@ -71,6 +102,20 @@ def pytest_configure(config: pytest.Config) -> None:
         "real: runs against a real cluster (--backend real)",
     ):
         config.addinivalue_line("markers", line)
+
+
+def scenario_pool(config: pytest.Config) -> Pool:
+    """This process's clusters kept between scenarios (each xdist worker has its own)."""
+    if POOL not in config.stash:
+        from rlsim.scenario.pool import Pool
+
+        config.stash[POOL] = Pool(reuse=not config.getoption("rlsim_no_reuse"))
+    return config.stash[POOL]
+
+
+def _close_pool(config: pytest.Config) -> list[str]:
+    pool = config.stash.get(POOL, None)
+    return pool.close() if pool else []
 
 
 def require(reason: str | None) -> None:

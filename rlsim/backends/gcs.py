@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 
@@ -23,8 +24,9 @@ def export_auth_env() -> None:
         os.environ.setdefault(key, value)
 
 
-def node_table(gcs_address: str, token_path: str) -> list[dict]:
-    """Ray's node table: one dict per registration (a restarted node appears twice).
+@contextlib.contextmanager
+def _global_state(gcs_address: str, token_path: str):
+    """Ray's read-only view of a GCS (no driver, no ``ray.init``).
 
     Sets the auth variables in this process first: Ray's C++ layer reads them once.
     """
@@ -39,9 +41,31 @@ def node_table(gcs_address: str, token_path: str) -> list[dict]:
         )
     )
     try:
-        return gs.node_table()
+        yield gs
     finally:
         gs.disconnect()
+
+
+def node_table(gcs_address: str, token_path: str) -> list[dict]:
+    """Ray's node table: one dict per registration (a restarted node appears twice)."""
+    with _global_state(gcs_address, token_path) as gs:
+        return gs.node_table()
+
+
+def leftovers(gcs_address: str, token_path: str) -> list[str]:
+    """What finished jobs left in the cluster: live actors, placement groups not removed, jobs
+    whose driver is still connected. Empty on a cluster ready for the next job."""
+    with _global_state(gcs_address, token_path) as gs:
+        actors = gs.actor_table(None)
+        groups = gs.placement_group_table()
+        jobs = gs.job_table()
+    found = [f"actor {a.get('Name') or a['ActorClassName']} ({actor_id[:8]}) {a['State']}"
+             for actor_id, a in actors.items() if a["State"] != "DEAD"]
+    found += [f"placement group {pg_id[:8]} {pg['state']}" for pg_id, pg in groups.items()
+              if pg["state"] != "REMOVED"]
+    found += [f"job {job['JobID']} (driver pid {job.get('DriverPid')}) still running"
+              for job in jobs if not job["IsDead"]]
+    return found
 
 
 def alive_nodes(gcs_address: str, token_path: str,

@@ -14,11 +14,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 from rlsim import cgroups, procs, state
 from rlsim.backends._cluster import StartedCluster
 from rlsim.backends.base import ClusterStartError, NodeInfo
-from rlsim.backends.gcs import alive_nodes, connect_env
+from rlsim.backends.gcs import alive_nodes, connect_env, leftovers
 from rlsim.net import iptables
 from rlsim.net.iptables import Firewall
 from rlsim.spec import ClusterSpec, ClusterState, socket_path_problem
@@ -79,6 +80,31 @@ class LocalCluster(StartedCluster):
         if st.session in cgroups.sessions():
             found.append(f"cgroup rlsim/{st.session}")
         return found
+
+    def residue(self, settle_s: float = 10.0) -> list[str]:
+        """What a finished run left on this running cluster that the next run would inherit:
+        dead nodes, fault rules still in its chain, frozen or memory-capped nodes, and Ray's own
+        leftovers (live actors, placement groups, connected jobs). Ray removes a finished job's
+        actors and groups asynchronously, so those are waited for up to ``settle_s``."""
+        st = self._st
+        found = [f"node {n.index} ({n.address}) is down" for n in self.nodes()
+                 if not (n.alive and n.pids)]
+        if found:
+            return found
+        found += [f"iptables rule left: {rule}" for rule in self.firewall.leftover_rules()]
+        if st.cgroups:
+            for node in st.plan.nodes:
+                group = cgroups.NodeGroup(st.session, node.index)
+                if group.frozen():
+                    found.append(f"node {node.index} is frozen")
+                if group.memory().limited():
+                    found.append(f"node {node.index} has a memory cap")
+        deadline = time.monotonic() + settle_s
+        while ray_left := leftovers(self.address, str(state.auth_token_path())):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)  # Ray has no notification for "job fully cleaned up"
+        return found + ray_left
 
     # ---- addresses -------------------------------------------------------------------------
 

@@ -187,6 +187,13 @@ class Firewall:
         self._ipt("-A", self.guard, *loopback_only(ports), "-m", "comment",
                   "--comment", self.comment)
 
+    def leftover_rules(self) -> list[str]:
+        """The fault rules in this cluster's chain now (``iptables -S`` lines); none once healed."""
+        if self.available():
+            return []
+        listing = self._ipt("-S", self.chain, check=False).stdout
+        return [line for line in listing.splitlines() if line.startswith("-A ")]
+
     def heal(self) -> None:
         """Remove every rule of this chain and the chain itself. Safe twice, safe if never used."""
         self.rules = []

@@ -75,10 +75,11 @@ def run(
     ray_address: str = typer.Option(None, help="the real cluster's GCS address (--backend real)"),
     report: Annotated[Path | None, typer.Option(help="write timelines and summary.json")] = None,
     seed: int = typer.Option(None, help="override every scenario's seed (replay)"),
+    no_reuse: bool = typer.Option(False, "--no-reuse", help="a fresh cluster per scenario "
+                                  "(default: scenarios of one shape share one, checked clean)"),
 ) -> None:
     """Run scenarios; exit 0 when every expectation holds, 1 when one fails, 2 for bad input."""
-    from rlsim.checks import judge
-    from rlsim.report import verdicts_record
+    from rlsim.scenario.pool import Pool
 
     scenarios = [sc for _, sc in _load_all(paths)]  # all valid before anything starts
     if backend not in ("local", "docker", "real"):
@@ -87,25 +88,17 @@ def run(
         raise typer.Exit(2)
     root = report or Path(f"reports/run-{time.strftime('%Y%m%d-%H%M%S')}")
     summary, failed = [], 0
-    for sc in scenarios:
-        t0 = time.monotonic()
-        try:
-            outcome = _run_live(sc, root, seed, backend, ray_address)
-        except Unsupported as e:
-            console.print(f"[yellow]SKIP[/] {sc.name}: {escape(str(e))}", highlight=False)
-            continue
-        verdicts = judge(outcome)
-        ok = all(v.ok for v in verdicts)
-        failed += not ok
-        console.print(f"{'[green]PASS' if ok else '[red]FAIL'}[/] {sc.name} "
-                      f"({time.monotonic() - t0:.1f} s)")
-        for v in verdicts:
-            mark = "[green]ok[/]  " if v.ok else "[red]no[/]  "
-            console.print(f"   {mark}{v.check}: {escape(v.message)}", highlight=False)
-            if not v.ok:
-                for line in v.evidence[-10:]:
-                    console.print(f"        {line}", highlight=False, markup=False)
-        summary.append(verdicts_record(sc.name, ok, time.monotonic() - t0, verdicts))
+    pool = Pool(reuse=not no_reuse)
+    # scenarios of one shape one after another: each hands its cluster to the next
+    scenarios.sort(key=lambda sc: sc.cluster.model_dump_json())
+    try:
+        for sc in scenarios:
+            failed += _run_one(sc, root, seed, backend, ray_address, pool, summary)
+    finally:
+        leaks = pool.close()
+    if leaks:
+        console.print(f"[red]kept clusters leaked at teardown:[/] {escape('; '.join(leaks))}")
+        failed += 1
     root.mkdir(parents=True, exist_ok=True)
     (root / "summary.json").write_text(json.dumps(summary, indent=1))
     from rlsim.report import render
@@ -116,7 +109,32 @@ def run(
         raise typer.Exit(1)
 
 
-def _run_live(sc, root: Path, seed: int | None, backend: str, ray_address: str | None):
+def _run_one(sc, root: Path, seed, backend: str, ray_address, pool, summary: list) -> bool:
+    """Run and judge one scenario, print its verdicts; True when it failed."""
+    from rlsim.checks import judge
+    from rlsim.report import verdicts_record
+
+    t0 = time.monotonic()
+    try:
+        outcome = _run_live(sc, root, seed, backend, ray_address, pool)
+    except Unsupported as e:
+        console.print(f"[yellow]SKIP[/] {sc.name}: {escape(str(e))}", highlight=False)
+        return False
+    verdicts = judge(outcome)
+    ok = all(v.ok for v in verdicts)
+    console.print(f"{'[green]PASS' if ok else '[red]FAIL'}[/] {sc.name} "
+                  f"({time.monotonic() - t0:.1f} s)")
+    for v in verdicts:
+        mark = "[green]ok[/]  " if v.ok else "[red]no[/]  "
+        console.print(f"   {mark}{v.check}: {escape(v.message)}", highlight=False)
+        if not v.ok:
+            for line in v.evidence[-10:]:
+                console.print(f"        {line}", highlight=False, markup=False)
+    summary.append(verdicts_record(sc.name, ok, time.monotonic() - t0, verdicts))
+    return not ok
+
+
+def _run_live(sc, root: Path, seed: int | None, backend: str, ray_address: str | None, pool):
     """Run one scenario under a live table: step, reward, faults fired, restarts, last event."""
     from rlsim.scenario.runner import run_scenario
 
@@ -141,7 +159,7 @@ def _run_live(sc, root: Path, seed: int | None, backend: str, ray_address: str |
             live.update(show())
 
         return run_scenario(sc, root / sc.name, seed=seed, on_progress=progress, backend=backend,
-                            ray_address=ray_address)
+                            ray_address=ray_address, pool=pool)
 
 
 def report(

@@ -20,6 +20,25 @@ from rlsim.scenario.loader import ScenarioError, load
 from rlsim.scenario.runner import Outcome, run_scenario
 
 PROPERTIES = ("detected_within_s", "recovered_within_s", "fails")
+def shape_scheduler(config: pytest.Config, log):
+    """xdist's loadscope scheduler with one scope per scenario cluster shape (and per module for
+    everything else)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    rootdir = Path(config.rootpath)
+
+    class ShapeScopeScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if path.endswith(".yaml"):
+                try:
+                    cluster = load(rootdir / path).cluster
+                except ScenarioError:
+                    return path
+                return "rlsim cluster " + cluster.model_dump_json()
+            return super()._split_scope(nodeid)
+
+    return ShapeScopeScheduling(config, log)
 
 
 class ScenarioFailed(Exception):
@@ -65,7 +84,7 @@ class ScenarioItem(pytest.Item):
             self.add_marker(tag)
 
     def runtest(self) -> None:
-        from rlsim.pytest_plugin import require
+        from rlsim.pytest_plugin import require, scenario_pool
 
         backend = self.config.getoption("rlsim_backend") or self.scenario.cluster.backend
         report = self.config.getoption("rlsim_report")
@@ -74,7 +93,8 @@ class ScenarioItem(pytest.Item):
         t0 = time.monotonic()
         try:
             outcome = run_scenario(self.scenario, out, backend=backend,
-                                   ray_address=self.config.getoption("rlsim_ray_address"))
+                                   ray_address=self.config.getoption("rlsim_ray_address"),
+                                   pool=scenario_pool(self.config))
         except Unsupported as e:
             if e.missing_part:  # no engine here: fails under RLSIM_STRICT, as in CI
                 require(str(e))

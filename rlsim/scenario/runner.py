@@ -25,6 +25,7 @@ from rlsim.backends.base import ClusterStartError
 from rlsim.backends.real import RealCluster, Unsupported, check_supported
 from rlsim.faults import FAULTS, Fault, FaultContext
 from rlsim.scenario.loader import REPO, resolve, trainer_overrides
+from rlsim.scenario.pool import Pool, twin_key
 from rlsim.scenario.schema import FaultEntry, Scenario
 from rlsim.spec import ClusterSpec
 
@@ -153,14 +154,19 @@ def checkpoint_dir(out_dir: Path) -> Path:
 
 def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
                  on_progress=None, backend: str = "local",
-                 ray_address: str | None = None) -> Outcome:
+                 ray_address: str | None = None, pool: Pool | None = None) -> Outcome:
     """Run ``sc`` with its outputs under ``out_dir``; never raises for a trainer failure
     (``Unsupported`` when the backend cannot run it, before anything starts).
+
+    With a ``pool``, a running cluster of the same shape left clean by an earlier scenario is
+    used instead of starting one, and this one is kept for the next (see rlsim.scenario.pool);
+    without, the cluster is started and stopped here.
 
     A previous run's outputs there move to ``<out_dir>.previous`` (one generation kept): the trainer
     would resume from its checkpoints and the schedule would read its events.
     """
-    cluster = make_cluster(sc, backend, ray_address, out_dir)
+    pool = pool or Pool(reuse=False)
+    cluster, reused = pool.take(make_cluster(sc, backend, ray_address, out_dir), backend)
     if out_dir.exists() and any(out_dir.iterdir()):
         previous = out_dir.with_name(out_dir.name + ".previous")
         shutil.rmtree(previous, ignore_errors=True)
@@ -172,19 +178,19 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
     log.emit("scenario_start", name=sc.name, seed=sc.seed if seed is None else seed)
     faults: list[Fault] = []
     try:
-        try:
-            cluster.start()
-        except (ClusterStartError, TimeoutError) as e:  # judged by `refused`, never a crash
-            outcome.refusal = str(e)
-            log.emit("cluster_refused", message=str(e)[:2000])
-            return outcome
-        with cluster:
-            log.emit("cluster_ready", nodes=[n.address for n in cluster.nodes()])
-            _preflight(cluster, out_dir, log)
-            if any(name == "matches_baseline" for name, _ in sc.checks()):
-                outcome.baseline_dir = out_dir / "baseline"
-                _baseline(sc, cluster, outcome.baseline_dir, log)
-            _drive(sc, cluster, outcome, rng, faults, log, on_progress)
+        if not reused:
+            try:
+                cluster.start()
+            except (ClusterStartError, TimeoutError) as e:  # judged by `refused`, never a crash
+                outcome.refusal = str(e)
+                log.emit("cluster_refused", message=str(e)[:2000])
+                return outcome
+        log.emit("cluster_ready", nodes=[n.address for n in cluster.nodes()], reused=reused)
+        _preflight(cluster, out_dir, log)
+        if any(name == "matches_baseline" for name, _ in sc.checks()):
+            outcome.baseline_dir = _baseline(sc, cluster, out_dir / "baseline", log, pool,
+                                             backend)
+        _drive(sc, cluster, outcome, rng, faults, log, on_progress)
     finally:
         for fault in reversed(faults):
             try:
@@ -194,9 +200,8 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
             else:
                 if healed is not None:
                     log.emit("fault_healed", fault=fault.name, **healed)
-        cluster.stop()
-        outcome.leaks = cluster.leaks()
-        log.emit("scenario_end", leaks=outcome.leaks)
+        outcome.leaks = pool.give_back(cluster, backend)
+        log.emit("scenario_end", leaks=outcome.leaks, kept=cluster in pool.idle.values())
         # a fault that blocked (restart_node waits for its node) is logged when it returns
         outcome.timeline.sort(key=lambda e: e["ts"])
         (out_dir / "timeline.jsonl").write_text(
@@ -292,12 +297,21 @@ def _preflight(cluster, out_dir: Path, log) -> None:
     log.emit("doctor", seconds=report.seconds, findings=[f.line() for f in report.findings])
 
 
-def _baseline(sc: Scenario, cluster, run_dir: Path, log) -> None:
-    """The fault-free twin (same config, same seed) on the same healthy cluster, run first."""
+def _baseline(sc: Scenario, cluster, run_dir: Path, log, pool: Pool, backend: str) -> Path:
+    """The fault-free twin (same config, same seed) on the same healthy cluster, run first; or
+    the run directory of an identical twin this process already trained."""
+    key = twin_key(trainer_command(sc, Path("<twin>")), [resolve(sc.trainer.config)],
+                   cluster.spec, backend)
+    if cached := pool.twin(key):
+        log.emit("baseline_done", returncode=0, run_dir=str(cached), cached=True, key=key)
+        return cached
     out = subprocess.run(cluster.driver_command(trainer_command(sc, run_dir)), cwd=REPO,
                          env={**os.environ, **cluster.driver_env()}, capture_output=True,
                          text=True, timeout=sc.trainer.timeout_s)
-    log.emit("baseline_done", returncode=out.returncode, run_dir=str(run_dir))
+    log.emit("baseline_done", returncode=out.returncode, run_dir=str(run_dir), key=key)
+    if out.returncode == 0:
+        pool.keep_twin(key, run_dir)
+    return run_dir
 
 
 class _Recorder:

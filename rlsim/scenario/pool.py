@@ -1,0 +1,121 @@
+"""What the scenarios of one run share: running clusters by shape, and fault-free twins.
+
+Starting a cluster is the largest fixed cost of a scenario (5-8 s for 2-3 nodes on 2 cores, more
+under load), and most scenarios of a catalogue ask for one of a few shapes. A :class:`Pool` keeps a
+healthy cluster after a scenario and hands it to the next scenario of the same shape and backend:
+
+- after the scenario's faults are healed, nodes that are down (killed, or declared dead during a
+  partition) are restarted; the others keep running;
+- then the cluster must be as clean as a fresh one (:meth:`LocalCluster.residue`: no fault rules,
+  no frozen or capped node, no live actors, placement groups or jobs). Anything left is the
+  scenario's leak: it is reported in the scenario's outcome and the cluster is stopped, never
+  handed on.
+
+A cluster is shared only within one process (a pytest worker, one ``rlsim run``), and only on the
+local backend: docker nodes mount the scenario's own output directory. ``Pool(reuse=False)`` starts
+and stops a cluster per scenario, as before pools existed.
+
+The fault-free twin of ``matches_baseline`` is cached by everything that decides its numbers (the
+trainer command, config file contents, cluster shape, the trainer's code), so two scenarios with
+the same twin train it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from rlsim.spec import ClusterSpec
+
+REUSABLE_BACKENDS = ("local",)
+TRAINER_CODE = Path(__file__).resolve().parents[2] / "trainer"
+
+
+def shape_key(spec: ClusterSpec, backend: str) -> str | None:
+    """Clusters with equal keys are interchangeable between scenarios; None: never shared."""
+    if backend not in REUSABLE_BACKENDS or spec.node_local:
+        return None
+    fields = spec.model_dump(exclude={"name", "mounts"})
+    return json.dumps([backend, fields], sort_keys=True, default=str)
+
+
+class Pool:
+    """Clusters kept between the scenarios of one process, one per shape; see the module doc."""
+
+    def __init__(self, reuse: bool = True) -> None:
+        self.reuse = reuse
+        self.idle: dict[str, object] = {}
+        self.teardown_leaks: list[str] = []
+        self.twins: dict[str, Path] = {}
+
+    def take(self, fresh, backend: str) -> tuple[object, bool]:
+        """A running cluster of ``fresh``'s shape if one is idle (and True), else ``fresh`` itself,
+        not started (and False). ``fresh`` is the cluster the scenario would otherwise start."""
+        key = self._key(fresh, backend)
+        if key is not None and key in self.idle:
+            return self.idle.pop(key), True
+        # another shape is wanted: stop what is kept first (memory for the new cluster; the
+        # runners order scenarios by shape, so a kept cluster of another shape is rarely wanted)
+        self.teardown_leaks += self.close()
+        return fresh, False
+
+    def give_back(self, cluster, backend: str) -> list[str]:
+        """After a scenario (its faults healed): restart its down nodes and keep the cluster for
+        the next scenario if it is clean; otherwise stop it. Returns what the scenario left
+        behind (empty when clean), for its ``no_leaks`` check."""
+        key = self._key(cluster, backend)
+        if key is None or not getattr(cluster, "state", None):
+            return _stop(cluster)
+        try:
+            down = [n.index for n in cluster.nodes() if not (n.alive and n.pids)]
+            if 0 in down:  # a lost head ends its cluster (kill_head): nothing to hand on
+                return _stop(cluster)
+            for index in down:
+                cluster.restart_node(index)
+            left = cluster.residue()
+        except Exception as e:  # noqa: BLE001 - a cluster we cannot vouch for is not handed on
+            left = [f"cluster could not be checked for reuse: {type(e).__name__}: {e}"]
+        if left:
+            return left + _stop(cluster)
+        self.idle[key] = cluster
+        return []
+
+    def close(self) -> list[str]:
+        """Stop every kept cluster; returns what their teardown leaked (including clusters
+        stopped earlier to make room)."""
+        leaks, self.teardown_leaks = self.teardown_leaks, []
+        while self.idle:
+            leaks += _stop(self.idle.popitem()[1])
+        return leaks
+
+    def _key(self, cluster, backend: str) -> str | None:
+        return shape_key(cluster.spec, backend) if self.reuse else None
+
+    # ---- fault-free twins ----------------------------------------------------------------------
+
+    def twin(self, key: str) -> Path | None:
+        """The run directory of a finished twin with this key, if this process trained one."""
+        path = self.twins.get(key)
+        return path if path is not None and path.exists() else None
+
+    def keep_twin(self, key: str, run_dir: Path) -> None:
+        self.twins[key] = run_dir
+
+
+def twin_key(command: list[str], config_files: list[Path], spec: ClusterSpec,
+             backend: str) -> str:
+    """What decides a twin's numbers: its command line (config path, overrides), the contents of
+    the config files it reads, the cluster shape, and the trainer's code. Run directories are
+    left out of the command (the twin's own path differs per scenario)."""
+    h = hashlib.sha256()
+    h.update(json.dumps([command, backend, spec.model_dump(exclude={"name", "mounts"})],
+                        sort_keys=True, default=str).encode())
+    for path in [*config_files, *sorted(TRAINER_CODE.rglob("*.py"))]:
+        h.update(str(path).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _stop(cluster) -> list[str]:
+    cluster.stop()
+    return cluster.leaks()
