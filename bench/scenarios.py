@@ -1,12 +1,17 @@
 """The scenario catalogue's cost: wall time with xdist, harness overhead, detection, recovery.
 
-    .venv/bin/python bench/scenarios.py [-n 2] [-k EXPR]
+    .venv/bin/python bench/scenarios.py [-n 2] [-k EXPR] [--compare-reuse]
 
 Runs ``pytest scenarios -n N --rlsim-report DIR`` once, then reads each scenario's timeline:
 cluster bring-up, the fault-free twin (``matches_baseline``), the trainer's own wall time, and
 what is left (the harness: polling, fault injection, healing, teardown, leak checks). Overhead is
 that rest against the trainer's time. Detection and recovery are the checks' figures (seconds from
 the fault to the trainer's first loss event, and to its first step after the restart).
+
+With ``--compare-reuse`` the catalogue runs twice in one go, first with ``--no-reuse`` (a cluster
+started and stopped per scenario, no twin cache) then with clusters shared between scenarios of
+one shape: both walls, their ratio (target: reuse at most half), and whether every scenario's check
+outcomes are identical both ways (the reuse-equivalence check).
 
 Targets (measured here, not asserted in tests, whose limits are loose bounds against hangs): the
 catalogue in <= 10 min, overhead <= 10%, detection <= 2 s and recovery <= 15 s after a node kill.
@@ -45,19 +50,29 @@ def spans(timeline: Path) -> dict[str, float]:
             "harness": total - bringup - twin - trainer}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("-n", default="2", help="pytest-xdist workers")
-    ap.add_argument("-k", default=None, help="select scenarios (pytest -k)")
-    args = ap.parse_args()
+def run_catalogue(n: str, k: str | None, extra: list[str]) -> tuple[float, Path, str]:
+    """One ``pytest scenarios`` run: wall seconds, its report folder, pytest's summary line."""
     report = Path(tempfile.mkdtemp(prefix="rlsim-bench-scenarios-"))
     cmd = [sys.executable, "-m", "pytest", "scenarios", "-q", "-p", "no:cacheprovider",
-           "-n", args.n, "--rlsim-report", str(report)] + (["-k", args.k] if args.k else [])
+           "-n", n, "--dist", "loadscope", "--rlsim-report", str(report), *extra] + (
+               ["-k", k] if k else [])
     t0 = time.monotonic()
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    wall = time.monotonic() - t0
-    table = Table(title=f"scenario catalogue: pytest -n {args.n}, wall {wall:.0f} s "
-                        f"({out.stdout.strip().splitlines()[-1] if out.stdout else 'no output'})")
+    last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "no output"
+    return time.monotonic() - t0, report, last
+
+
+def outcomes(report: Path) -> dict[str, dict[str, bool]]:
+    """Each scenario's check outcomes: ``{scenario: {check: ok}}``."""
+    found = {}
+    for verdicts in report.glob("*/verdicts.json"):
+        rec = json.loads(verdicts.read_text())
+        found[rec["scenario"]] = {c["check"]: c["ok"] for c in rec["checks"]}
+    return found
+
+
+def spans_table(report: Path, title: str) -> Table:
+    table = Table(title=title)
     for col in ("scenario", "ok", "total s", "bring-up s", "twin s", "trainer s", "harness s",
                 "overhead", "detected s", "recovered s"):
         table.add_column(col, justify="left" if col == "scenario" else "right")
@@ -71,10 +86,40 @@ def main() -> None:
                       f"{s['harness']:.1f}", f"{100 * overhead:.0f}%"
                       + ("" if overhead <= TARGETS["overhead"] else " (over)"),
                       fmt(value, "detected_within_s"), fmt(value, "recovered_within_s"))
-    Console(width=170).print(table)
-    verdict = "met" if wall <= 600 else "missed"
-    print(f"catalogue wall {wall:.0f} s against a 600 s target: {verdict}")
-    print(f"report: {report}/report.html")
+    return table
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", default="2", help="pytest-xdist workers")
+    ap.add_argument("-k", default=None, help="select scenarios (pytest -k)")
+    ap.add_argument("--compare-reuse", action="store_true",
+                    help="run it with --no-reuse, then with reuse; compare walls and outcomes")
+    args = ap.parse_args()
+    console = Console(width=170)
+    runs = [("no reuse", ["--no-reuse"])] if args.compare_reuse else []
+    runs.append(("reuse", []))
+    results = {}
+    for label, extra in runs:
+        wall, report, last = run_catalogue(args.n, args.k, extra)
+        results[label] = (wall, report)
+        console.print(spans_table(report, f"scenario catalogue ({label}): pytest -n {args.n}, "
+                                          f"wall {wall:.0f} s ({last})"))
+        print(f"report: {report}/report.html")
+    wall = results["reuse"][0]
+    print(f"catalogue wall {wall:.0f} s against a 600 s target: "
+          f"{'met' if wall <= 600 else 'missed'}")
+    if args.compare_reuse:
+        base = results["no reuse"][0]
+        same = outcomes(results["no reuse"][1]) == outcomes(results["reuse"][1])
+        print(f"reuse / no reuse wall: {wall:.0f} s / {base:.0f} s = {wall / base:.2f} "
+              f"(target <= 0.50: {'met' if wall / base <= 0.5 else 'missed'})")
+        print(f"check outcomes identical with and without reuse: {'yes' if same else 'NO'}")
+        if not same:
+            a, b = outcomes(results["no reuse"][1]), outcomes(results["reuse"][1])
+            for name in sorted(set(a) | set(b)):
+                if a.get(name) != b.get(name):
+                    print(f"  {name}: no reuse {a.get(name)} / reuse {b.get(name)}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ else, or one failure too many, ends the run with an ``error`` event and a non-ze
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 
@@ -131,8 +132,14 @@ class Run:
                     self.save(roles)
 
     def lost_nodes(self, grace_s: float = 3.0) -> list[dict]:
-        """Nodes this attempt used that Ray now declares dead; a node death can reach the driver
-        as a dead actor a moment before the GCS marks the node, hence the short bounded grace."""
+        """Nodes this attempt used that Ray now declares dead. A node death can reach the driver
+        as a dead actor a moment before the GCS marks the node, hence a short bounded grace. It
+        is skipped when every node's raylet still accepts connections, twice half a second apart:
+        a worker died, not its node (a killed node's raylet dies with it)."""
+        if _raylets_answer(self.nodes):
+            time.sleep(0.5)
+            if _raylets_answer(self.nodes):
+                return []
         deadline = time.monotonic() + grace_s
         while True:
             alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
@@ -211,6 +218,16 @@ def _resumable_step(cfg: TrainerConfig) -> int | None:
     return ckpt.read_state(latest)["step"] if latest else 0
 
 
+def _raylets_answer(nodes: list[dict]) -> bool:
+    for node in nodes:
+        try:
+            socket.create_connection((node["NodeManagerAddress"], node["NodeManagerPort"]),
+                                     timeout=0.5).close()
+        except OSError:
+            return False
+    return True
+
+
 def _record_loss(log: EventLog, r: Run, e: TrainerError) -> list[dict]:
     """Log what was lost: the failing call, then any node Ray declares dead. Returns the nodes."""
     log.emit("worker_died", cause=e.kind, message=str(e)[:500])
@@ -236,7 +253,6 @@ def _watch_head(log: EventLog, timeout_s: float, t0: float) -> None:
     """A daemon thread that ends the run with an ``error`` event (kind ``head_lost``) and exit 2
     once the head's GCS port refuses connections for ``timeout_s``. Without it, Ray ends a driver
     whose GCS is gone with a bare exit 1 and no word in the event log."""
-    import socket
     import threading
 
     host, port = ray.get_runtime_context().gcs_address.rsplit(":", 1)
