@@ -7,7 +7,7 @@ parameter names, ``config.json`` and ``model.safetensors``, so ``save_pretrained
 ``transformers.GPT2LMHeadModel`` and vLLM, and ``model.path`` accepts a GPT-2 export from them.
 
 The critic is the backbone with a one-output token head (like ``GPT2ForTokenClassification``).
-There is no dropout, so a forward pass is a pure function of weights and input (exact resume needs it).
+There is no dropout: a forward pass is a pure function of weights and input (exact resume needs it).
 """
 
 from __future__ import annotations
@@ -118,8 +118,10 @@ class _GPT2(nn.Module):
         """GPT-2's initialisation: normal(0, 0.02) weights, zero biases, unit layer norms, and
         residual projections scaled down by sqrt(2 * n_layer)."""
         for name, p in self.named_parameters():
-            if p.dim() == 1:
-                nn.init.ones_(p) if ".ln_" in name and name.endswith("weight") else nn.init.zeros_(p)
+            if p.dim() == 1 and ".ln_" in name and name.endswith("weight"):
+                nn.init.ones_(p)
+            elif p.dim() == 1:
+                nn.init.zeros_(p)
             elif name.endswith("c_proj.weight"):
                 nn.init.normal_(p, 0.0, INIT_STD / math.sqrt(2 * self.mc.n_layer))
             else:
@@ -179,7 +181,7 @@ def _seeded(cls: type[_GPT2], mc: ModelConfig, seed: int) -> _GPT2:
 
 
 def hf_config_problem(hf: dict) -> str | None:
-    """Why a Hugging Face ``config.json`` does not describe a model this module can load, or None."""
+    """Why a Hugging Face ``config.json`` is no model this module can load, or None."""
     if hf.get("model_type") != "gpt2":
         return f"model_type is {hf.get('model_type')!r}; the reference trainer loads GPT-2 only"
     wanted = {"activation_function": "gelu_new", "layer_norm_epsilon": LN_EPS}
