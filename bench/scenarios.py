@@ -43,6 +43,8 @@ def spans(timeline: Path) -> dict[str, float]:
     ev = {e["type"]: e["ts"] for e in map(json.loads, timeline.read_text().splitlines())
           if e["source"] == "rlsim"}
     total = ev["scenario_end"] - ev["scenario_start"]
+    if "cluster_ready" not in ev:  # refused at start (a version mismatch): all of it is bring-up
+        return {"total": total, "bringup": total, "twin": 0.0, "trainer": 0.0, "harness": 0.0}
     bringup = ev["cluster_ready"] - ev["scenario_start"]
     twin = ev.get("baseline_done", ev["cluster_ready"]) - ev["cluster_ready"]
     trainer = ev["trainer_exited"] - ev["trainer_started"]
@@ -80,7 +82,7 @@ def spans_table(report: Path, title: str) -> Table:
         rec = json.loads(verdicts.read_text())
         s = spans(verdicts.parent / "timeline.jsonl")
         value = {c["check"]: c["value"] for c in rec["checks"]}
-        overhead = s["harness"] / s["trainer"]
+        overhead = s["harness"] / s["trainer"] if s["trainer"] else 0.0
         table.add_row(rec["scenario"], "yes" if rec["ok"] else "NO", f"{s['total']:.1f}",
                       f"{s['bringup']:.1f}", f"{s['twin']:.1f}", f"{s['trainer']:.1f}",
                       f"{s['harness']:.1f}", f"{100 * overhead:.0f}%"

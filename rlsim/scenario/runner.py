@@ -166,12 +166,13 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
     would resume from its checkpoints and the schedule would read its events.
     """
     pool = pool or Pool(reuse=False)
-    cluster, reused = pool.take(make_cluster(sc, backend, ray_address, out_dir), backend)
+    fresh = make_cluster(sc, backend, ray_address, out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         previous = out_dir.with_name(out_dir.name + ".previous")
         shutil.rmtree(previous, ignore_errors=True)
         out_dir.rename(previous)
     out_dir.mkdir(parents=True, exist_ok=True)
+    cluster, reused = pool.take(fresh, backend)  # from here on the finally below gives it back
     outcome = Outcome(sc, out_dir / "run")
     log = _Recorder(outcome)
     rng = random.Random(sc.seed if seed is None else seed)
