@@ -218,14 +218,17 @@ def _resumable_step(cfg: TrainerConfig) -> int | None:
     return ckpt.read_state(latest)["step"] if latest else 0
 
 
-def _raylets_answer(nodes: list[dict]) -> bool:
-    for node in nodes:
-        try:
-            socket.create_connection((node["NodeManagerAddress"], node["NodeManagerPort"]),
-                                     timeout=0.5).close()
-        except OSError:
-            return False
+def _accepts(host: str, port: int, timeout: float) -> bool:
+    """Whether ``host:port`` accepts a TCP connection within ``timeout`` seconds."""
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError:
+        return False
     return True
+
+
+def _raylets_answer(nodes: list[dict]) -> bool:
+    return all(_accepts(n["NodeManagerAddress"], n["NodeManagerPort"], 0.5) for n in nodes)
 
 
 def _record_loss(log: EventLog, r: Run, e: TrainerError) -> list[dict]:
@@ -260,10 +263,9 @@ def _watch_head(log: EventLog, timeout_s: float, t0: float) -> None:
     def watch() -> None:
         down_since = None
         while True:
-            try:
-                socket.create_connection((host, int(port)), timeout=1).close()
+            if _accepts(host, int(port), 1):
                 down_since = None
-            except OSError:
+            else:
                 down_since = down_since or time.monotonic()
                 if time.monotonic() - down_since >= timeout_s * 0.6:
                     msg = (f"the head's GCS at {host}:{port} has refused connections for "

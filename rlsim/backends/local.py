@@ -82,16 +82,12 @@ class LocalCluster(StartedCluster):
         return found
 
     def residue(self, settle_s: float = 10.0) -> list[str]:
-        """What a finished run left on this running cluster that the next run would inherit:
-        dead nodes, fault rules still in its chain, frozen or memory-capped nodes, and Ray's own
-        leftovers (live actors, placement groups, connected jobs). Ray removes a finished job's
-        actors and groups asynchronously, so those are waited for up to ``settle_s``."""
+        """What a finished run left on this running cluster (every node up) that the next run
+        would inherit: fault rules still in its chain, frozen or memory-capped nodes, and Ray's
+        own leftovers (live actors, placement groups, connected jobs). Ray removes a finished
+        job's actors and groups asynchronously, so those are waited for up to ``settle_s``."""
         st = self._st
-        found = [f"node {n.index} ({n.address}) is down" for n in self.nodes()
-                 if not (n.alive and n.pids)]
-        if found:
-            return found
-        found += [f"iptables rule left: {rule}" for rule in self.firewall.leftover_rules()]
+        found = [f"iptables rule left: {rule}" for rule in self.firewall.leftover_rules()]
         if st.cgroups:
             for node in st.plan.nodes:
                 group = cgroups.NodeGroup(st.session, node.index)

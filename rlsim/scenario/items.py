@@ -20,6 +20,8 @@ from rlsim.scenario.loader import ScenarioError, load
 from rlsim.scenario.runner import Outcome, run_scenario
 
 PROPERTIES = ("detected_within_s", "recovered_within_s", "fails")
+
+
 def shape_scheduler(config: pytest.Config, log):
     """xdist's loadscope scheduler with one scope per scenario cluster shape (and per module for
     everything else)."""

@@ -36,8 +36,12 @@ def shape_key(spec: ClusterSpec, backend: str) -> str | None:
     """Clusters with equal keys are interchangeable between scenarios; None: never shared."""
     if backend not in REUSABLE_BACKENDS or spec.node_local:
         return None
-    fields = spec.model_dump(exclude={"name", "mounts"})
-    return json.dumps([backend, fields], sort_keys=True, default=str)
+    return json.dumps([backend, _shape(spec)], sort_keys=True, default=str)
+
+
+def _shape(spec: ClusterSpec) -> dict:
+    """The spec without what differs between interchangeable clusters (name, mounted dirs)."""
+    return spec.model_dump(exclude={"name", "mounts"})
 
 
 class Pool:
@@ -109,8 +113,7 @@ def twin_key(command: list[str], config_files: list[Path], spec: ClusterSpec,
     the config files it reads, the cluster shape, and the trainer's code. Run directories are
     left out of the command (the twin's own path differs per scenario)."""
     h = hashlib.sha256()
-    h.update(json.dumps([command, backend, spec.model_dump(exclude={"name", "mounts"})],
-                        sort_keys=True, default=str).encode())
+    h.update(json.dumps([command, backend, _shape(spec)], sort_keys=True, default=str).encode())
     for path in [*config_files, *sorted(TRAINER_CODE.rglob("*.py"))]:
         h.update(str(path).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
