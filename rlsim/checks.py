@@ -1,7 +1,10 @@
 """Checks: judge a finished scenario from its timeline alone (Jepsen's checker), never during it.
 
-Each check returns a :class:`Verdict`: whether the expectation held, a sentence in the scenario's
-words, the figure measured (seconds, steps) and the timeline lines that show it.
+The one registry of checks: each is a parameter model and a judge side by side, registered with
+:func:`check`, with an optional scalar shorthand (``restarts: 1`` for ``restarts: {min: 1, max:
+1}``). The scenario schema validates ``expect`` entries against :data:`CHECKS`. Each judge returns
+a :class:`Verdict`: whether the expectation held, a sentence in the scenario's words, the figure
+measured (seconds, steps) and the timeline lines that show it.
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from rlsim.scenario.runner import Outcome
+from pydantic import Field, ValidationError, field_validator
 
-KILLS = ("kill_node", "kill_role", "kill_head", "pause_node", "partition", "block_port", "gpu_oom",
-         "host_oom", "restart_node")
+from rlsim.faults import DISRUPTIVE
+from rlsim.params import DAY, Strict, first_error, regex
+from rlsim.scenario.timeline import Outcome
+from trainer.contract import DETECTION_EVENTS
 
 
 @dataclass
@@ -25,6 +31,80 @@ class Verdict:
     message: str
     value: float | None = None
     evidence: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: its parameters, its judge, and how a scalar shorthand reads (None: no
+    shorthand; the function gets the scalar and returns the long form's mapping, or raises
+    ValueError saying what to write)."""
+
+    name: str
+    Params: type[Strict]
+    judge: Callable[[Outcome, Any], Verdict]
+    scalar: Callable[[str, Any], dict] | None = None
+
+    def params(self, value: Any) -> Strict:
+        """The parameters of an ``expect`` entry, long form or shorthand; ValueError says which
+        field is wrong and how to write it."""
+        if value is None:
+            value = {}
+        elif not isinstance(value, dict):
+            if self.scalar is None:
+                raise ValueError(f"{self.name}: write the mapping form ({self.name}: {{...}}), "
+                                 f"not {value!r}")
+            try:
+                value = self.scalar(self.name, value)
+            except ValueError as e:
+                raise ValueError(f"{self.name}: {e}") from None
+        try:
+            return self.Params.model_validate(value)
+        except ValidationError as e:
+            raise ValueError(f"{self.name}.{first_error(e)}") from None
+
+
+CHECKS: dict[str, Check] = {}
+
+
+def check(Params: type[Strict], scalar: Callable[[str, Any], dict] | None = None):
+    """Register the decorated judge as the check of its name."""
+    def register(judge: Callable[[Outcome, Any], Verdict]):
+        CHECKS[judge.__name__] = Check(judge.__name__, Params, judge, scalar)
+        return judge
+    return register
+
+
+# -- shorthands: each reads (check name, scalar) into the long form's mapping ----------------------
+def _true(name: str, value: Any) -> dict:
+    if value is not True:
+        raise ValueError(f"write `{name}: true` (or `{name}: {{}}`), not {value!r}")
+    return {}
+
+
+def _count(*fields: str) -> Callable[[str, Any], dict]:
+    """A whole number that fills ``fields`` (``restarts: 1`` is exactly one)."""
+    def read(name: str, value: Any) -> dict:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"write a whole number (`{name}: 1`) or the mapping form, not "
+                             f"{value!r}")
+        return dict.fromkeys(fields, value)
+    return read
+
+
+def _seconds(name: str, value: Any) -> dict:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"write a number of seconds (`{name}: 30`) or the mapping form, not "
+                         f"{value!r}")
+    return {"seconds": value}
+
+
+def _text(field_name: str) -> Callable[[str, Any], dict]:
+    def read(name: str, value: Any) -> dict:
+        if not isinstance(value, str):
+            raise ValueError(f"write a string (`{name}: ...` is its {field_name}) or the mapping "
+                             f"form, not {value!r}")
+        return {field_name: value}
+    return read
 
 
 def _line(e: dict, t0: float) -> str:
@@ -46,6 +126,11 @@ def _interesting(o: Outcome) -> list[str]:
     return [_line(e, o.started) for e in keep][-25:]
 
 
+class Completes(Strict):
+    pass
+
+
+@check(Completes, _true)
 def completes(o: Outcome, p) -> Verdict:
     end = _end(o)
     ok = o.returncode == 0 and end is not None and end["status"] == "completed"
@@ -56,6 +141,14 @@ def completes(o: Outcome, p) -> Verdict:
     return Verdict("completes", ok, msg, evidence=_interesting(o))
 
 
+class Fails(Strict):
+    pattern: str = Field(".*", description="regex the trainer's error must match")
+    within_s: float | None = Field(None, gt=0, le=DAY, description="after the trainer started")
+
+    _pattern = field_validator("pattern")(regex)
+
+
+@check(Fails, _text("pattern"))
 def fails(o: Outcome, p) -> Verdict:
     errors = o.trainer("error")
     text = " | ".join(f"{e['kind']}: {e['message']}" for e in errors)
@@ -75,6 +168,11 @@ def fails(o: Outcome, p) -> Verdict:
     return Verdict("fails", ok, msg, took, _interesting(o))
 
 
+class ResumedFromStep(Strict):
+    step: int = Field(ge=0)
+
+
+@check(ResumedFromStep, _count("step"))
 def resumed_from_step(o: Outcome, p) -> Verdict:
     steps = [e["from_step"] for e in o.trainer("resume")]
     ok = p.step in steps
@@ -82,6 +180,12 @@ def resumed_from_step(o: Outcome, p) -> Verdict:
                    f"{p.step}", evidence=_interesting(o))
 
 
+class Restarts(Strict):
+    min: int = Field(0, ge=0)
+    max: int | None = Field(None, ge=0)
+
+
+@check(Restarts, _count("min", "max"))
 def restarts(o: Outcome, p) -> Verdict:
     n = len(o.trainer("restart"))
     ok = n >= p.min and (p.max is None or n <= p.max)
@@ -89,6 +193,11 @@ def restarts(o: Outcome, p) -> Verdict:
     return Verdict("restarts", ok, f"{n} restart(s), expected {want}", n, _interesting(o))
 
 
+class FinalStep(Strict):
+    step: int = Field(ge=0)
+
+
+@check(FinalStep, _count("step"))
 def final_step(o: Outcome, p) -> Verdict:
     steps = [e["step"] for e in o.trainer("step_end")]
     last = max(steps, default=0)
@@ -96,17 +205,21 @@ def final_step(o: Outcome, p) -> Verdict:
 
 
 def _first_fault(o: Outcome) -> dict | None:
-    hits = [e for e in o.rlsim("fault_injected") if e["fault"] in KILLS]
+    hits = [e for e in o.rlsim("fault_injected") if e["fault"] in DISRUPTIVE]
     return hits[0] if hits else None
 
 
+class WithinS(Strict):
+    seconds: float = Field(gt=0, le=DAY)
+
+
+@check(WithinS, _seconds)
 def detected_within_s(o: Outcome, p) -> Verdict:
     fault = _first_fault(o)
     if fault is None:
         return Verdict("detected_within_s", False, "no fault was injected",
                        evidence=_interesting(o))
-    seen = [e for e in o.trainer() if e["type"] in ("worker_died", "node_lost", "error", "oom")
-            and e["ts"] >= fault["ts"]]
+    seen = [e for e in o.trainer() if e["type"] in DETECTION_EVENTS and e["ts"] >= fault["ts"]]
     if not seen:
         return Verdict("detected_within_s", False, f"the trainer never reported the "
                        f"{fault['fault']} (no worker_died, node_lost or error event)",
@@ -117,6 +230,7 @@ def detected_within_s(o: Outcome, p) -> Verdict:
                    took, _interesting(o))
 
 
+@check(WithinS, _seconds)
 def recovered_within_s(o: Outcome, p) -> Verdict:
     fault = _first_fault(o)
     restarts_ = [e for e in o.trainer("restart") if fault and e["ts"] >= fault["ts"]]
@@ -140,6 +254,11 @@ def _metrics(run_dir: Path) -> dict[int, dict]:
             for r in rows}
 
 
+class MatchesBaseline(Strict):
+    weights: bool = Field(True, description="also compare final weights bit for bit")
+
+
+@check(MatchesBaseline, _true)
 def matches_baseline(o: Outcome, p) -> Verdict:
     if o.baseline_dir is None:
         return Verdict("matches_baseline", False, "the baseline twin did not run")
@@ -173,6 +292,11 @@ def _same_weights(run: Path, twin: Path, step: int) -> tuple[bool, str]:
             f"final weights differ in {len(bad)} tensors (first: {bad[0]})")
 
 
+class RewardImproves(Strict):
+    by: float = Field(0.1, description="mean of the last 5 steps minus the first 5")
+
+
+@check(RewardImproves)
 def reward_improves(o: Outcome, p) -> Verdict:
     rewards = [e["metrics"]["rollout/reward_mean"] for e in o.trainer("step_end")]
     if len(rewards) < 10:
@@ -182,11 +306,25 @@ def reward_improves(o: Outcome, p) -> Verdict:
                    f"5 steps), expected at least {p.by}", gain)
 
 
+class NoLeaks(Strict):
+    pass
+
+
+@check(NoLeaks, _true)
 def no_leaks(o: Outcome, p) -> Verdict:
     return Verdict("no_leaks", not o.leaks, "nothing left behind" if not o.leaks else
                    "left behind: " + ", ".join(o.leaks))
 
 
+class Event(Strict):
+    """A trainer event of this type appears at least ``min`` and at most ``max`` times."""
+
+    type: str
+    min: int = Field(1, ge=0)
+    max: int | None = Field(None, ge=0)
+
+
+@check(Event, _text("type"))
 def event(o: Outcome, p) -> Verdict:
     n = len(o.trainer(p.type))
     ok = n >= p.min and (p.max is None or n <= p.max)
@@ -194,6 +332,16 @@ def event(o: Outcome, p) -> Verdict:
     return Verdict("event", ok, f"{n} {p.type!r} event(s), expected {bound}", n, _interesting(o))
 
 
+class Refused(Strict):
+    """The cluster refuses to form (a node cannot join) before any training, in words that
+    match ``pattern``."""
+
+    pattern: str = Field(".*", description="regex the start-up error must match")
+
+    _pattern = field_validator("pattern")(regex)
+
+
+@check(Refused, _text("pattern"))
 def refused(o: Outcome, p) -> Verdict:
     ok = o.refusal is not None and re.search(p.pattern, o.refusal) is not None
     if ok:
@@ -205,6 +353,16 @@ def refused(o: Outcome, p) -> Verdict:
     return Verdict("refused", ok, msg, evidence=_interesting(o))
 
 
+class DoctorWarns(Strict):
+    """The pre-flight ``rlsim doctor`` (run before the trainer starts) reported a finding that
+    matches ``pattern``."""
+
+    pattern: str = Field(description="regex one of the doctor's findings must match")
+
+    _pattern = field_validator("pattern")(regex)
+
+
+@check(DoctorWarns, _text("pattern"))
 def doctor_warns(o: Outcome, p) -> Verdict:
     findings = [f for e in o.rlsim("doctor") for f in e["findings"]]
     hit = next((f for f in findings if re.search(p.pattern, f)), None)
@@ -218,6 +376,11 @@ def doctor_warns(o: Outcome, p) -> Verdict:
     return Verdict("doctor_warns", hit is not None, msg, evidence=_interesting(o))
 
 
+class DoctorClean(Strict):
+    """The pre-flight ``rlsim doctor`` reported no finding at all."""
+
+
+@check(DoctorClean, _true)
 def doctor_clean(o: Outcome, p) -> Verdict:
     runs = o.rlsim("doctor")
     findings = [f for e in runs for f in e["findings"]]
@@ -228,12 +391,5 @@ def doctor_clean(o: Outcome, p) -> Verdict:
     return Verdict("doctor_clean", ok, msg, evidence=_interesting(o))
 
 
-CHECKS: dict[str, Callable[[Outcome, object], Verdict]] = {
-    f.__name__: f for f in (completes, fails, resumed_from_step, restarts, final_step,
-                            detected_within_s, recovered_within_s, matches_baseline,
-                            reward_improves, no_leaks, event, refused, doctor_warns,
-                            doctor_clean)}
-
-
 def judge(o: Outcome) -> list[Verdict]:
-    return [CHECKS[name](o, params) for name, params in o.scenario.checks()]
+    return [CHECKS[name].judge(o, params) for name, params in o.scenario.checks()]

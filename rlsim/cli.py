@@ -16,7 +16,8 @@ from rich.table import Table
 from rlsim import procs, state
 from rlsim.backends import attach, cluster_class
 from rlsim.backends.base import ClusterStartError, NodeInfo
-from rlsim.backends.local import LocalCluster, reap, reap_abandoned, reap_corrupt
+from rlsim.backends.local import LocalCluster
+from rlsim.backends.reaper import reap, reap_abandoned, reap_corrupt, reap_orphans
 from rlsim.net import iptables
 from rlsim.spec import ClusterSpec, HealthChecks, HomeError, name_problem
 
@@ -29,7 +30,7 @@ def _table(cluster: LocalCluster, nodes: list[NodeInfo]) -> Table:
     st = cluster.state
     assert st is not None  # only called on a running cluster
     table = Table(title=f"rlsim cluster {st.spec.name!r} ({cluster.name} backend, slot {st.slot})")
-    pid_col = "container pid" if cluster.name == "docker" else "raylet pid"
+    pid_col = cluster.pid_label
     for col in ("node", "role", "address", "GPUs", "alive", "pids", pid_col):
         table.add_column(col, justify="right" if col in ("node", "GPUs", "pids") else "left")
     for n in nodes:
@@ -42,9 +43,8 @@ def _table(cluster: LocalCluster, nodes: list[NodeInfo]) -> Table:
 
 def _print_connect(cluster: LocalCluster) -> None:
     h = cluster.spec.health
-    if cluster.name == "docker":
-        head = cluster.driver_command([])[-1]
-        console.print(f"# drivers run on the head node: docker exec -it {head} python ...")
+    for hint in cluster.connect_hints():
+        console.print(f"# {hint}")
     for key, value in cluster.driver_env().items():
         console.print(f"export {key}={value}")
     console.print(f"# dashboard and Jobs API: {cluster.dashboard_url}")
@@ -250,7 +250,6 @@ def down(
     if all_:
         for chain in iptables.rlsim_chains():
             iptables.heal_chain(chain)
-        from rlsim.backends.docker import reap_orphans
 
         for thing in reap_orphans({s.session for s in state.load_all()}):
             console.print(f"removed {thing}")

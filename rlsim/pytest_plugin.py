@@ -18,19 +18,14 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import pytest
 
 from rlsim.backends.gcs import export_auth_env
 from rlsim.backends.local import LocalCluster
+from rlsim.scenario.session import close_pool
 from rlsim.spec import ClusterSpec
 
-if TYPE_CHECKING:
-    from rlsim.scenario.pool import Pool
-
-STRICT_VAR = "RLSIM_STRICT"
-POOL = pytest.StashKey["Pool"]()
 _counter = itertools.count()
 
 
@@ -71,7 +66,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """After this process's last test, stop the clusters scenarios kept; a leak in their
     teardown is an error of that test (a worker's session end would hide it)."""
     if nextitem is None:
-        leaks = _close_pool(item.config)
+        leaks = close_pool(item.config)
         if leaks:
             pytest.fail("clusters kept between scenarios leaked at teardown: " + "; ".join(leaks),
                         pytrace=False)
@@ -80,7 +75,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Stop kept clusters (also after Ctrl-C); with ``--rlsim-report DIR``, render
     DIR/report.html once (on the xdist controller)."""
-    _close_pool(session.config)
+    close_pool(session.config)
     report = session.config.getoption("rlsim_report", None)
     if report and not hasattr(session.config, "workerinput"):
         from pathlib import Path
@@ -102,30 +97,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "real: runs against a real cluster (--backend real)",
     ):
         config.addinivalue_line("markers", line)
-
-
-def scenario_pool(config: pytest.Config) -> Pool:
-    """This process's clusters kept between scenarios (each xdist worker has its own)."""
-    if POOL not in config.stash:
-        from rlsim.scenario.pool import Pool
-
-        config.stash[POOL] = Pool(reuse=not config.getoption("rlsim_no_reuse"))
-    return config.stash[POOL]
-
-
-def _close_pool(config: pytest.Config) -> list[str]:
-    pool = config.stash.get(POOL, None)
-    return pool.close() if pool else []
-
-
-def require(reason: str | None) -> None:
-    """Skip the calling test when ``reason`` says a system part is missing; with RLSIM_STRICT=1
-    (as in CI) fail instead, so a missing part never passes silently."""
-    if reason is None:
-        return
-    if os.environ.get(STRICT_VAR) == "1":
-        pytest.fail(f"{reason} (RLSIM_STRICT=1 turns this skip into a failure)")
-    pytest.skip(reason)
 
 
 def _spec(request: pytest.FixtureRequest) -> ClusterSpec:

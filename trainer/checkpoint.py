@@ -35,6 +35,7 @@ node: :func:`latest_valid` raises :class:`NotShared` for it rather than fall bac
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -51,7 +52,8 @@ MANIFEST = "manifest.json"
 STATE = "trainer_state.json"
 LEASE = ".writer.lease"
 STEP_RE = re.compile(r"^global_step_(\d+)$")
-LEFTOVERS = (".tmp-*", ".trash-*", ".del-*", f".{POINTER}.*")  # what an interrupted writer leaves
+# what an interrupted writer leaves
+LEFTOVERS = (".tmp-*", ".trash-*", ".del-*", f".{POINTER}.*", ".probe-*")
 
 
 class NotShared(Exception):
@@ -128,6 +130,34 @@ def _held_message(root: Path, path: Path) -> str:
     return (f"checkpoint_dir {root} is in use: {who} holds its writer lease {path}. Two runs "
             "writing one checkpoint directory delete each other's saves. Fix: let that run "
             "finish or stop it, or give this run its own checkpoint_dir (or run_dir)")
+
+
+# What storage says when it cannot take a checkpoint, as opposed to a bug writing one.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+PROBE_BYTES = 64 * 1024
+
+
+def storage_refused(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in STORAGE_ERRNOS
+
+
+def storage_refusal(root: str | Path) -> OSError | None:
+    """Why ``root``'s storage refuses writes now (disk full, quota, read-only), or None when it
+    takes a small probe file. A failed save needs this: torch's zip writer reports a full disk as
+    ``RuntimeError: ... unexpected pos``, not as the OSError underneath."""
+    probe = Path(root) / f".probe-{uuid.uuid4().hex[:8]}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"\0" * PROBE_BYTES)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        return e if storage_refused(e) else None
+    finally:
+        probe.unlink(missing_ok=True)
+    return None
 
 
 def begin(root: str | Path, step: int) -> Path:

@@ -10,9 +10,11 @@ else, or one failure too many, ends the run with an ``error`` event and a non-ze
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 import time
+from pathlib import Path
 
 import ray
 import torch
@@ -21,7 +23,14 @@ from trainer import checkpoint as ckpt
 from trainer import grpo, ppo
 from trainer.config import TrainerConfig, preflight
 from trainer.data import PromptLoader, load_prompts
-from trainer.errors import CheckpointError, CheckpointNotShared, SimulatedCudaOOM, TrainerError
+from trainer.errors import (
+    CheckpointError,
+    CheckpointNotShared,
+    CheckpointWriteFailed,
+    SimulatedCudaOOM,
+    TrainerError,
+    first_line,
+)
 from trainer.events import EventLog
 from trainer.groups import Roles, alive_gpu_nodes, label_memory_gb
 from trainer.memory import fit, gpu_capacity
@@ -78,16 +87,46 @@ class Run:
 
     def save(self, roles: Roles) -> None:
         t0 = time.monotonic()
-        tmp = ckpt.begin(self.cfg.ckpt_dir, self.step)
-        roles.save(str(tmp))
-        not_here = ckpt.unseen(tmp, roles.listings(str(tmp)))
-        if not_here:
-            self._warn_not_shared(not_here)
-        state = {"step": self.step, "loader": self.loader.state(), "seed": self.cfg.seed,
-                 "algorithm": self.cfg.algorithm, "restarts": self.restarts}
-        final = ckpt.commit(self.lease, self.step, tmp, state, self.cfg.keep_last, not_here)
+        tmp = None
+        try:
+            tmp = ckpt.begin(self.cfg.ckpt_dir, self.step)
+            roles.save(str(tmp))
+            not_here = ckpt.unseen(tmp, roles.listings(str(tmp)))
+            if not_here:
+                self._warn_not_shared(not_here)
+            state = {"step": self.step, "loader": self.loader.state(), "seed": self.cfg.seed,
+                     "algorithm": self.cfg.algorithm, "restarts": self.restarts}
+            final = ckpt.commit(self.lease, self.step, tmp, state, self.cfg.keep_last, not_here)
+        except Exception as e:
+            if isinstance(e, TrainerError) and not isinstance(e, CheckpointWriteFailed):
+                raise  # a worker lost mid-save is a restart, not a storage problem
+            why = e if isinstance(e, CheckpointWriteFailed) or ckpt.storage_refused(e) \
+                else ckpt.storage_refusal(self.cfg.ckpt_dir)
+            if why is None:
+                raise
+            self._save_failed(tmp, why)
+            return
         self.log.emit("checkpoint_saved", step=self.step, path=str(final),
                       seconds=round(time.monotonic() - t0, 3))
+
+    def _save_failed(self, tmp: Path | None, e: BaseException) -> None:
+        """The storage refused this save (disk full, quota, read-only). Its partial files are
+        removed; the last complete checkpoint is untouched and stays the resume point. Mid-run
+        training goes on (the next save may find space again); a failed final save fails the
+        run, since the work since the last checkpoint would be lost unsaid."""
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        root = Path(self.cfg.ckpt_dir)
+        free_mb = round(shutil.disk_usage(root).free / 2**20, 1) if root.exists() else None
+        last = _resumable_step(self.cfg)
+        message = (f"checkpoint at step {self.step} not written to {root} ({first_line(e)}; "
+                   f"{free_mb} MiB free); the last complete checkpoint is step {last}")
+        self.log.emit("checkpoint_write_failed", step=self.step, dir=str(root), free_mb=free_mb,
+                      last_complete=last, message=message)
+        if self.step == self.cfg.total_steps:
+            raise CheckpointWriteFailed(f"{message}. Fix: free space in {root} (or point "
+                                        "checkpoint_dir elsewhere) and resume") from None
+        print(f"trainer: WARNING: {message}; training goes on", flush=True)
 
     def _warn_not_shared(self, not_here: dict[str, list[str]]) -> None:
         """Workers wrote files this driver cannot see: the run goes on (it may never need to

@@ -75,6 +75,14 @@ class CheckpointError(TrainerError):
     kind = "checkpoint_error"
 
 
+class CheckpointWriteFailed(CheckpointError):
+    """The storage refused a checkpoint's files (disk full, quota, read-only). Mid-run the save is
+    dropped with a ``checkpoint_write_failed`` event and training goes on; the last complete
+    checkpoint stays the resume point. At the final step the run fails with this error."""
+
+    kind = "checkpoint_write_failed"
+
+
 class CheckpointNotShared(CheckpointError):
     """The checkpoint directory is node-local: workers wrote files the driver cannot see, so no
     node can resume from it. Names the nodes, example files and the fix."""

@@ -4,7 +4,8 @@ One JSON object per line, appended and flushed as it happens (a resumed run appe
 file): ``{"ts": <unix seconds>, "type": <name>, "attempt": <n>, ...fields}``. Types and fields:
 
 ==================  =============================================================================
-run_start           algorithm, total_steps, plan (workers: index, node, gpus, roles), pid
+run_start           algorithm, total_steps, plan (workers: index, node, gpus, roles), pid,
+                    warnings (the placement plan's)
 placement           workers (index, roles, ip, pid, setup_s: where set-up went) once the workers
                     stand; seconds (nodes, placement groups, workers ready: since bring-up began)
 step_end            step, metrics (``rollout/*``, ``train/*``, ``perf/*``)
@@ -13,10 +14,13 @@ checkpoint_loaded   step, path
 checkpoint_invalid  path/reason of a checkpoint skipped on resume (a warning)
 checkpoint_not_sh.  (``checkpoint_not_shared``) step, nodes, files, example, message: workers
                     wrote files the driver cannot see (node-local checkpoint_dir; at each save)
+checkpoint_write_f. (``checkpoint_write_failed``) step, dir, free_mb, last_complete, message: the
+                    storage refused a save (disk full, quota); training goes on (a warning)
 resume              from_step
-worker_died         role, worker, ip, message
+worker_died         cause (the error's kind), message
 node_lost           ip, node_id
-restart             restart (count), cause, from_step (the checkpoint it will resume from)
+restart             restart (count), cause, message, from_step (the checkpoint it will resume
+                    from)
 oom                 message, action (what auto_micro_batch changed, or "fatal")
 error               kind (a :mod:`trainer.errors` kind, ``head_lost``, ``internal``), message
 run_end             status (completed | failed), step, restarts, seconds
@@ -36,8 +40,8 @@ from pathlib import Path
 
 EVENT_TYPES = frozenset({
     "run_start", "placement", "step_end", "checkpoint_saved", "checkpoint_loaded",
-    "checkpoint_invalid", "checkpoint_not_shared", "resume", "worker_died", "node_lost",
-    "restart", "oom", "error", "run_end",
+    "checkpoint_invalid", "checkpoint_not_shared", "checkpoint_write_failed", "resume",
+    "worker_died", "node_lost", "restart", "oom", "error", "run_end",
 })
 
 

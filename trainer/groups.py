@@ -17,8 +17,11 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from trainer.checkpoint import storage_refused
 from trainer.config import TrainerConfig
+from trainer.contract import MEMORY_LABEL
 from trainer.errors import (
+    CheckpointWriteFailed,
     CollectiveError,
     ResourceTimeout,
     StepTimeout,
@@ -29,8 +32,6 @@ from trainer.errors import (
 from trainer.memory import gpu_capacity
 from trainer.placement import TRAINING_ROLES, Plan, check_cluster, worker_bundles
 from trainer.worker import Worker
-
-MEMORY_LABEL = "rlsim-gpu-memory-gb"  # set by rlsim on every fake-GPU node
 
 
 def label_memory_gb(node: dict) -> float | None:
@@ -165,6 +166,8 @@ class Roles:
                 raise cause from None
             if isinstance(cause, RuntimeError) and "gloo" in str(cause).lower():
                 raise CollectiveError(f"{what}: {first_line(cause)}") from None
+            if storage_refused(cause):
+                raise CheckpointWriteFailed(f"{what}: {first_line(cause)}") from None
             raise
         except GetTimeoutError:  # not expected after ray.wait said done
             raise StepTimeout(f"{what}: result not ready") from None

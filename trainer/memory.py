@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainer.config import TrainerConfig
+from trainer.contract import RESERVE_FILE
 from trainer.errors import SimulatedCudaOOM
 from trainer.placement import Plan
 
@@ -82,9 +83,6 @@ def role_items(cfg: TrainerConfig, plan: Plan, role: str, micro: dict[str, int])
         return [Item(role, "weights", b * P / tp, "rollout.tensor_parallel_size"),
                 Item(role, "kv_cache", kv, knob)]
     return []
-
-
-RESERVE_FILE = "faults/gpu_reserve.json"
 
 
 def external_reserve_gb(run_dir: str, node_ip: str) -> float:

@@ -11,19 +11,23 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from rlsim import state
 from rlsim.backends.base import NodeInfo
+from rlsim.backends.reaper import reap_abandoned
 from rlsim.net import iptables
 from rlsim.net.alloc import named_ports
 from rlsim.net.iptables import Drop
 from rlsim.spec import ClusterSpec, ClusterState
+from trainer.contract import RESERVE_FILE
 
 
 class StartedCluster:
     """Base of :class:`LocalCluster` and :class:`DockerCluster` (not a backend by itself)."""
 
     name = "cluster"
+    pid_label = "raylet pid"  # what ``state.pids`` holds per node (``rlsim status``'s column)
     spec: ClusterSpec
     state: ClusterState | None
     detached: bool
@@ -38,8 +42,6 @@ class StartedCluster:
         Raises ClusterStartError or TimeoutError, after tearing down what was started, naming the
         node that did not come up and its log tail.
         """
-        from rlsim.backends.local import reap_abandoned  # local imports this module
-
         self._check_can_start()
         t0 = time.monotonic()
         reap_abandoned()
@@ -88,6 +90,10 @@ class StartedCluster:
         if self.state is None:
             raise RuntimeError("the cluster is not running: call start() or use it as a context")
         return self.state
+
+    def connect_hints(self) -> list[str]:
+        """Lines ``rlsim cluster`` prints beside the connection settings. Default: none."""
+        return []
 
     def _check_index(self, index: int) -> None:
         if not 0 <= index < self._st.spec.nodes:
@@ -180,5 +186,33 @@ class StartedCluster:
         return self.firewall.apply(
             iptables.block_port_rules(st.plan, st.session, node, ports, sources))
 
+    def remove_rules(self, rules: list[Drop]) -> None:
+        self.firewall.remove(rules)
+
     def heal_network(self) -> None:
         self.firewall.heal()
+
+    # ---- fake GPUs' memory -------------------------------------------------------------------
+
+    def hold_gpu(self, index: int, gb: float, run_dir: Path) -> list[dict]:
+        """Take ``gb`` GiB on every fake GPU of node ``index``: an entry in the trainer's memory
+        ledger for its address (the trainer's workers read it before each phase)."""
+        address = self.nodes()[index].address
+        path = run_dir / RESERVE_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table = json.loads(path.read_text()) if path.exists() else {}
+        table[address] = table.get(address, 0.0) + gb
+        path.write_text(json.dumps(table))
+        return [{"gpu": g, "gb": gb} for g in range(self._st.spec.gpus_per_node)]
+
+    def release_gpu(self, index: int, run_dir: Path) -> int:
+        """Give back every GiB held on node ``index``; how many GPUs had some. Safe twice."""
+        path = run_dir / RESERVE_FILE
+        table = json.loads(path.read_text()) if path.exists() else {}
+        if table.pop(self.nodes()[index].address, None) is None:
+            return 0
+        if table:
+            path.write_text(json.dumps(table))
+        else:
+            path.unlink()
+        return self._st.spec.gpus_per_node

@@ -19,6 +19,7 @@ import time
 
 from rlsim import cgroups, procs, state
 from rlsim.spec import ClusterState
+from trainer.contract import MEMORY_LABEL
 
 ADDRESSES_VAR = "RLSIM_NODE_ADDRESSES"  # docker nodes: every node's address, JSON
 
@@ -57,7 +58,7 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
         num_cpus=spec.cpus_per_node,
         num_gpus=spec.gpus_per_node,
         resources={f"rlsim_node_{index}": 1.0},
-        labels={"rlsim-node-index": str(index), "rlsim-gpu-memory-gb": f"{spec.gpu_memory_gb:g}"},
+        labels={"rlsim-node-index": str(index), MEMORY_LABEL: f"{spec.gpu_memory_gb:g}"},
         object_store_memory=spec.object_store_mb * 1024 * 1024,
         temp_dir=str(st.node_dir(index)),
         node_manager_port=p.node_manager,

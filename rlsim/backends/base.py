@@ -1,11 +1,19 @@
-"""The contract every rlsim backend (local processes, Docker containers, a real cluster) meets."""
+"""The contract every rlsim backend (local processes, Docker containers, a real cluster) meets:
+:class:`Backend`, the part every one of them offers, and the capabilities a fault may need
+(:class:`KillsNodes`, :class:`CutsNetwork`, ...), each offered by the backends that can.
+
+A fault names the capabilities it needs (``Fault.needs``); a scenario whose fault needs one its
+backend lacks is skipped (:class:`Unsupported`) with the reason, before anything starts.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from rlsim.net.iptables import Drop
+from rlsim.spec import ClusterSpec
 
 
 @dataclass
@@ -28,44 +36,107 @@ class ClusterStartError(RuntimeError):
     """Bring-up failed; the message names the node, what was seen and the setting to change."""
 
 
+class Unsupported(Exception):
+    """The scenario asks for something this backend cannot do (a skip, not a failure).
+    ``missing_part``: the backend itself is missing here (no engine), which strict CI fails on."""
+
+    def __init__(self, message: str, missing_part: bool = False) -> None:
+        super().__init__(message)
+        self.missing_part = missing_part
+
+
 @runtime_checkable
 class Backend(Protocol):
-    """A running simulated cluster. Faults see only this; they never see the trainer.
+    """A running cluster: what the runner, the doctor and every fault may use on any backend.
 
     Implementations must not assert: they raise typed errors whose message names the fix.
-    Every fault they apply must be undone by ``heal_network``/``resume_node``/``stop``.
+    Every fault they apply must be undone by the matching heal verb or by ``stop``.
     """
 
     name: str
+    spec: ClusterSpec  # the scenario's shape: how many nodes it uses, their GPUs
 
     @property
     def address(self) -> str:
         """The GCS address a Ray driver connects to (``RAY_ADDRESS``)."""
 
-    @property
-    def dashboard_url(self) -> str:
-        """The head's dashboard and Jobs API (``ray job submit --address``)."""
+    def start(self) -> Backend:
+        """Bring the cluster up (or connect to it) and wait until every node is there."""
 
     def driver_env(self) -> dict[str, str]:
         """Environment a driver process needs to connect (address and auth token)."""
 
+    def driver_command(self, cmd: list[str]) -> list[str]:
+        """``cmd`` as a Ray driver of this cluster (run with ``driver_env()``): on the host for
+        local nodes, inside the head container for docker, as is on a real cluster's head."""
+
     def nodes(self) -> list[NodeInfo]:
         """Every node of the spec, with Ray's liveness verdict."""
+
+    def endpoints(self) -> list[dict]:
+        """Each node's ``index``, ``address`` and the ``ports`` (name -> port) other nodes must
+        reach: what ``rlsim doctor`` probes."""
+
+    def run_probe(self, index: int, phase: str, args: dict) -> dict:
+        """Run a phase of :mod:`rlsim.doctor.probe` on node ``index``; its JSON answer."""
+
+    def stop(self) -> None:
+        """Tear down everything this cluster created and nothing else. Safe twice."""
+
+    def leaks(self) -> list[str]:
+        """After ``stop``: what of this cluster is still there (processes, rules, cgroups,
+        containers, networks). Empty when teardown was complete."""
+
+
+@runtime_checkable
+class StartsClusters(Backend, Protocol):
+    """A cluster rlsim started itself and owns: its dashboard, its logs, waiting for its nodes."""
+
+    @property
+    def dashboard_url(self) -> str:
+        """The head's dashboard and Jobs API (``ray job submit --address``)."""
 
     def wait_for_nodes(self, timeout: float | None = None) -> list[NodeInfo]:
         """Block until every node is alive with the expected GPUs, or raise TimeoutError."""
 
+    def logs(self, index: int, lines: int = 40) -> str:
+        """The tail of node ``index``'s Ray logs."""
+
+    def probe(self, src: int, dst: int, port: int) -> bool:
+        """Can a process on node ``src`` open a TCP connection to node ``dst``:``port``?"""
+
+
+# -- capabilities a fault may need -----------------------------------------------------------------
+@runtime_checkable
+class KillsNodes(Protocol):
+    """SIGKILL a whole node, as when a machine dies."""
+
     def kill_node(self, index: int) -> list[int]:
         """SIGKILL every process of node ``index``; returns the pids killed."""
+
+
+@runtime_checkable
+class RestartsNodes(Protocol):
+    """Start a killed node again at its address, as a reboot does."""
 
     def restart_node(self, index: int, timeout: float | None = None) -> NodeInfo:
         """Start node ``index`` again at its address (killing what is left of it first)."""
 
+
+@runtime_checkable
+class PausesNodes(Protocol):
+    """Freeze and thaw every process of a node (cgroup freezer)."""
+
     def pause_node(self, index: int) -> list[int]:
-        """Freeze node ``index`` (SIGSTOP or its equivalent)."""
+        """Freeze node ``index``; returns the pids frozen."""
 
     def resume_node(self, index: int) -> list[int]:
         """Undo ``pause_node``; safe when the node is not paused."""
+
+
+@runtime_checkable
+class CutsNetwork(Protocol):
+    """Drop traffic between nodes or to a node's ports (iptables rules this cluster owns)."""
 
     def partition(self, groups: list[list[int]]) -> list[Drop]:
         """Cut traffic between the groups of nodes; returns the rules applied."""
@@ -75,38 +146,54 @@ class Backend(Protocol):
     ) -> list[Drop]:
         """Drop TCP connections to ``ports`` of ``node`` from ``sources`` (all others if None)."""
 
+    def remove_rules(self, rules: list[Drop]) -> None:
+        """Remove exactly these rules (what one fault applied). Safe twice."""
+
     def heal_network(self) -> None:
         """Remove every network fault of this cluster. Safe twice."""
 
-    def logs(self, index: int, lines: int = 40) -> str:
-        """The tail of node ``index``'s Ray logs."""
 
-    def stop(self) -> None:
-        """Tear down everything this cluster created and nothing else. Safe twice."""
-
-    def leaks(self) -> list[str]:
-        """After ``stop``: what of this cluster is still there (processes, rules, cgroups,
-        containers, networks). Empty when teardown was complete."""
-
-    def driver_command(self, cmd: list[str]) -> list[str]:
-        """``cmd`` as a Ray driver of this cluster (run with ``driver_env()``): on the host for
-        local nodes, inside the head container for docker."""
-
-    def node_command(self, index: int, cmd: list[str]) -> list[str]:
-        """``cmd`` as a process of node ``index`` (its cgroups, its container)."""
+@runtime_checkable
+class KillsProcesses(Protocol):
+    """SIGKILL one process on the node that runs it."""
 
     def kill_process(self, ip: str, pid: int) -> int:
         """SIGKILL one process, by the pid its node sees, on the node with address ``ip``."""
 
+
+@runtime_checkable
+class RunsInNodes(Protocol):
+    """Run a command as a process of a node (its cgroups, its container)."""
+
+    def node_command(self, index: int, cmd: list[str]) -> list[str]:
+        """``cmd`` as a process of node ``index``."""
+
+
+@runtime_checkable
+class LimitsMemory(Protocol):
+    """Cap a node's host memory (its memory cgroup)."""
+
     def memory(self, index: int):
         """Node ``index``'s memory cgroup (:class:`rlsim.cgroups.MemoryGroup`)."""
 
-    def probe(self, src: int, dst: int, port: int) -> bool:
-        """Can a process on node ``src`` open a TCP connection to node ``dst``:``port``?"""
 
-    def endpoints(self) -> list[dict]:
-        """Each node's ``index``, ``address`` and the ``ports`` (name -> port) other nodes must
-        reach: what ``rlsim doctor`` probes."""
+@runtime_checkable
+class HoldsGpuMemory(Protocol):
+    """Take GPU memory on a node away from the trainer, and give it back."""
 
-    def run_probe(self, index: int, phase: str, args: dict) -> dict:
-        """Run a phase of :mod:`rlsim.doctor.probe` on node ``index``; its JSON answer."""
+    def hold_gpu(self, index: int, gb: float, run_dir: Path) -> list[dict]:
+        """Take ``gb`` GiB on every GPU of node ``index`` (the trainer's run is ``run_dir``)."""
+
+    def release_gpu(self, index: int, run_dir: Path) -> int:
+        """Give back what ``hold_gpu`` took on node ``index``; safe twice."""
+
+
+@runtime_checkable
+class CapsDisk(Protocol):
+    """Put a directory every node writes to on a small filesystem of its own, then fill it."""
+
+    def cap_disk(self, path: Path, mb: int) -> None:
+        """Mount a filesystem of ``mb`` MiB at ``path`` (empty, before anything writes there)."""
+
+    def uncap_disk(self, path: Path) -> None:
+        """Unmount it, leaving what was written there in a plain directory at ``path``."""

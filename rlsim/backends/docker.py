@@ -43,8 +43,17 @@ from rlsim import cgroups, procs, state
 from rlsim.backends._cluster import StartedCluster
 from rlsim.backends._launch import ADDRESSES_VAR, cluster_env
 from rlsim.backends.base import ClusterStartError, NodeInfo
+from rlsim.backends.docker_engine import (
+    LABEL,
+    docker_client,
+    engine_problem,
+    is_orphan,
+    labels,
+    network_name,
+)
 from rlsim.backends.docker_image import REPO, host_mounts
 from rlsim.backends.gcs import alive_nodes, connect_env
+from rlsim.backends.reaper import reap_docker
 from rlsim.net import iptables
 from rlsim.net.iptables import Drop
 from rlsim.spec import ClusterSpec, ClusterState, home_id
@@ -52,40 +61,7 @@ from rlsim.spec import ClusterSpec, ClusterState, home_id
 # Ryuk cannot be pulled on machines without a registry; where it can, set this to false.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
-LABEL = "rlsim.session"
-HOME_LABEL = "rlsim.home"  # the rlsim home that made it: a reaper touches only its own home's
-
-
-def labels(session: str, **extra: str) -> dict[str, str]:
-    """The labels of every container, network and volume of ``session`` in this home."""
-    return {LABEL: session, HOME_LABEL: home_id(), **extra}
-
-
-def network_name(slot: int, home: str | None = None) -> str:
-    """The bridge network of ``slot`` in this home (another home's slot has its own name)."""
-    return f"rlsim-{home or home_id()}-slot{slot}"
-
-
-def is_orphan(found: dict[str, str] | None, known_sessions: set[str], home: str) -> bool:
-    """Whether a docker object with labels ``found`` is this home's and no state file knows it.
-    Objects of another home (another user, another CI job) or without a home label are never
-    orphans here."""
-    found = found or {}
-    return found.get(HOME_LABEL) == home and found.get(LABEL) not in known_sessions
 SUBNET_PREFIX = "10.177"
-
-
-def engine_problem() -> str | None:
-    """None when a Docker engine answers, else why not (for skips and errors)."""
-    try:
-        import docker
-
-        docker.from_env(timeout=5).ping()
-    except ImportError:
-        return "the docker SDK is not installed (pip install testcontainers)"
-    except Exception as e:  # noqa: BLE001 - any failure to reach the engine is the answer
-        return f"no Docker engine is reachable ({str(e).splitlines()[0][:120]}); start dockerd"
-    return None
 
 
 def interpreter_problem(path: str) -> str | None:
@@ -113,16 +89,11 @@ def addresses(slot: int, nodes: int) -> list[str]:
     return [f"{SUBNET_PREFIX}.{slot}.{10 + i}" for i in range(nodes)]
 
 
-def _client():
-    import docker
-
-    return docker.from_env()
-
-
 class DockerCluster(StartedCluster):
     """A Ray cluster whose nodes are Docker containers on the cluster's own network."""
 
     name = "docker"
+    pid_label = "container pid"
 
     def __init__(self, spec: ClusterSpec | None = None, *, detached: bool = False) -> None:
         self.spec = spec or ClusterSpec()
@@ -140,7 +111,8 @@ class DockerCluster(StartedCluster):
         """A handle on a running docker cluster started elsewhere (``rlsim cluster --detach``)."""
         cluster = cls(st.spec, detached=st.detached)
         cluster.state = st
-        for c in _client().containers.list(all=True, filters={"label": f"{LABEL}={st.session}"}):
+        mine = {"label": f"{LABEL}={st.session}"}
+        for c in docker_client().containers.list(all=True, filters=mine):
             cluster.containers[int(c.labels["rlsim.node"])] = c
         return cluster
 
@@ -155,11 +127,11 @@ class DockerCluster(StartedCluster):
         if st.slot > 255:
             raise ClusterStartError("docker backend: slot above 255 has no subnet")
         t0 = time.monotonic()
-        self.image = build(_client())
+        self.image = build(docker_client())
         self.timings["image_s"] = time.monotonic() - t0
 
     def _launch_nodes(self) -> None:
-        self.network = _create_network(_client(), self._st)
+        self.network = _create_network(docker_client(), self._st)
         for index in range(self.spec.nodes):
             self._run_node(index)
 
@@ -172,7 +144,7 @@ class DockerCluster(StartedCluster):
         st = self._stopped or self.state
         if st is None:
             return []
-        client = _client()
+        client = docker_client()
         found = [f"container {c.name}" for c in
                  client.containers.list(all=True, filters={"label": f"{LABEL}={st.session}"})]
         found += [f"network {n.name}" for n in
@@ -243,6 +215,10 @@ class DockerCluster(StartedCluster):
             return "off (spec.dashboard)"
         return (f"http://127.0.0.1:{self._st.plan.dashboard_port} inside "
                 f"{self._container(0).name} (docker exec)")
+
+    def connect_hints(self) -> list[str]:
+        return [f"drivers run on the head node: docker exec -it {self._container(0).name} "
+                "python ..."]
 
     def driver_command(self, cmd: list[str]) -> list[str]:
         """``cmd`` as a driver inside the head container (the repo is the working directory)."""
@@ -503,49 +479,7 @@ def _node_volume(st: ClusterState, index: int, k: int) -> str:
     """The named volume that is node ``index``'s disk number ``k`` (made once; it outlives a
     restart of the node, as a disk outlives a reboot)."""
     name = f"rlsim-{st.session}-n{index}-disk{k}"
-    client = _client()
+    client = docker_client()
     if not client.volumes.list(filters={"name": name}):
         client.volumes.create(name, labels=labels(st.session, **{"rlsim.node": str(index)}))
     return name
-
-
-def reap_docker(st: ClusterState) -> None:
-    """Remove the containers, network and volumes labelled with ``st``'s session, its state and
-    dirs."""
-    if engine_problem() is None:
-        client = _client()
-        for c in client.containers.list(all=True, filters={"label": f"{LABEL}={st.session}"}):
-            with contextlib.suppress(Exception):
-                c.remove(force=True)
-        for n in client.networks.list(filters={"label": f"{LABEL}={st.session}"}):
-            with contextlib.suppress(Exception):
-                n.remove()
-        for v in client.volumes.list(filters={"label": f"{LABEL}={st.session}"}):
-            with contextlib.suppress(Exception):
-                v.remove(force=True)
-    state.forget(st)  # only if the name is still this session's
-    state.remove_run_dir(st.session)
-
-
-def reap_orphans(known_sessions: set[str]) -> list[str]:
-    """Remove this home's containers, networks and volumes of sessions no state file knows (their
-    owner's state is gone); returns what was removed. Another home's objects are left alone."""
-    if engine_problem() is not None:
-        return []
-    client, removed, home = _client(), [], home_id()
-    mine = {"label": f"{HOME_LABEL}={home}"}
-    for c in client.containers.list(all=True, filters=mine):
-        if is_orphan(c.labels, known_sessions, home):
-            c.remove(force=True)
-            removed.append(f"container {c.name}")
-    for n in client.networks.list(filters=mine):
-        if is_orphan(n.attrs.get("Labels"), known_sessions, home):
-            n.remove()
-            removed.append(f"network {n.name}")
-    for v in client.volumes.list(filters=mine):
-        if is_orphan(v.attrs.get("Labels"), known_sessions, home):
-            v.remove(force=True)
-            removed.append(f"volume {v.name}")
-    return removed
-
-

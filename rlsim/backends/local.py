@@ -15,11 +15,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from rlsim import cgroups, procs, state
+from rlsim import cgroups, disk, procs, state
 from rlsim.backends._cluster import StartedCluster
 from rlsim.backends.base import ClusterStartError, NodeInfo
 from rlsim.backends.gcs import alive_nodes, connect_env, leftovers
+from rlsim.backends.reaper import reap
 from rlsim.net import iptables
 from rlsim.net.iptables import Firewall
 from rlsim.spec import ClusterSpec, ClusterState, socket_path_problem
@@ -79,6 +81,7 @@ class LocalCluster(StartedCluster):
                                                       iptables.guard_chain(st.slot)) if c in chains]
         if st.session in cgroups.sessions():
             found.append(f"cgroup rlsim/{st.session}")
+        found += [f"mount {point}" for point in disk.mounted(st.session)]
         return found
 
     def residue(self, settle_s: float = 10.0) -> list[str]:
@@ -262,6 +265,16 @@ class LocalCluster(StartedCluster):
             return cgroups.NodeGroup(self._st.session, index).set_frozen(False)
         return procs.signal_all(procs.find(self._st.session, index), signal.SIGCONT)
 
+    # ---- storage ---------------------------------------------------------------------------
+
+    def cap_disk(self, path: Path, mb: int) -> None:
+        """A tmpfs of ``mb`` MiB at ``path``: every node (a process tree of this host) writes
+        there. Unmounted by ``uncap_disk``, or by the reaper if the run is interrupted."""
+        disk.mount(path, mb, self._st.session)
+
+    def uncap_disk(self, path: Path) -> None:
+        disk.unmount_keeping(path)
+
     # ---- network ---------------------------------------------------------------------------
 
     @property
@@ -269,64 +282,3 @@ class LocalCluster(StartedCluster):
         if self._firewall is None:
             raise RuntimeError("the cluster is not running")
         return self._firewall
-
-
-
-def reap_abandoned() -> list[str]:
-    """Tear down clusters whose owner died without stopping them; returns their names.
-
-    Under the registry lock, so that no cluster starts under a reaped name meanwhile."""
-    reaped = []
-    with state.locked():
-        for st in state.abandoned():
-            reap(st)
-            reaped.append(st.spec.name)
-    return reaped
-
-
-def reap(st: ClusterState) -> None:
-    """Remove every trace of ``st``: network rules, processes, cgroups, state file, node dirs.
-
-    Safe twice, and safe against a new cluster that took the same name or slot meanwhile: under
-    the registry lock, the state file goes only if it is still this session's, the chain only if
-    no other cluster holds the slot; processes, cgroups and the run directory are the session's
-    own. Network rules go first so that nothing stays cut off if a later step fails.
-    """
-    with state.locked():
-        state.run_dir()  # refuses a home whose run/ is not rlsim's own before anything is touched
-        current = state.load_entry(st.spec.name)
-        if st.backend == "docker":
-            if isinstance(current, ClusterState) and current.session != st.session:
-                # The name is another cluster's now: docker's orphan reaper finds this session's
-                # containers by label.
-                return None
-            from rlsim.backends.docker import reap_docker
-
-            return reap_docker(st)
-        if Firewall.available() is None and not state.slot_held_by_other(st):
-            iptables.heal_slot(st.slot)
-        _end_session(st.session)
-        state.forget(st)
-        state.remove_run_dir(st.session)
-
-
-def _end_session(session: str) -> None:
-    """Kill every process of ``session`` and remove its cgroups."""
-    cgroups.remove_session(session)
-    procs.signal_all(procs.find(session), signal.SIGCONT)  # a stopped process ignores KILL
-    procs.kill_and_wait(session)
-
-
-def reap_corrupt(entry: state.Corrupt) -> None:
-    """Remove a state file that does not parse, and what it still names: the processes, cgroups
-    and run directory of its session and, when no one else holds it, its slot's chain."""
-    with state.locked():
-        if entry.session:
-            _end_session(entry.session)
-        if entry.slot is not None and Firewall.available() is None:
-            held = any(isinstance(o, ClusterState) and o.slot == entry.slot for o in state.scan())
-            if not held:
-                iptables.heal_slot(entry.slot)
-        state.forget(entry)
-        if entry.session:
-            state.remove_run_dir(entry.session)

@@ -37,12 +37,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlsim.backends.base import ClusterStartError, NodeInfo
+from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported
 from rlsim.spec import ClusterSpec
 
 HEAD_RESOURCE = "node:__internal_head__"
-SUPPORTED_FAULTS = frozenset({"kill_node", "kill_head", "kill_role", "gpu_oom",
-                              "corrupt_checkpoint"})
 
 
 class NodeAgent:
@@ -261,15 +259,6 @@ def snapshot(proc_root: Path = Path("/proc")) -> dict[int, Proc]:
     return procs
 
 
-class Unsupported(Exception):
-    """The scenario asks for something this backend cannot do (a skip, not a failure).
-    ``missing_part``: the backend itself is missing here (no engine), which strict CI fails on."""
-
-    def __init__(self, message: str, missing_part: bool = False) -> None:
-        super().__init__(message)
-        self.missing_part = missing_part
-
-
 class RealCluster:
     """A handle on a running Ray cluster, with one agent per node while it is entered."""
 
@@ -408,11 +397,12 @@ class RealCluster:
     def kill_process(self, ip: str, pid: int) -> int:
         return self._call(self.index_of(ip), "kill", pid)
 
-    def hold_gpu(self, index: int, gb: float) -> list[dict]:
+    def hold_gpu(self, index: int, gb: float, run_dir: Path | None = None) -> list[dict]:
+        """A real CUDA allocation of ``gb`` GiB on every GPU of node ``index``, by its agent."""
         self._holding.add(index)
         return self._call(index, "hold_gpu", gb)
 
-    def release_gpu(self, index: int) -> int:
+    def release_gpu(self, index: int, run_dir: Path | None = None) -> int:
         released = self._call(index, "release_gpu")
         self._holding.discard(index)
         return released
@@ -428,13 +418,3 @@ def _ordered(nodes: list[dict]) -> list[dict]:
                                         tuple(int(x) if x.isdigit() else 0
                                               for x in n["NodeManagerAddress"].split(".")),
                                         n["NodeID"]))
-
-
-def check_supported(fault_names: list[str]) -> None:
-    """Raise Unsupported naming the first fault the real backend cannot inject."""
-    for name in fault_names:
-        if name not in SUPPORTED_FAULTS:
-            raise Unsupported(
-                f"fault {name!r} needs control of the host's network, cgroups or processes, which "
-                f"--backend real does not take; it runs on --backend local (and docker). "
-                f"Real-backend faults: {', '.join(sorted(SUPPORTED_FAULTS))}")

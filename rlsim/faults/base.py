@@ -1,7 +1,11 @@
-"""What every fault is: ``inject()`` and ``heal()`` against a backend, never against the trainer.
+"""What every fault is: one module with its parameters (``Params``), the backend capabilities it
+needs (``needs``), ``inject()`` and ``undo()``; never anything that touches the trainer.
 
 A fault records what it actually did (pids killed, rules applied, file changed) in the dict
-``inject`` returns; ``heal`` is safe to call twice and always runs at the end of a scenario.
+``inject`` returns, and sets ``injected`` once there is something to undo. ``heal()`` undoes it
+once (safe twice); the runner's nemesis calls it through one guarded path, when ``for_s`` is up or
+at the end whatever happened. ``setup()`` and ``teardown()`` run before the trainer starts and
+after it exited, for a fault that must prepare the ground (a small disk under the checkpoints).
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rlsim.backends.local import LocalCluster
+from rlsim.backends.base import Backend, CutsNetwork, Unsupported
+from rlsim.params import Strict
 
 
 @dataclass
@@ -19,7 +24,7 @@ class FaultContext:
     """What a fault may touch: the cluster, the run's directory (files only), a seeded RNG and the
     worker table the trainer logged (pids and addresses, to find one rank's process)."""
 
-    cluster: LocalCluster
+    cluster: Backend
     run_dir: Path
     rng: random.Random
     workers: list[dict[str, Any]] = field(default_factory=list)
@@ -31,29 +36,77 @@ class FaultContext:
         return int(ref)
 
 
+class NoParams(Strict):
+    pass
+
+
 class Fault:
     name: ClassVar[str] = "fault"
+    Params: ClassVar[type[Strict]] = NoParams
+    needs: ClassVar[tuple[type, ...]] = ()  # capability Protocols of rlsim.backends.base
+    # It hits the cluster or the trainer's processes, so the trainer must notice (the checks time
+    # detection and recovery from the first such fault); a fault on files only is not.
+    disruptive: ClassVar[bool] = True
 
     def __init__(self, params, ctx: FaultContext) -> None:
         self.params, self.ctx = params, ctx
         self.injected = False
 
+    @classmethod
+    def missing(cls, backend: type) -> list[type]:
+        """The capabilities this fault needs that the backend class lacks."""
+        return [need for need in cls.needs if not issubclass(backend, need)]
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why this machine cannot inject the fault at all (no privilege), or None."""
+        return None
+
+    @classmethod
+    def check_backend(cls, backend: type, name: str, others: dict[str, type]) -> None:
+        """Raise Unsupported when ``backend`` (called ``name``) cannot inject this fault, saying
+        which of ``others`` (name -> class) can; or when this machine cannot (a missing part,
+        which strict CI fails on)."""
+        lacking = cls.missing(backend)
+        if not lacking:
+            if reason := cls.unavailable():
+                raise Unsupported(f"fault {cls.name!r}: {reason}", missing_part=True)
+            return
+        able = [n for n, other in others.items() if not cls.missing(other)]
+        what = (lacking[0].__doc__ or lacking[0].__name__).strip().rstrip(".")
+        where = (f"it runs on {', '.join(f'--backend {n}' for n in able)}" if able
+                 else "no backend offers it here")
+        raise Unsupported(f"fault {cls.name!r} needs to {what[0].lower() + what[1:]}, which "
+                          f"--backend {name} cannot do; {where}")
+
+    def setup(self) -> None:
+        """Before the trainer starts. Default: nothing to prepare."""
+
     def inject(self) -> dict[str, Any]:
         raise NotImplementedError
 
     def heal(self) -> dict[str, Any] | None:
-        """Undo what ``inject`` did, if anything is left to undo. Default: nothing to undo."""
+        """Undo what ``inject`` did, once; None when there was nothing (left) to undo."""
+        if not self.injected:
+            return None
+        self.injected = False
+        return self.undo()
+
+    def undo(self) -> dict[str, Any] | None:
+        """What healing this fault does. Default: nothing to undo (a kill stays a kill)."""
+        return None
+
+    def teardown(self) -> dict[str, Any] | None:
+        """After the trainer exited and every fault was healed. Default: nothing."""
         return None
 
 
 class FirewallFault(Fault):
-    """A fault made of iptables rules (``self.rules``): healing deletes exactly those rules."""
+    """A fault made of iptables rules (``self.rules``): healing removes exactly those rules."""
 
+    needs = (CutsNetwork,)
     rules: list
 
-    def heal(self):
-        if not self.injected:
-            return None
-        self.injected = False
-        self.ctx.cluster.firewall.remove(self.rules)
+    def undo(self):
+        self.ctx.cluster.remove_rules(self.rules)
         return {"rules_removed": len(self.rules)}

@@ -1,10 +1,36 @@
 """block_port: one node's port or port range unreachable (from some nodes, or from all others)."""
 
+from pydantic import Field, field_validator
+
 from rlsim.faults.base import FirewallFault
+from rlsim.params import PORT_NAMES, Strict
 
 
 class BlockPort(FirewallFault):
     name = "block_port"
+
+    class Params(Strict):
+        node: int = Field(description="the node whose port is blocked")
+        port: str | int | list[int] = Field(
+            description="gcs | dashboard | workers:<i> | 6379 | [lo, hi]")
+        sources: list[int] | None = Field(None,
+                                          description="nodes that lose it (default: all others)")
+
+        @field_validator("port")
+        @classmethod
+        def _port_ok(cls, port: str | int | list[int]) -> str | int | list[int]:
+            if isinstance(port, str) and not PORT_NAMES.match(port):
+                raise ValueError(f"unknown port name {port!r}; use gcs, dashboard, client, "
+                                 "workers:<node>, daemons:<node>, a port number or [low, high]")
+            ports = [port] if isinstance(port, int) else port if isinstance(port, list) else []
+            if isinstance(port, list) and len(port) != 2:
+                raise ValueError(f"a port range is [low, high], got {len(port)} numbers")
+            for n in ports:
+                if not 1 <= n <= 65535:
+                    raise ValueError(f"port {n} is out of range: TCP ports are 1-65535")
+            if len(ports) == 2 and ports[0] > ports[1]:
+                raise ValueError(f"port range {port}: the low end comes first")
+            return port
 
     def inject(self):
         p = self.params

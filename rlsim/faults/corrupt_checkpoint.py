@@ -2,12 +2,19 @@
 delete the whole directory), as a failing disk or an interrupted copy would."""
 
 import shutil
+from typing import Literal
 
 from rlsim.faults.base import Fault
+from rlsim.params import Strict
 
 
 class CorruptCheckpoint(Fault):
     name = "corrupt_checkpoint"
+    disruptive = False  # files only: the trainer meets it when it next loads the checkpoint
+
+    class Params(Strict):
+        mode: Literal["truncate", "bitflip", "delete"] = "bitflip"
+        which: Literal["latest"] = "latest"
 
     def inject(self):
         root = self.ctx.run_dir / "checkpoints"

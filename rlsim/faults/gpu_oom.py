@@ -1,41 +1,33 @@
 """gpu_oom: take GPU memory on one node; heal gives it back.
 
-On fake GPUs it goes through the trainer's memory ledger (the reserve file its workers read before
-each phase). On a real cluster (``--backend real``) it is a real CUDA allocation of ``gb`` on each
-GPU of the node, held by the node's agent, so the trainer meets CUDA's own OOM.
+How the memory is taken is the backend's (``hold_gpu``): on fake GPUs an entry in the trainer's
+memory ledger (the reserve file its workers read before each phase); on a real cluster
+(``--backend real``) a real CUDA allocation of ``gb`` on each GPU of the node, held by the node's
+agent, so the trainer meets CUDA's own OOM.
 """
 
-import json
+from pydantic import Field
 
+from rlsim.backends.base import HoldsGpuMemory
 from rlsim.faults.base import Fault
-
-RESERVE_FILE = "faults/gpu_reserve.json"  # trainer.memory.RESERVE_FILE
+from rlsim.params import NodeRef, Strict
 
 
 class GpuOom(Fault):
     name = "gpu_oom"
+    needs = (HoldsGpuMemory,)
+
+    class Params(Strict):
+        node: NodeRef
+        gb: float = Field(gt=0, le=4096, description="GiB taken on every GPU of the node")
 
     def inject(self):
         self.node = self.ctx.node(self.params.node)
-        cluster = self.ctx.cluster
-        address = cluster.nodes()[self.node].address
-        if cluster.name == "real":
-            taken = cluster.hold_gpu(self.node, self.params.gb)
-            self.injected = True
-            return {"node": self.node, "address": address, "gb": self.params.gb, "held": taken}
-        self.path = self.ctx.run_dir / RESERVE_FILE
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        table = json.loads(self.path.read_text()) if self.path.exists() else {}
-        table[address] = table.get(address, 0.0) + self.params.gb
-        self.path.write_text(json.dumps(table))
+        address = self.ctx.cluster.nodes()[self.node].address
+        held = self.ctx.cluster.hold_gpu(self.node, self.params.gb, self.ctx.run_dir)
         self.injected = True
-        return {"node": self.node, "address": address, "gb": self.params.gb}
+        return {"node": self.node, "address": address, "gb": self.params.gb, "held": held}
 
-    def heal(self):
-        if not self.injected:
-            return None
-        self.injected = False
-        if self.ctx.cluster.name == "real":
-            return {"node": self.node, "released": self.ctx.cluster.release_gpu(self.node)}
-        self.path.unlink(missing_ok=True)
-        return {"node": self.node}
+    def undo(self):
+        return {"node": self.node,
+                "released": self.ctx.cluster.release_gpu(self.node, self.ctx.run_dir)}

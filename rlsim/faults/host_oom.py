@@ -28,7 +28,11 @@ import sys
 import time
 from pathlib import Path
 
+from pydantic import Field
+
+from rlsim.backends.base import KillsProcesses, LimitsMemory, RunsInNodes
 from rlsim.faults.base import Fault
+from rlsim.params import NodeRef, Strict
 
 HOG_START_S = 30.0
 KILL_WAIT_S = 5.0
@@ -46,6 +50,12 @@ def _cmdline(pid: int) -> str:
 
 class HostOom(Fault):
     name = "host_oom"
+    needs = (LimitsMemory, RunsInNodes, KillsProcesses)
+
+    class Params(Strict):
+        node: NodeRef
+        mb: int = Field(128, gt=0, le=1 << 20,
+                        description="MiB a hog takes on the node once it has no free memory")
 
     def inject(self):
         cluster = self.ctx.cluster
@@ -98,10 +108,7 @@ class HostOom(Fault):
             self.hog.kill()
         self.hog.wait()
 
-    def heal(self):
-        if not self.injected:
-            return None
-        self.injected = False
+    def undo(self):
         self._stop_hog()
         with contextlib.suppress(OSError, RuntimeError):  # the node's cgroup may be gone
             self.memory.set_limit(None)

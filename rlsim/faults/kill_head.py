@@ -1,10 +1,12 @@
 """kill_head: SIGKILL node 0 (GCS, dashboard, the driver's Ray connection): the cluster is gone."""
 
+from rlsim.backends.base import KillsNodes
 from rlsim.faults.base import Fault
 
 
 class KillHead(Fault):
     name = "kill_head"
+    needs = (KillsNodes,)
 
     def inject(self):
         pids = self.ctx.cluster.kill_node(0)

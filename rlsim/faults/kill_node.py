@@ -1,17 +1,19 @@
 """kill_node: SIGKILL every process of one node (its cgroup), as when a machine dies."""
 
+from rlsim.backends.base import KillsNodes
 from rlsim.faults.base import Fault
+from rlsim.params import NodeRef, Strict
 
 
 class KillNode(Fault):
     name = "kill_node"
+    needs = (KillsNodes,)
+
+    class Params(Strict):
+        node: NodeRef
 
     def inject(self):
+        """A killed node stays dead (restart_node brings one back): nothing to undo."""
         node = self.ctx.node(self.params.node)
         pids = self.ctx.cluster.kill_node(node)
-        self.injected = True
         return {"node": node, "pids": pids, "address": self.ctx.cluster.nodes()[node].address}
-
-    def heal(self):
-        """A killed node stays dead (use restart_node to bring it back): nothing to heal."""
-        return None

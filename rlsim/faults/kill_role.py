@@ -4,11 +4,22 @@ The process is found in the worker table the trainer logged (role, rank -> pid, 
 signals that pid only, on the host that runs it.
 """
 
+from typing import Literal
+
+from pydantic import Field
+
+from rlsim.backends.base import KillsProcesses
 from rlsim.faults.base import Fault
+from rlsim.params import Strict
 
 
 class KillRole(Fault):
     name = "kill_role"
+    needs = (KillsProcesses,)
+
+    class Params(Strict):
+        role: Literal["actor", "rollout", "ref", "critic", "reward"]
+        rank: int = Field(0, ge=0, le=4096)
 
     def inject(self):
         p = self.params

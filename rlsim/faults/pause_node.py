@@ -1,10 +1,16 @@
 """pause_node: freeze one node (cgroup freeze), a straggler or a hung machine; heal thaws it."""
 
+from rlsim.backends.base import PausesNodes
 from rlsim.faults.base import Fault
+from rlsim.params import NodeRef, Strict
 
 
 class PauseNode(Fault):
     name = "pause_node"
+    needs = (PausesNodes,)
+
+    class Params(Strict):
+        node: NodeRef
 
     def inject(self):
         self.node = self.ctx.node(self.params.node)
@@ -12,8 +18,5 @@ class PauseNode(Fault):
         self.injected = True
         return {"node": self.node, "pids": len(pids)}
 
-    def heal(self):
-        if not self.injected:
-            return None
-        self.injected = False
+    def undo(self):
         return {"node": self.node, "resumed": len(self.ctx.cluster.resume_node(self.node))}

@@ -1,10 +1,16 @@
 """restart_node: kill one node and start it again at the same address (a reboot)."""
 
+from rlsim.backends.base import RestartsNodes
 from rlsim.faults.base import Fault
+from rlsim.params import NodeRef, Strict
 
 
 class RestartNode(Fault):
     name = "restart_node"
+    needs = (RestartsNodes,)
+
+    class Params(Strict):
+        node: NodeRef
 
     def inject(self):
         node = self.ctx.node(self.params.node)

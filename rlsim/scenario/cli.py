@@ -13,7 +13,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from rlsim.backends.real import Unsupported
+from rlsim.backends.base import Unsupported
 from rlsim.scenario.loader import ScenarioError, discover, load
 
 console = Console(soft_wrap=True)

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from rlsim.backends.real import Unsupported
+from rlsim.backends.base import Unsupported
 from rlsim.checks import Verdict, judge
 from rlsim.report import verdicts_record
 from rlsim.scenario.loader import ScenarioError, load
-from rlsim.scenario.runner import Outcome, run_scenario
+from rlsim.scenario.runner import run_scenario
+from rlsim.scenario.session import require, scenario_pool
+from rlsim.scenario.timeline import Outcome
 
 PROPERTIES = ("detected_within_s", "recovered_within_s", "fails")
 
@@ -86,8 +88,6 @@ class ScenarioItem(pytest.Item):
             self.add_marker(tag)
 
     def runtest(self) -> None:
-        from rlsim.pytest_plugin import require, scenario_pool
-
         backend = self.config.getoption("rlsim_backend") or self.scenario.cluster.backend
         report = self.config.getoption("rlsim_report")
         out = Path(report) / self.scenario.name if report else \

@@ -1,105 +1,42 @@
 """Run one scenario: cluster up, trainer started, faults fired on schedule, all healed, a timeline.
 
-The schedule (``at``) is checked every 100 ms against the trainer's own ``events.jsonl`` (steps and
-event types) and the clock. Every fault is healed at the end whatever happened (trainer crash, a
-check's failure, Ctrl-C); the cluster is torn down; then leaks are looked for. The merged timeline
-(trainer events and rlsim's fault and cluster events, by time) is what checks judge.
+Along Jepsen's lines: the driver loop here starts the trainer and every 100 ms hands its new events
+(:mod:`rlsim.scenario.timeline`) to the nemesis (:mod:`rlsim.scenario.nemesis`), which fires the
+faults that are due and heals those whose ``for_s`` is up. Every fault is healed at the end
+whatever happened (trainer crash, a check's failure, Ctrl-C); the cluster is given back or torn
+down; then leaks are looked for. The merged timeline (trainer events and rlsim's fault and cluster
+events, by time) is what the checks (:mod:`rlsim.checks`) judge.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import random
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rlsim.backends import STARTED, cluster_class
-from rlsim.backends.base import ClusterStartError
-from rlsim.backends.real import RealCluster, Unsupported, check_supported
-from rlsim.faults import FAULTS, Fault, FaultContext
+from rlsim.backends.base import ClusterStartError, HoldsGpuMemory, Unsupported
+from rlsim.backends.real import RealCluster
+from rlsim.faults import FAULTS, FaultContext
 from rlsim.scenario.loader import REPO, resolve, trainer_overrides
+from rlsim.scenario.nemesis import Nemesis
 from rlsim.scenario.pool import Pool, twin_key
-from rlsim.scenario.schema import FaultEntry, Scenario
+from rlsim.scenario.schema import Scenario
+from rlsim.scenario.timeline import EventTail, Outcome, Recorder
 from rlsim.spec import ClusterSpec
 
 _names = itertools.count()
-
-
-@dataclass
-class Outcome:
-    """What happened: the merged timeline, the trainer's exit and output, leaks after teardown."""
-
-    scenario: Scenario
-    run_dir: Path
-    timeline: list[dict[str, Any]] = field(default_factory=list)
-    returncode: int | None = None
-    output: str = ""
-    started: float = 0.0
-    leaks: list[str] = field(default_factory=list)
-    baseline_dir: Path | None = None
-    refusal: str | None = None  # why the cluster did not form, when it did not
-
-    def trainer(self, type: str | None = None) -> list[dict]:
-        return [e for e in self.timeline if e["source"] == "trainer"
-                and (type is None or e["type"] == type)]
-
-    def rlsim(self, type: str | None = None) -> list[dict]:
-        return [e for e in self.timeline if e["source"] == "rlsim"
-                and (type is None or e["type"] == type)]
-
-
-class EventTail:
-    """New lines of a growing ``events.jsonl``, read incrementally."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.events = path, 0, []
-
-    def poll(self) -> list[dict]:
-        try:
-            with self.path.open() as f:
-                f.seek(self.offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return []
-        complete = chunk[: chunk.rfind("\n") + 1]
-        self.offset += len(complete.encode())
-        new = [json.loads(line) for line in complete.splitlines() if line.strip()]
-        self.events += new
-        return new
 
 
 def trainer_command(sc: Scenario, run_dir: Path) -> list[str]:
     # the same overrides `rlsim validate` checked against the trainer's config
     return [sys.executable, "-m", "trainer", "--config", str(resolve(sc.trainer.config)),
             f"run_dir={run_dir}", *trainer_overrides(sc)]
-
-
-class Schedule:
-    """Which faults are due now, given the trainer's events and the clock."""
-
-    def __init__(self, entries: list[FaultEntry]) -> None:
-        self.pending = list(enumerate(entries))
-
-    def due(self, events: list[dict], elapsed: float) -> list[tuple[int, FaultEntry]]:
-        fire = [(i, e) for i, e in self.pending if _reached(e, events, elapsed)]
-        self.pending = [p for p in self.pending if p not in fire]
-        return fire
-
-
-def _reached(entry: FaultEntry, events: list[dict], elapsed: float) -> bool:
-    at = entry.at
-    if at.seconds is not None:
-        return elapsed >= at.seconds
-    wanted = at.event or "step_end"
-    return any(e["type"] == wanted and (at.step is None or e.get("step", 0) >= at.step)
-               for e in events)
 
 
 def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None = None,
@@ -139,12 +76,20 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
         if not address:
             raise Unsupported("--backend real needs the cluster's address: --ray-address "
                               "HOST:PORT (or RAY_ADDRESS)")
-        kinds = [f.kind for f in sc.faults]
-        check_supported(kinds)
-        return RealCluster(address, spec, gpu_faults="gpu_oom" in kinds)
+        check_faults(sc, RealCluster, backend)
+        return RealCluster(address, spec, gpu_faults=any(
+            HoldsGpuMemory in FAULTS[f.kind].needs for f in sc.faults))
     if backend not in STARTED:
         raise Unsupported(f"unknown backend {backend!r} ({', '.join(STARTED)}, real)")
+    check_faults(sc, cluster_class(backend), backend)
     return cluster_class(backend)(spec)
+
+
+def check_faults(sc: Scenario, cls: type, backend: str) -> None:
+    """Raise Unsupported naming the first fault of ``sc`` the backend cannot inject."""
+    backends = {**{name: cluster_class(name) for name in STARTED}, "real": RealCluster}
+    for entry in sc.faults:
+        FAULTS[entry.kind].check_backend(cls, backend, backends)
 
 
 def checkpoint_dir(out_dir: Path) -> Path:
@@ -174,10 +119,10 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
     out_dir.mkdir(parents=True, exist_ok=True)
     cluster, reused = pool.take(fresh, backend)  # from here on the finally below gives it back
     outcome = Outcome(sc, out_dir / "run")
-    log = _Recorder(outcome)
+    log = Recorder(outcome)
     rng = random.Random(sc.seed if seed is None else seed)
     log.emit("scenario_start", name=sc.name, seed=sc.seed if seed is None else seed)
-    faults: list[Fault] = []
+    nemesis = Nemesis(sc.faults, FaultContext(cluster, outcome.run_dir, rng), log, on_progress)
     try:
         if not reused:
             try:
@@ -187,30 +132,23 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
                 log.emit("cluster_refused", message=str(e)[:2000])
                 return outcome
         log.emit("cluster_ready", nodes=[n.address for n in cluster.nodes()], reused=reused)
+        nemesis.setup()  # before the doctor: it examines the storage the trainer will use
         _preflight(cluster, out_dir, log)
         if any(name == "matches_baseline" for name, _ in sc.checks()):
             outcome.baseline_dir = _baseline(sc, cluster, out_dir / "baseline", log, pool,
                                              backend)
-        _drive(sc, cluster, outcome, rng, faults, log, on_progress)
+        _drive(sc, cluster, outcome, nemesis, log, on_progress)
     finally:
-        for fault in reversed(faults):
-            try:
-                healed = fault.heal()
-            except Exception as e:  # keep healing the others
-                log.emit("fault_heal_error", fault=fault.name, message=str(e))
-            else:
-                if healed is not None:
-                    log.emit("fault_healed", fault=fault.name, **healed)
+        nemesis.heal_all()
         outcome.leaks = pool.give_back(cluster, backend)
         log.emit("scenario_end", leaks=outcome.leaks, kept=cluster in pool.idle.values())
-        # a fault that blocked (restart_node waits for its node) is logged when it returns
-        outcome.timeline.sort(key=lambda e: e["ts"])
-        (out_dir / "timeline.jsonl").write_text(
-            "".join(json.dumps(e, default=str) + "\n" for e in outcome.timeline))
+        log.write(out_dir / "timeline.jsonl")
     return outcome
 
 
-def _drive(sc, cluster, outcome, rng, faults, log, on_progress) -> None:
+def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -> None:
+    """Start the trainer and, every 100 ms until it exits or times out, read its new events and
+    let the nemesis fire and heal what is due."""
     run_dir = outcome.run_dir
     env = {**os.environ, **cluster.driver_env()}
     proc = subprocess.Popen(cluster.driver_command(trainer_command(sc, run_dir)), cwd=REPO, env=env,
@@ -218,46 +156,20 @@ def _drive(sc, cluster, outcome, rng, faults, log, on_progress) -> None:
     outcome.started = time.time()
     log.emit("trainer_started", pid=proc.pid)
     tail = EventTail(run_dir / "events.jsonl")
-    schedule = Schedule(sc.faults)
-    heal_at: list[tuple[float, Fault]] = []
-    workers: list[dict] = []
     deadline = time.monotonic() + sc.trainer.timeout_s
     try:
         while True:
             for e in tail.poll():
                 log.trainer(e)
                 if e["type"] == "placement":
-                    workers = e["workers"]
+                    nemesis.ctx.workers = e["workers"]
                 if on_progress:
                     on_progress(e)
-            elapsed = time.time() - outcome.started
-            for i, entry in schedule.due(tail.events, elapsed):
-                ctx = FaultContext(cluster, run_dir, rng, workers)
-                fault = FAULTS[entry.kind](entry.params, ctx)
-                faults.append(fault)
-                fired = time.time()  # detection is timed from the moment the fault starts
-                try:
-                    did = fault.inject()
-                except Exception as e:
-                    log.emit("fault_error", fault=entry.kind, index=i, message=str(e))
-                else:
-                    log.emit("fault_injected", ts=round(fired, 4), fault=entry.kind, index=i,
-                             took_s=round(time.time() - fired, 3), **did)
-                    if on_progress:
-                        on_progress({"type": "fault_injected", "fault": entry.kind, **did})
-                    if entry.for_s:
-                        heal_at.append((time.monotonic() + entry.for_s, fault))
-            for when, fault in list(heal_at):
-                if time.monotonic() >= when:
-                    heal_at.remove((when, fault))
-                    healed = fault.heal()
-                    if healed is not None:
-                        log.emit("fault_healed", fault=fault.name, **healed)
+            nemesis.tick(tail.events, time.time() - outcome.started)
             if proc.poll() is not None:
                 break
             if time.monotonic() > deadline:
                 log.emit("trainer_timeout", seconds=sc.trainer.timeout_s)
-                proc.kill()
                 break
             time.sleep(0.1)
     finally:
@@ -313,15 +225,3 @@ def _baseline(sc: Scenario, cluster, run_dir: Path, log, pool: Pool, backend: st
     if out.returncode == 0:
         pool.keep_twin(key, run_dir)
     return run_dir
-
-
-class _Recorder:
-    def __init__(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-
-    def emit(self, type: str, ts: float | None = None, **fields) -> None:
-        self.outcome.timeline.append({"ts": ts or round(time.time(), 4), "source": "rlsim",
-                                      "type": type, **fields})
-
-    def trainer(self, event: dict) -> None:
-        self.outcome.timeline.append({**event, "source": "trainer"})

@@ -14,7 +14,7 @@ import pytest
 from waits import alive, wait_until
 
 from rlsim.backends.local import LocalCluster
-from rlsim.pytest_plugin import require
+from rlsim.scenario.session import require
 from rlsim.spec import ClusterSpec
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from rlsim import state
-from rlsim.pytest_plugin import require
+from rlsim.scenario.session import require
 from rlsim.spec import ClusterSpec
 
 pytestmark = pytest.mark.integration

@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from rlsim.backends.docker import HOME_LABEL, LABEL, engine_problem
+from rlsim.backends.docker_engine import HOME_LABEL, LABEL, engine_problem
 from rlsim.net.iptables import Firewall
-from rlsim.pytest_plugin import require
+from rlsim.scenario.session import require
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 FOREIGN = "f0f0f0f0"  # a home id no path of this test hashes to

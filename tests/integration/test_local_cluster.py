@@ -21,7 +21,7 @@ from rlsim import cgroups, procs, state
 from rlsim.backends.local import LocalCluster
 from rlsim.net import iptables
 from rlsim.net.iptables import Firewall
-from rlsim.pytest_plugin import require
+from rlsim.scenario.session import require
 from rlsim.spec import ClusterSpec
 
 pytestmark = pytest.mark.integration

@@ -1,5 +1,5 @@
 """Docker objects carry this home's id; the reaper takes only its own home's leftovers."""
-from rlsim.backends.docker import HOME_LABEL, LABEL, is_orphan, labels, network_name
+from rlsim.backends.docker_engine import HOME_LABEL, LABEL, is_orphan, labels, network_name
 from rlsim.spec import home_id
 
 

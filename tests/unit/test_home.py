@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlsim import state
-from rlsim.backends.local import reap, reap_abandoned
+from rlsim.backends.reaper import reap, reap_abandoned
 from rlsim.spec import ClusterSpec, ClusterState, HomeError, rlsim_home, socket_path_problem
 
 OTHER_UID = 65534  # nobody

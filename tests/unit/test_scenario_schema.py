@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from rlsim.scenario.loader import ScenarioError, discover, load
-from rlsim.scenario.runner import Schedule
+from rlsim.scenario.nemesis import Schedule
 from rlsim.scenario.schema import FaultEntry
 
 ROOT = Path(__file__).parents[2]
@@ -45,6 +45,40 @@ def test_malformed_files_name_line_and_field(tmp_path, body, line, needle):
     assert f"s.yaml:{line}: " in str(e.value) and needle in str(e.value), str(e.value)
 
 
+SHORT_AND_LONG = [
+    ("completes: true", "completes: {}"),
+    ("restarts: 1", "restarts: {min: 1, max: 1}"),
+    ("resumed_from_step: 5", "resumed_from_step: {step: 5}"),
+    ("final_step: 20", "final_step: {step: 20}"),
+    ("matches_baseline: true", "matches_baseline: {weights: true}"),
+    ("no_leaks: true", "no_leaks: {}"),
+    ("detected_within_s: 30", "detected_within_s: {seconds: 30}"),
+    ("fails: 'OOM'", "fails: {pattern: 'OOM'}"),
+    ("event: node_lost", "event: {type: node_lost}"),
+]
+
+
+@pytest.mark.parametrize("short,long", SHORT_AND_LONG, ids=[s for s, _ in SHORT_AND_LONG])
+def test_scalar_shorthand_reads_as_the_long_form(tmp_path, short, long):
+    a = load(write(tmp_path, BASE + f"expect:\n  - {short}\n")).checks()
+    b = load(write(tmp_path, BASE + f"expect:\n  - {long}\n")).checks()
+    assert a == b and a[0][0] == short.split(":")[0]
+
+
+@pytest.mark.parametrize("entry,needle", [
+    ("restarts: true", "expect[1].restarts: write a whole number (`restarts: 1`)"),
+    ("completes: false", "expect[1].completes: write `completes: true`"),
+    ("final_step: 2.5", "expect[1].final_step: write a whole number"),
+    ("resumed_from_step: -1", "expect[1].resumed_from_step.step: Input should be greater"),
+    ("reward_improves: 0.2", "expect[1].reward_improves: write the mapping form"),
+    ("detected_within_s: soon", "expect[1].detected_within_s: write a number of seconds"),
+])
+def test_a_wrong_scalar_names_line_check_and_form(tmp_path, entry, needle):
+    with pytest.raises(ScenarioError) as e:
+        load(write(tmp_path, BASE + f"expect:\n  - completes: true\n  - {entry}\n"))
+    assert "s.yaml:5: " in str(e.value) and needle in str(e.value), str(e.value)
+
+
 def test_bad_yaml_and_missing_trainer_config(tmp_path):
     with pytest.raises(ScenarioError, match=r"s.yaml:3: not valid YAML"):
         load(write(tmp_path, "name: s\nexpect: [unclosed\n"))
@@ -69,7 +103,7 @@ def test_schedule_fires_by_step_event_and_seconds():
 def test_a_node_interpreter_this_host_lacks_is_a_skip_not_a_bad_file(tmp_path):
     """The file is valid wherever it is read; the host that runs it skips it naming the part
     (a failure under RLSIM_STRICT)."""
-    from rlsim.backends.real import Unsupported
+    from rlsim.backends.base import Unsupported
     from rlsim.scenario.runner import make_cluster
 
     sc = load(write(tmp_path, BASE + "cluster: {nodes: 2, gpus_per_node: 1, "

@@ -1,0 +1,113 @@
+"""Reaping, in one place: tear down a cluster from its state file alone (its owner may be dead),
+sweep what abandoned or unreadable state files still name, and this home's Docker objects no state
+file knows. Every backend's ``stop`` ends here; so do ``rlsim down``/``gc`` and a start's sweep."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+
+from rlsim import cgroups, disk, procs, state
+from rlsim.backends.docker_engine import HOME_LABEL, LABEL, docker_client, engine_problem, is_orphan
+from rlsim.net import iptables
+from rlsim.net.iptables import Firewall
+from rlsim.spec import ClusterState, home_id
+
+
+def reap_abandoned() -> list[str]:
+    """Tear down clusters whose owner died without stopping them; returns their names.
+
+    Under the registry lock, so that no cluster starts under a reaped name meanwhile."""
+    reaped = []
+    with state.locked():
+        for st in state.abandoned():
+            reap(st)
+            reaped.append(st.spec.name)
+    return reaped
+
+
+def reap(st: ClusterState) -> None:
+    """Remove every trace of ``st``: network rules, processes, cgroups, state file, node dirs.
+
+    Safe twice, and safe against a new cluster that took the same name or slot meanwhile: under
+    the registry lock, the state file goes only if it is still this session's, the chain only if
+    no other cluster holds the slot; processes, cgroups and the run directory are the session's
+    own. Network rules go first so that nothing stays cut off if a later step fails.
+    """
+    with state.locked():
+        state.run_dir()  # refuses a home whose run/ is not rlsim's own before anything is touched
+        current = state.load_entry(st.spec.name)
+        if st.backend == "docker":
+            if isinstance(current, ClusterState) and current.session != st.session:
+                # The name is another cluster's now: docker's orphan reaper finds this session's
+                # containers by label.
+                return None
+            return reap_docker(st)
+        if Firewall.available() is None and not state.slot_held_by_other(st):
+            iptables.heal_slot(st.slot)
+        _end_session(st.session)
+        state.forget(st)
+        state.remove_run_dir(st.session)
+
+
+def _end_session(session: str) -> None:
+    """Kill every process of ``session``, remove its cgroups and unmount its filesystems."""
+    cgroups.remove_session(session)
+    procs.signal_all(procs.find(session), signal.SIGCONT)  # a stopped process ignores KILL
+    procs.kill_and_wait(session)
+    disk.unmount_all(session)
+
+
+def reap_corrupt(entry: state.Corrupt) -> None:
+    """Remove a state file that does not parse, and what it still names: the processes, cgroups
+    and run directory of its session and, when no one else holds it, its slot's chain."""
+    with state.locked():
+        if entry.session:
+            _end_session(entry.session)
+        if entry.slot is not None and Firewall.available() is None:
+            held = any(isinstance(o, ClusterState) and o.slot == entry.slot for o in state.scan())
+            if not held:
+                iptables.heal_slot(entry.slot)
+        state.forget(entry)
+        if entry.session:
+            state.remove_run_dir(entry.session)
+
+
+def reap_docker(st: ClusterState) -> None:
+    """Remove the containers, network and volumes labelled with ``st``'s session, its state and
+    dirs."""
+    if engine_problem() is None:
+        client = docker_client()
+        for c in client.containers.list(all=True, filters={"label": f"{LABEL}={st.session}"}):
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+        for n in client.networks.list(filters={"label": f"{LABEL}={st.session}"}):
+            with contextlib.suppress(Exception):
+                n.remove()
+        for v in client.volumes.list(filters={"label": f"{LABEL}={st.session}"}):
+            with contextlib.suppress(Exception):
+                v.remove(force=True)
+    state.forget(st)  # only if the name is still this session's
+    state.remove_run_dir(st.session)
+
+
+def reap_orphans(known_sessions: set[str]) -> list[str]:
+    """Remove this home's containers, networks and volumes of sessions no state file knows (their
+    owner's state is gone); returns what was removed. Another home's objects are left alone."""
+    if engine_problem() is not None:
+        return []
+    client, removed, home = docker_client(), [], home_id()
+    mine = {"label": f"{HOME_LABEL}={home}"}
+    for c in client.containers.list(all=True, filters=mine):
+        if is_orphan(c.labels, known_sessions, home):
+            c.remove(force=True)
+            removed.append(f"container {c.name}")
+    for n in client.networks.list(filters=mine):
+        if is_orphan(n.attrs.get("Labels"), known_sessions, home):
+            n.remove()
+            removed.append(f"network {n.name}")
+    for v in client.volumes.list(filters=mine):
+        if is_orphan(v.attrs.get("Labels"), known_sessions, home):
+            v.remove(force=True)
+            removed.append(f"volume {v.name}")
+    return removed

@@ -1,0 +1,84 @@
+"""disk_full: the trainer's checkpoint storage runs out of space mid-run (a real ENOSPC).
+
+Before the trainer starts, the directory (``path``, relative to the run directory: its
+``checkpoints`` by default) gets a filesystem of its own, ``size_mb`` MiB (the backend's
+``cap_disk``: a tmpfs on the local backend). When the fault fires, a filler file takes every free
+byte of it; heal deletes the filler. After the run the filesystem is unmounted and what the trainer
+wrote there is left in a plain directory at the same path.
+
+What the reference trainer does about it: a save the storage refuses is dropped (its partial files
+removed, a ``checkpoint_write_failed`` event naming the directory and the free space) and training
+goes on; the last complete checkpoint stays the resume point. A failed final save fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import Field, field_validator
+
+from rlsim.backends.base import CapsDisk
+from rlsim.disk import FILLER
+from rlsim.faults.base import Fault
+from rlsim.params import Strict
+
+
+class DiskFull(Fault):
+    name = "disk_full"
+    needs = (CapsDisk,)
+    disruptive = False  # storage only: the trainer meets it at its next save
+
+    class Params(Strict):
+        path: str = Field("checkpoints", description="directory in the run directory")
+        size_mb: int = Field(256, ge=8, le=1 << 16,
+                             description="size of the filesystem mounted there")
+
+        @field_validator("path")
+        @classmethod
+        def _inside_run(cls, path: str) -> str:
+            parts = path.split("/")
+            if path.startswith("/") or ".." in parts or not path.strip("/"):
+                raise ValueError(f"{path!r}: name a directory inside the run directory, such as "
+                                 "checkpoints (the trainer's default checkpoint_dir)")
+            return path
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        if os.geteuid() != 0:
+            return "mounting a size-capped filesystem needs root"
+        return None
+
+    def setup(self) -> None:
+        self.dir = self.ctx.run_dir / self.params.path
+        if self.dir.exists() and any(self.dir.iterdir()):
+            raise FileExistsError(f"disk_full: {self.dir} already holds files; it is mounted "
+                                  "over before the trainer starts, so start from an empty run")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.ctx.cluster.cap_disk(self.dir, self.params.size_mb)
+        self.mounted = True
+
+    def inject(self):
+        st = os.statvfs(self.dir)
+        free = st.f_bavail * st.f_frsize
+        self.filler = self.dir / FILLER
+        self.injected = True
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, free)
+        finally:
+            os.close(fd)
+        after = os.statvfs(self.dir)
+        return {"path": str(self.dir), "filled_mb": round(free / 2**20, 1),
+                "free_mb": round(after.f_bavail * after.f_frsize / 2**20, 2)}
+
+    def undo(self):
+        self.filler.unlink(missing_ok=True)
+        return {"path": str(self.dir), "free_mb": round(
+            os.statvfs(self.dir).f_bavail * os.statvfs(self.dir).f_frsize / 2**20, 1)}
+
+    def teardown(self):
+        if not getattr(self, "mounted", False):
+            return None
+        self.mounted = False
+        self.ctx.cluster.uncap_disk(self.dir)
+        return {"path": str(self.dir), "unmounted": True}

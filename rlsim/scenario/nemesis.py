@@ -1,0 +1,103 @@
+"""The nemesis (Jepsen's word): fires the scenario's faults when due, heals each when its ``for_s``
+is up, and heals all at the end whatever happened. Every heal, timed or final, goes through
+:meth:`Nemesis.heal`, which logs the result and never lets one fault's failure stop the others.
+
+When a fault is due is decided by :class:`Schedule` against the trainer's own events (steps and
+event types) and the clock.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rlsim.faults import FAULTS, Fault, FaultContext
+from rlsim.scenario.schema import FaultEntry
+from rlsim.scenario.timeline import Recorder
+
+
+class Schedule:
+    """Which faults are due now, given the trainer's events and the clock."""
+
+    def __init__(self, entries: list[FaultEntry]) -> None:
+        self.pending = list(enumerate(entries))
+
+    def due(self, events: list[dict], elapsed: float) -> list[tuple[int, FaultEntry]]:
+        fire = [(i, e) for i, e in self.pending if _reached(e, events, elapsed)]
+        self.pending = [p for p in self.pending if p not in fire]
+        return fire
+
+
+def _reached(entry: FaultEntry, events: list[dict], elapsed: float) -> bool:
+    at = entry.at
+    if at.seconds is not None:
+        return elapsed >= at.seconds
+    wanted = at.event or "step_end"
+    return any(e["type"] == wanted and (at.step is None or e.get("step", 0) >= at.step)
+               for e in events)
+
+
+class Nemesis:
+    """The scenario's faults, made once (``setup`` may prepare the ground before the trainer
+    starts), fired by :meth:`tick` and healed through :meth:`heal`."""
+
+    def __init__(self, entries: list[FaultEntry], ctx: FaultContext, log: Recorder,
+                 on_progress=None) -> None:
+        self.ctx, self.log, self.on_progress = ctx, log, on_progress
+        self.schedule = Schedule(entries)
+        self.faults: dict[int, Fault] = {i: FAULTS[e.kind](e.params, ctx)
+                                         for i, e in enumerate(entries)}
+        self.fired: list[Fault] = []
+        self.heal_at: list[tuple[float, Fault]] = []
+
+    def setup(self) -> None:
+        """Each fault's preparation, before the trainer starts (raises: the scenario fails)."""
+        for fault in self.faults.values():
+            fault.setup()
+
+    def tick(self, events: list[dict], elapsed: float) -> None:
+        """Fire what is due; heal what has lasted its ``for_s``."""
+        for i, entry in self.schedule.due(events, elapsed):
+            self._fire(i, entry)
+        now = time.monotonic()
+        for when, fault in [h for h in self.heal_at if h[0] <= now]:
+            self.heal_at.remove((when, fault))
+            self.heal(fault)
+
+    def _fire(self, i: int, entry: FaultEntry) -> None:
+        fault = self.faults[i]
+        self.fired.append(fault)
+        fired = time.time()  # detection is timed from the moment the fault starts
+        try:
+            did = fault.inject()
+        except Exception as e:  # noqa: BLE001 - a fault that cannot fire is part of the story
+            self.log.emit("fault_error", fault=entry.kind, index=i, message=str(e))
+            return
+        self.log.emit("fault_injected", ts=round(fired, 4), fault=entry.kind, index=i,
+                      took_s=round(time.time() - fired, 3), **did)
+        if self.on_progress:
+            self.on_progress({"type": "fault_injected", "fault": entry.kind, **did})
+        if entry.for_s:
+            self.heal_at.append((time.monotonic() + entry.for_s, fault))
+
+    def heal(self, fault: Fault) -> None:
+        """Heal one fault (safe twice), logging what was undone or why it could not be."""
+        try:
+            healed = fault.heal()
+        except Exception as e:  # noqa: BLE001 - keep healing the others
+            self.log.emit("fault_heal_error", fault=fault.name, message=str(e))
+        else:
+            if healed is not None:
+                self.log.emit("fault_healed", fault=fault.name, **healed)
+
+    def heal_all(self) -> None:
+        """Heal every fault, last fired first, then tear down what ``setup`` prepared."""
+        for fault in reversed(self.fired):
+            self.heal(fault)
+        for fault in reversed(self.faults.values()):
+            try:
+                done = fault.teardown()
+            except Exception as e:  # noqa: BLE001 - keep tearing down the others
+                self.log.emit("fault_teardown_error", fault=fault.name, message=str(e))
+            else:
+                if done is not None:
+                    self.log.emit("fault_torn_down", fault=fault.name, **done)

@@ -1,0 +1,14 @@
+"""What the trainer and a harness that drives it agree on, written once, here.
+
+The trainer never imports the harness; the harness (rlsim) reads these constants from here.
+"""
+
+# ``<run_dir>/faults/gpu_reserve.json``: ``{"<node ip>" or "*": GiB}`` a harness holds on every
+# GPU of that node (fake GPUs' memory pressure); the workers read it before each phase.
+RESERVE_FILE = "faults/gpu_reserve.json"
+
+# The Ray node label a harness sets on every fake-GPU node: GiB per GPU it simulates.
+MEMORY_LABEL = "rlsim-gpu-memory-gb"
+
+# Event types by which the trainer says it noticed a fault (see trainer.events).
+DETECTION_EVENTS = ("worker_died", "node_lost", "error", "oom")
