@@ -6,13 +6,15 @@ cd "$(dirname "$0")/.."
 
 # System parts the harness uses (root only; their tests skip otherwise): iptables for network
 # faults, a Docker engine for the docker backend (dockerd with the vfs storage driver, which runs
-# inside containers and sandboxes too; images are built locally, nothing is pulled).
+# inside containers and sandboxes too; images are built locally, nothing is pulled), Redis.
 if [ "$(id -u)" = 0 ]; then
   need=""
   command -v iptables >/dev/null 2>&1 || need="$need iptables"
   command -v dockerd >/dev/null 2>&1 || need="$need docker.io"
   # The distribution's Python: a second release for scenarios/python_version_mismatch.yaml.
   [ -x /usr/bin/python3 ] || need="$need python3-minimal"
+  # Redis: the GCS's external store of clusters with gcs_ft: redis (started per cluster by rlsim).
+  command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
   if [ -n "$need" ]; then
     echo "ci/setup.sh: installing$need" >&2
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null

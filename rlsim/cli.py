@@ -19,7 +19,7 @@ from rlsim.backends.base import ClusterStartError, NodeInfo
 from rlsim.backends.local import LocalCluster
 from rlsim.backends.reaper import reap, reap_abandoned, reap_corrupt, reap_orphans
 from rlsim.net import iptables
-from rlsim.spec import ClusterSpec, HealthChecks, HomeError, name_problem
+from rlsim.spec import ClusterShape, ClusterSpec, HealthChecks, HomeError, name_problem
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 console = Console()
@@ -95,15 +95,24 @@ _CLUSTER_OPTIONS = {"name": "--name", "nodes": "--nodes", "gpus_per_node": "--fa
                     "ready_timeout_s": "--ready-timeout"}
 
 
+def _default(field: str):
+    """A cluster-shape field's default: the CLI, the fixture and scenarios share one."""
+    return ClusterShape.model_fields[field].default
+
+
 @app.command()
 def cluster(
-    nodes: int = typer.Option(4, "--nodes", "-n", help="Nodes, head included."),
-    fake_gpus: int = typer.Option(8, "--fake-gpus", "-g", help="GPUs each node advertises."),
-    gpu_memory_gb: float = typer.Option(80.0, help="Memory of each fake GPU (OOM ledger)."),
-    cpus_per_node: int = typer.Option(4, help="Logical CPUs each node advertises."),
+    nodes: int = typer.Option(_default("nodes"), "--nodes", "-n", help="Nodes, head included."),
+    fake_gpus: int = typer.Option(_default("gpus_per_node"), "--fake-gpus", "-g",
+                                  help="GPUs each node advertises."),
+    gpu_memory_gb: float = typer.Option(_default("gpu_memory_gb"),
+                                        help="Memory of each fake GPU (OOM ledger)."),
+    cpus_per_node: int = typer.Option(_default("cpus_per_node"),
+                                      help="Logical CPUs each node advertises."),
     name: str = typer.Option("rlsim", help="Cluster name (for status/down)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Leave it running and return."),
-    ready_timeout: float = typer.Option(60.0, help="Seconds each node may take to join."),
+    ready_timeout: float = typer.Option(_default("ready_timeout_s"),
+                                        help="Seconds each node may take to join."),
     backend: str = typer.Option("local", help="local (processes on 127.x addresses) or docker "
                                 "(one container per node)"),
 ) -> None:
@@ -362,8 +371,8 @@ def _run_on_every_node(c: LocalCluster) -> list[tuple[int, str, str]]:
 
 @app.command()
 def demo(
-    nodes: int = typer.Option(4, "--nodes", "-n"),
-    fake_gpus: int = typer.Option(8, "--fake-gpus", "-g"),
+    nodes: int = typer.Option(_default("nodes"), "--nodes", "-n"),
+    fake_gpus: int = typer.Option(_default("gpus_per_node"), "--fake-gpus", "-g"),
     train: bool = typer.Option(True, "--train/--no-train", help="also run the tiny GRPO trainer"),
 ) -> None:
     """The default job: bring up NODES x FAKE_GPUS, run a task on every node, train the tiny GRPO

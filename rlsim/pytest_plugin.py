@@ -100,7 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _spec(request: pytest.FixtureRequest) -> ClusterSpec:
-    fields: dict = {"nodes": 2, "gpus_per_node": 8}
+    fields: dict = {}  # the cluster-shape defaults (rlsim.spec.ClusterShape), as everywhere
     marker = request.node.get_closest_marker("rlsim_cluster")
     if marker:
         fields.update(marker.kwargs)
@@ -113,6 +113,7 @@ def _spec(request: pytest.FixtureRequest) -> ClusterSpec:
 
 @pytest.fixture
 def rlsim_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    """A running local rlsim cluster (2 nodes x 8 fake GPUs unless shaped otherwise)."""
+    """A running local rlsim cluster (the default shape, 2 nodes x 8 fake GPUs, unless shaped
+    otherwise)."""
     with LocalCluster(_spec(request)) as cluster:
         yield cluster

@@ -7,11 +7,13 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlsim.net.alloc import MAX_NODES, MAX_SLOTS, ClusterPlan, plan_cluster
+from rlsim.params import DAY
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 SESSION_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}-([0-9a-f]{8})$")
@@ -91,23 +93,19 @@ class HealthChecks(BaseModel):
         }
 
 
-class ClusterSpec(BaseModel):
-    """The shape of a simulated cluster. Node 0 is the head."""
+class ClusterShape(BaseModel):
+    """How many nodes and what each offers: the one model of a cluster's shape, with its one set
+    of defaults and limits. The CLI's options, the pytest fixture, a scenario's ``cluster``
+    section and the cluster spec the runner starts all are this model (or extend it)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    name: str = "rlsim"
-    nodes: int = Field(4, ge=1, le=MAX_NODES)
-    gpus_per_node: int = Field(8, ge=0, le=64)
-    gpu_memory_gb: float = Field(80.0, gt=0)
-    cpus_per_node: int = Field(4, ge=1)
-    object_store_mb: int = Field(128, ge=64)
-    health: HealthChecks = Field(default_factory=HealthChecks)
-    ready_timeout_s: float = Field(60.0, gt=0, description="bound on one node's (re)start; a "
-                                   "whole cluster's start gets it once per node")
-    dashboard: bool = Field(
-        True, description="run the head's dashboard (the Jobs API: `ray job submit`); a "
-                          "scenario's trainer is a plain driver and needs none")
+    nodes: int = Field(2, ge=1, le=MAX_NODES, description="nodes, the head included")
+    gpus_per_node: int = Field(8, ge=0, le=64, description="fake GPUs each node advertises")
+    gpu_memory_gb: float = Field(80.0, gt=0, le=4096, description="GiB per fake GPU")
+    cpus_per_node: int = Field(4, ge=1, le=1024, description="CPUs each node advertises")
+    ready_timeout_s: float = Field(60.0, gt=0, le=DAY, description="bound on one node's "
+                                   "(re)start; a whole cluster's start gets it once per node")
     ray_version: dict[int, str] = Field(
         default_factory=dict,
         description="node index -> the Ray version its package reports (docker only: that node's "
@@ -118,6 +116,28 @@ class ClusterSpec(BaseModel):
                     "the host, e.g. the distribution's /usr/bin/python3 beside a pyenv or venv "
                     "Python; it imports the same environment, so it must be the same minor "
                     "version)")
+    gcs_ft: Literal["none", "redis"] = Field(
+        "none", description="redis: the GCS keeps its tables in a Redis server the cluster runs "
+                            "beside the head (Ray's GCS fault tolerance), so a head restarted "
+                            "at its address recovers them (local backend)")
+
+    def shape(self) -> dict:
+        """The shape's fields alone (what a subclass adds left out)."""
+        return self.model_dump(include=set(ClusterShape.model_fields))
+
+
+class ClusterSpec(ClusterShape):
+    """A simulated cluster to start: its shape, its name and how its nodes run. Node 0 is the
+    head."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "rlsim"
+    object_store_mb: int = Field(128, ge=64)
+    health: HealthChecks = Field(default_factory=HealthChecks)
+    dashboard: bool = Field(
+        True, description="run the head's dashboard (the Jobs API: `ray job submit`); a "
+                          "scenario's trainer is a plain driver and needs none")
     node_local: list[str] = Field(
         default_factory=list,
         description="directories each node has its own copy of, as on a node-local disk (docker: "

@@ -208,6 +208,7 @@ def run(cfg: TrainerConfig) -> int:
         _connect()
         _watch_head(log, cfg.fault_tolerance.gcs_reconnect_timeout_s, t0)
         r = Run(cfg, plan, log, lease)
+        head = _head_id()
         while True:
             try:
                 r.attempt()
@@ -219,6 +220,7 @@ def run(cfg: TrainerConfig) -> int:
                 lost = _record_loss(log, r, e)
                 if r.restarts >= cfg.fault_tolerance.max_restarts:
                     raise
+                head = _reconnect_if_head_restarted(log, head, cfg.fault_tolerance)
                 r.restarts += 1
                 log.attempt = r.restarts
                 log.emit("restart", restart=r.restarts, cause="node_lost" if lost else e.kind,
@@ -318,6 +320,38 @@ def _watch_head(log: EventLog, timeout_s: float, t0: float) -> None:
             time.sleep(0.5)
 
     threading.Thread(target=watch, name="head-watchdog", daemon=True).start()
+
+
+HEAD_RESOURCE = "node:__internal_head__"
+
+
+def _head_id() -> str | None:
+    """The alive head node's id (None while there is none)."""
+    return next((n["NodeID"] for n in ray.nodes()
+                 if n["Alive"] and n["Resources"].get(HEAD_RESOURCE)), None)
+
+
+def _reconnect_if_head_restarted(log: EventLog, head: str | None, ft) -> str | None:
+    """Before a restart: when the head node is another one than at the start (a GCS with fault
+    tolerance was restarted from its store), reconnect this driver; the head's id now.
+
+    The driver's connection survives such a restart, but its job can no longer start actors
+    (measured on Ray 2.60: every actor creation after it waited forever, on every node, while a
+    new driver's took 0.6 s), so it reconnects as a new driver. A head that is down waits up to
+    ``gcs_reconnect_timeout_s`` (the head watchdog ends the run if it stays down)."""
+    deadline = time.monotonic() + ft.gcs_reconnect_timeout_s
+    now = _head_id()
+    while now is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = _head_id()
+    if now is None or now == head:
+        return now
+    t0 = time.monotonic()
+    ray.shutdown()
+    _connect()
+    log.emit("driver_reconnected", reason="head_restarted", old_head=head, new_head=now,
+             seconds=round(time.monotonic() - t0, 3))
+    return now
 
 
 def _connect() -> None:

@@ -19,6 +19,8 @@ checkpoint_write_f. (``checkpoint_write_failed``) step, dir, free_mb, last_compl
 resume              from_step
 worker_died         cause (the error's kind), message
 node_lost           ip, node_id
+driver_reconnected  reason (head_restarted), old_head, new_head, seconds: the driver reconnected
+                    to a head restarted from its GCS store (before the restart event)
 restart             restart (count), cause, message, from_step (the checkpoint it will resume
                     from)
 oom                 message, action (what auto_micro_batch changed, or "fatal")
@@ -41,7 +43,7 @@ from pathlib import Path
 EVENT_TYPES = frozenset({
     "run_start", "placement", "step_end", "checkpoint_saved", "checkpoint_loaded",
     "checkpoint_invalid", "checkpoint_not_shared", "checkpoint_write_failed", "resume",
-    "worker_died", "node_lost", "restart", "oom", "error", "run_end",
+    "worker_died", "node_lost", "driver_reconnected", "restart", "oom", "error", "run_end",
 })
 
 

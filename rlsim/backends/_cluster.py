@@ -36,6 +36,10 @@ class StartedCluster:
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
+    @classmethod
+    def make(cls, spec: ClusterSpec, ray_address: str | None = None, gpu_faults: bool = False):
+        return cls(spec)
+
     def start(self):
         """Bring the cluster up and wait until every node is alive with its GPUs.
 

@@ -18,6 +18,7 @@ import sys
 import time
 
 from rlsim import cgroups, procs, state
+from rlsim.backends import gcs_store
 from rlsim.spec import ClusterState
 from trainer.contract import MEMORY_LABEL
 
@@ -76,6 +77,7 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
             include_dashboard=spec.dashboard,
             dashboard_host="127.0.0.1" if addresses else address,
             dashboard_port=plan.dashboard_port,
+            **gcs_store.head_params(st),
         )
     else:
         # One log monitor per machine is what Ray's own test cluster runs, too.

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from rlsim.net.iptables import Drop
-from rlsim.spec import ClusterSpec
+from rlsim.spec import ClusterShape, ClusterSpec
 
 
 @dataclass
@@ -45,6 +45,20 @@ class Unsupported(Exception):
         self.missing_part = missing_part
 
 
+def needs_containers(shape: ClusterShape, node_local: bool) -> Unsupported | None:
+    """What of a cluster section only container nodes can give (another Ray or Python on a node,
+    a disk per node), as the refusal of a backend without them."""
+    for key, what in (("ray_version", "a node with another Ray"),
+                      ("python", "a node with another Python")):
+        if getattr(shape, key):
+            return Unsupported(f"cluster.{key} ({what}) needs container nodes: run it with "
+                               "--backend docker")
+    if node_local:
+        return Unsupported("cluster.checkpoint_storage (a disk per node) needs container nodes: "
+                           "run it with --backend docker")
+    return None
+
+
 @runtime_checkable
 class Backend(Protocol):
     """A running cluster: what the runner, the doctor and every fault may use on any backend.
@@ -59,6 +73,15 @@ class Backend(Protocol):
     @property
     def address(self) -> str:
         """The GCS address a Ray driver connects to (``RAY_ADDRESS``)."""
+
+    @classmethod
+    def refusal(cls, shape: ClusterShape, node_local: bool) -> Unsupported | None:
+        """Why this backend cannot run a scenario's cluster section (None: it can)."""
+
+    @classmethod
+    def make(cls, spec: ClusterSpec, ray_address: str | None = None,
+             gpu_faults: bool = False) -> Backend:
+        """The cluster of ``spec``, not started yet (``ray_address``: a running one's)."""
 
     def start(self) -> Backend:
         """Bring the cluster up (or connect to it) and wait until every node is there."""

@@ -42,7 +42,7 @@ from pathlib import Path
 from rlsim import cgroups, procs, state
 from rlsim.backends._cluster import StartedCluster
 from rlsim.backends._launch import ADDRESSES_VAR, cluster_env
-from rlsim.backends.base import ClusterStartError, NodeInfo
+from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported
 from rlsim.backends.docker_engine import (
     LABEL,
     docker_client,
@@ -56,7 +56,7 @@ from rlsim.backends.gcs import alive_nodes, connect_env
 from rlsim.backends.reaper import reap_docker
 from rlsim.net import iptables
 from rlsim.net.iptables import Drop
-from rlsim.spec import ClusterSpec, ClusterState, home_id
+from rlsim.spec import ClusterShape, ClusterSpec, ClusterState, home_id
 
 # Ryuk cannot be pulled on machines without a registry; where it can, set this to false.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -115,6 +115,17 @@ class DockerCluster(StartedCluster):
         for c in docker_client().containers.list(all=True, filters=mine):
             cluster.containers[int(c.labels["rlsim.node"])] = c
         return cluster
+
+    @classmethod
+    def refusal(cls, shape: ClusterShape, node_local: bool) -> Unsupported | None:
+        if shape.gcs_ft != "none":
+            return Unsupported("cluster.gcs_ft (a Redis-backed GCS the head restarts from) runs "
+                               "on --backend local")
+        problem = engine_problem() or next(
+            (p for path in shape.python.values() if (p := interpreter_problem(path))), None)
+        if problem:
+            return Unsupported(f"--backend docker: {problem}", missing_part=True)
+        return None
 
     def _check_can_start(self) -> None:
         problem = engine_problem()

@@ -18,13 +18,14 @@ import time
 from pathlib import Path
 
 from rlsim import cgroups, disk, procs, state
+from rlsim.backends import gcs_store
 from rlsim.backends._cluster import StartedCluster
-from rlsim.backends.base import ClusterStartError, NodeInfo
+from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_containers
 from rlsim.backends.gcs import alive_nodes, connect_env, leftovers
 from rlsim.backends.reaper import reap
 from rlsim.net import iptables
 from rlsim.net.iptables import Firewall
-from rlsim.spec import ClusterSpec, ClusterState, socket_path_problem
+from rlsim.spec import ClusterShape, ClusterSpec, ClusterState, socket_path_problem
 
 
 class LocalCluster(StartedCluster):
@@ -61,7 +62,17 @@ class LocalCluster(StartedCluster):
         if Firewall.available() is None:  # without root the daemons stay open on every interface
             self._firewall.guard_loopback(st.plan.port_block)
 
+    @classmethod
+    def refusal(cls, shape: ClusterShape, node_local: bool) -> Unsupported | None:
+        if refused := needs_containers(shape, node_local):
+            return refused
+        if shape.gcs_ft == "redis" and (problem := gcs_store.problem()):
+            return Unsupported(f"cluster.gcs_ft: {problem}", missing_part=True)
+        return None
+
     def _launch_nodes(self) -> None:
+        if self.spec.gcs_ft == "redis":
+            gcs_store.start(self._st)
         self._launch(list(range(self.spec.nodes)))
 
     def _reap(self, st: ClusterState) -> None:
@@ -240,16 +251,21 @@ class LocalCluster(StartedCluster):
         return pid
 
     def restart_node(self, index: int, timeout: float | None = None) -> NodeInfo:
+        """Kill node ``index`` and start it again at its address. The head only with
+        ``gcs_ft: redis``: its new GCS reloads the cluster's tables from the store, and the
+        other nodes' raylets reconnect to it (they wait ``gcs_rpc_server_reconnect_timeout_s``)."""
         self._check_index(index)
-        if index == 0:
+        if index == 0 and self.spec.gcs_ft != "redis":
             raise NotImplementedError(
-                "restarting the head needs GCS fault tolerance (external Redis), which the local "
-                "backend does not run: kill_head ends the cluster; start a new one"
+                "restarting the head needs GCS fault tolerance: start the cluster with "
+                "gcs_ft: redis (scenario cluster section) so its tables outlive the head; "
+                "without, kill_head ends the cluster"
             )
         old = self.nodes()[index].node_id
         self.kill_node(index)
         self._launch([index])
-        return self.wait_for_nodes(timeout, [index], frozenset({old}) - {None})[index]
+        return self.wait_for_nodes(timeout, None if index == 0 else [index],
+                                   frozenset({old}) - {None})[index]
 
     def pause_node(self, index: int) -> list[int]:
         """Freeze node ``index``: cgroup freeze (atomic, covers processes forked meanwhile), or

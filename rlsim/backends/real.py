@@ -37,8 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported
-from rlsim.spec import ClusterSpec
+from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_containers
+from rlsim.spec import ClusterShape, ClusterSpec
 
 HEAD_RESOURCE = "node:__internal_head__"
 
@@ -277,6 +277,25 @@ class RealCluster:
         self.problems: list[str] = []
 
     # ---- lifecycle -----------------------------------------------------------------------------
+
+    @classmethod
+    def refusal(cls, shape: ClusterShape, node_local: bool) -> Unsupported | None:
+        if refused := needs_containers(shape, node_local):
+            return refused
+        if shape.gcs_ft != "none":
+            return Unsupported("cluster.gcs_ft: rlsim does not run a real cluster's Redis; GCS "
+                               "fault tolerance is the cluster owner's setting (KubeRay: "
+                               "gcsFaultToleranceOptions)")
+        return None
+
+    @classmethod
+    def make(cls, spec: ClusterSpec, ray_address: str | None = None,
+             gpu_faults: bool = False) -> RealCluster:
+        address = ray_address or os.environ.get("RAY_ADDRESS")
+        if not address:
+            raise Unsupported("--backend real needs the cluster's address: --ray-address "
+                              "HOST:PORT (or RAY_ADDRESS)")
+        return cls(address, spec, gpu_faults=gpu_faults)
 
     def __enter__(self) -> RealCluster:
         return self if self.agents else self.start()

@@ -13,6 +13,8 @@ Port block of slot ``s`` (``base = PORT_LO + s * SLOT_PORTS``)::
     base + 3, + 4      the head's metrics servers: autoscaler monitor, dashboard (Ray's defaults,
                        44217 and 44227 on every interface, would collide between clusters and
                        lie outside the block the loopback guard covers)
+    base + 5           the GCS's external store (Redis, with ``gcs_ft: redis``), at the slot's
+                       ``.9`` address: a host of its own, as an HA Redis is, outlives the head
     base + 10 + i*NODE_STRIDE + k   per-node daemons, k in NODE_DAEMONS order
     ... + WORKER_OFFSET .. + NODE_STRIDE-1   that node's worker port range
 """
@@ -70,6 +72,7 @@ class ClusterPlan:
     client_port: int
     autoscaler_metrics_port: int
     dashboard_metrics_port: int
+    gcs_store_port: int
     nodes: tuple[NodePlan, ...]
 
     @property
@@ -84,6 +87,11 @@ class ClusterPlan:
     @property
     def gcs_address(self) -> str:
         return f"{self.head.address}:{self.gcs_port}"
+
+    @property
+    def gcs_store_address(self) -> str:
+        """Where the GCS's external store (Redis) listens, when the cluster has one."""
+        return f"{ADDRESS_PREFIX}.{self.slot}.{FIRST_HOST - 1}:{self.gcs_store_port}"
 
     @property
     def dashboard_url(self) -> str:
@@ -133,6 +141,7 @@ def plan_cluster(slot: int, nodes: int) -> ClusterPlan:
         client_port=base + 2,
         autoscaler_metrics_port=base + 3,
         dashboard_metrics_port=base + 4,
+        gcs_store_port=base + 5,
         nodes=tuple(plans),
     )
 

@@ -19,9 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim.backends import STARTED, cluster_class
+from rlsim.backends import cluster_class, every_class
 from rlsim.backends.base import ClusterStartError, HoldsGpuMemory, Unsupported
-from rlsim.backends.real import RealCluster
 from rlsim.faults import FAULTS, FaultContext
 from rlsim.scenario.loader import REPO, resolve, trainer_overrides
 from rlsim.scenario.nemesis import Nemesis
@@ -43,53 +42,34 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
                  out_dir: Path | None = None):
     """The scenario's cluster on ``backend``, not started yet; its nodes see ``out_dir`` (the run
     directory's parent). Raises ``Unsupported`` when the backend cannot run the scenario (a skip,
-    not a failure)."""
+    not a failure): the backend's own refusal of the cluster section, or a fault it cannot
+    inject."""
     if backend in sc.cluster.skip_on:
         raise Unsupported(sc.cluster.skip_on[backend])
-    for key, what in (("ray_version", "a node with another Ray"),
-                      ("python", "a node with another Python"),
-                      ("checkpoint_storage", "a disk per node")):
-        if getattr(sc.cluster, key) not in ({}, "shared") and backend != "docker":
-            raise Unsupported(f"cluster.{key} ({what}) needs container nodes: run it with "
-                              "--backend docker")
-    if backend == "docker":
-        from rlsim.backends.docker import engine_problem, interpreter_problem
-
-        problem = engine_problem() or next(
-            (p for path in sc.cluster.python.values() if (p := interpreter_problem(path))), None)
-        if problem:
-            raise Unsupported(f"--backend docker: {problem}", missing_part=True)
+    try:
+        cls = cluster_class(backend)
+    except ValueError as e:
+        raise Unsupported(str(e)) from None
+    node_local = sc.cluster.checkpoint_storage == "node_local"
+    if refused := cls.refusal(sc.cluster, node_local):
+        raise refused
+    check_faults(sc, cls, backend)
     # built after the checks above: a missing interpreter is a skip there, not a spec error
-    spec = ClusterSpec(name=f"sc{os.getpid()}-{next(_names)}", nodes=sc.cluster.nodes,
-                       gpus_per_node=sc.cluster.gpus_per_node,
-                       gpu_memory_gb=sc.cluster.gpu_memory_gb,
-                       ready_timeout_s=sc.cluster.ready_timeout_s,
+    spec = ClusterSpec(name=f"sc{os.getpid()}-{next(_names)}", **sc.cluster.shape(),
                        # the trainer is a plain driver: no Jobs API needed, and without the
                        # dashboard a 3-node cluster is up 2.5-5 s sooner and 0.9 GB smaller
                        dashboard=False,
-                       ray_version=sc.cluster.ray_version, python=sc.cluster.python,
                        mounts=[str(out_dir.resolve())] if out_dir else [],
-                       node_local=[str(checkpoint_dir(out_dir))]
-                       if out_dir and sc.cluster.checkpoint_storage == "node_local" else [])
-    if backend == "real":
-        address = ray_address or os.environ.get("RAY_ADDRESS")
-        if not address:
-            raise Unsupported("--backend real needs the cluster's address: --ray-address "
-                              "HOST:PORT (or RAY_ADDRESS)")
-        check_faults(sc, RealCluster, backend)
-        return RealCluster(address, spec, gpu_faults=any(
-            HoldsGpuMemory in FAULTS[f.kind].needs for f in sc.faults))
-    if backend not in STARTED:
-        raise Unsupported(f"unknown backend {backend!r} ({', '.join(STARTED)}, real)")
-    check_faults(sc, cluster_class(backend), backend)
-    return cluster_class(backend)(spec)
+                       node_local=[str(checkpoint_dir(out_dir))] if out_dir and node_local
+                       else [])
+    return cls.make(spec, ray_address, gpu_faults=any(
+        HoldsGpuMemory in FAULTS[f.kind].needs for f in sc.faults))
 
 
 def check_faults(sc: Scenario, cls: type, backend: str) -> None:
     """Raise Unsupported naming the first fault of ``sc`` the backend cannot inject."""
-    backends = {**{name: cluster_class(name) for name in STARTED}, "real": RealCluster}
     for entry in sc.faults:
-        FAULTS[entry.kind].check_backend(cls, backend, backends)
+        FAULTS[entry.kind].check_backend(cls, backend, every_class())
 
 
 def checkpoint_dir(out_dir: Path) -> Path:

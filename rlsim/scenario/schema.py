@@ -24,26 +24,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rlsim.checks import CHECKS
 from rlsim.faults import FAULTS
 from rlsim.params import DAY, PORT_NAMES, Strict, first_error
-from rlsim.spec import per_node_problem
+from rlsim.spec import ClusterShape, per_node_problem
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
-class ClusterSection(Strict):
-    nodes: int = Field(3, ge=1, le=16)
-    gpus_per_node: int = Field(2, ge=0, le=64)
-    gpu_memory_gb: float = Field(80.0, gt=0, le=4096)
+class ClusterSection(ClusterShape):
+    """The scenario's cluster: its shape (:class:`rlsim.spec.ClusterShape`, defaults and limits
+    shared with the CLI and the fixture) and how the scenario runs on it."""
+
     backend: Literal["local", "docker", "real"] = "local"
-    ready_timeout_s: float = Field(60, gt=0, le=DAY, description="bound on one node's (re)start (a "
-                                   "cluster's start: once per node)")
-    ray_version: dict[int, str] = Field(
-        default_factory=dict,
-        description="node index -> the Ray version that node's package reports (docker: a node "
-                    "built from another image)")
-    python: dict[int, str] = Field(
-        default_factory=dict,
-        description="node index -> the Python interpreter that node runs (docker: a path on the "
-                    "host, as if that node's image shipped another Python release)")
     checkpoint_storage: Literal["shared", "node_local"] = Field(
         "shared",
         description="shared: every node sees the trainer's checkpoint directory (NFS, a shared "
@@ -159,6 +149,11 @@ class Scenario(Strict):
                     if not 0 <= n <= last:
                         raise ValueError(f"{where}.{field}: node {n} is outside the cluster "
                                          f"(nodes 0-{last})")
+            if fault.kind == "restart_node" and fault.params.node == 0 and \
+                    self.cluster.gcs_ft == "none":
+                raise ValueError(f"{where}.node: restarting the head needs GCS fault tolerance: "
+                                 "add gcs_ft: redis to the cluster section (its tables must "
+                                 "outlive the head), or use kill_head")
             if getattr(fault.params, "node", None) == "random" and last < 1:
                 raise ValueError(f"{where}.node: random picks a node other than the head, and "
                                  "this cluster has only the head: name node 0 or add nodes")

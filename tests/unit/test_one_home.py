@@ -89,3 +89,31 @@ def test_no_import_cycles_lazy_ones_included():
         return False
 
     assert sorted(m for m in graph if reaches(m, m, set())) == []
+
+
+def test_one_cluster_shape_with_one_set_of_defaults():
+    from rlsim.cli import _default
+    from rlsim.scenario.schema import ClusterSection
+    from rlsim.spec import ClusterShape, ClusterSpec
+
+    assert issubclass(ClusterSection, ClusterShape) and issubclass(ClusterSpec, ClusterShape)
+    assert ClusterSection().shape() == ClusterSpec().shape() == ClusterShape().shape()
+    assert (_default("nodes"), _default("gpus_per_node")) == (2, 8)
+    for model in (ClusterSection, ClusterSpec):
+        with pytest.raises(ValueError, match="less than or equal to 16"):
+            model(nodes=17)
+
+
+@pytest.mark.parametrize("backend,section,needle", [
+    ("local", {"python": {1: "/usr/bin/python3"}}, "needs container nodes"),
+    ("docker", {"gcs_ft": "redis"}, "runs on --backend local"),
+    ("real", {"gcs_ft": "redis"}, "the cluster owner's setting"),
+    ("real", {"ray_version": {1: "2.59.0"}}, "needs container nodes"),
+])
+def test_each_backend_says_what_of_a_cluster_section_it_cannot_run(backend, section, needle):
+    from rlsim.backends import cluster_class
+    from rlsim.scenario.schema import ClusterSection
+
+    refused = cluster_class(backend).refusal(ClusterSection(nodes=2, **section), False)
+    assert refused is not None and needle in str(refused)
+    assert cluster_class("local").refusal(ClusterSection(nodes=2), False) is None
