@@ -29,14 +29,24 @@ fi
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# pip byte-compiles every file it installs on one core; --no-compile and one compileall on every
+# core afterwards is 106 s instead of 136 s for torch plus the dev extras here (measured on 2
+# cores). Compiled once at set-up, not at first import: this environment may set
+# PYTHONDONTWRITEBYTECODE, and uncompiled, `import torch` took 5.2 s instead of 2.8 s every time.
+installed=""
 # torch: the CPU build pinned here for CPU machines (any other version pulls GB of CUDA wheels);
 # pyproject keeps a loose range so GPU hosts keep their own build.
 if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
-  .venv/bin/pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/pip install -q --no-compile "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
+  installed=1
 fi
 if ! .venv/bin/python -c "import rlsim, trainer, pytest, xdist, deepspeed, transformers, faker, testcontainers" >/dev/null 2>&1 \
    || [ pyproject.toml -nt .venv/.rlsim-installed ]; then
-  .venv/bin/pip install -q -e ".[dev]" 2>&1 | grep -v -e "^WARNING: Location" -e "^ *$" || true
+  .venv/bin/pip install -q --no-compile -e ".[dev]" 2>&1 | grep -v -e "^WARNING: Location" -e "^ *$" || true
+  installed=1
+fi
+if [ -n "$installed" ]; then
+  .venv/bin/python -m compileall -q -j 0 .venv/lib/python*/site-packages >/dev/null 2>&1 || true
   .venv/bin/python -c "import rlsim, pytest, xdist"
   touch .venv/.rlsim-installed
 fi

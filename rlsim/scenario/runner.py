@@ -113,7 +113,10 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
                 return outcome
         log.emit("cluster_ready", nodes=[n.address for n in cluster.nodes()], reused=reused)
         nemesis.setup()  # before the doctor: it examines the storage the trainer will use
-        _preflight(cluster, out_dir, log)
+        if not reused or any(name.startswith("doctor_") for name, _ in sc.checks()):
+            _preflight(cluster, out_dir, log)
+        else:  # examined when it was fresh, and checked clean since (rlsim.scenario.pool)
+            log.emit("doctor_skipped", reason="cluster reused; no doctor check in this scenario")
         if any(name == "matches_baseline" for name, _ in sc.checks()):
             outcome.baseline_dir = _baseline(sc, cluster, out_dir / "baseline", log, pool,
                                              backend)
