@@ -58,8 +58,7 @@ class DiskFull(Fault):
         self.mounted = True
 
     def inject(self):
-        st = os.statvfs(self.dir)
-        free = st.f_bavail * st.f_frsize
+        free = _free(self.dir)
         self.filler = self.dir / FILLER
         self.injected = True
         fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -67,14 +66,12 @@ class DiskFull(Fault):
             os.posix_fallocate(fd, 0, free)
         finally:
             os.close(fd)
-        after = os.statvfs(self.dir)
         return {"path": str(self.dir), "filled_mb": round(free / 2**20, 1),
-                "free_mb": round(after.f_bavail * after.f_frsize / 2**20, 2)}
+                "free_mb": round(_free(self.dir) / 2**20, 2)}
 
     def undo(self):
         self.filler.unlink(missing_ok=True)
-        return {"path": str(self.dir), "free_mb": round(
-            os.statvfs(self.dir).f_bavail * os.statvfs(self.dir).f_frsize / 2**20, 1)}
+        return {"path": str(self.dir), "free_mb": round(_free(self.dir) / 2**20, 1)}
 
     def teardown(self):
         if not getattr(self, "mounted", False):
@@ -82,3 +79,9 @@ class DiskFull(Fault):
         self.mounted = False
         self.ctx.cluster.uncap_disk(self.dir)
         return {"path": str(self.dir), "unmounted": True}
+
+
+def _free(path) -> int:
+    """Bytes an unprivileged writer may still write there."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize

@@ -68,8 +68,9 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
 
 def check_faults(sc: Scenario, cls: type, backend: str) -> None:
     """Raise Unsupported naming the first fault of ``sc`` the backend cannot inject."""
+    others = every_class()
     for entry in sc.faults:
-        FAULTS[entry.kind].check_backend(cls, backend, every_class())
+        FAULTS[entry.kind].check_backend(cls, backend, others)
 
 
 def checkpoint_dir(out_dir: Path) -> Path:
