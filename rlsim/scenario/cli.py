@@ -79,7 +79,7 @@ def run(
                                   "(default: scenarios of one shape share one, checked clean)"),
 ) -> None:
     """Run scenarios; exit 0 when every expectation holds, 1 when one fails, 2 for bad input."""
-    from rlsim.scenario.pool import Pool
+    from rlsim.scenario.pool import Pool, section_key
 
     scenarios = [sc for _, sc in _load_all(paths)]  # all valid before anything starts
     if backend not in ("local", "docker", "real"):
@@ -90,7 +90,7 @@ def run(
     summary, failed = [], 0
     pool = Pool(reuse=not no_reuse)
     # scenarios of one shape one after another: each hands its cluster to the next
-    scenarios.sort(key=lambda sc: sc.cluster.model_dump_json())
+    scenarios.sort(key=lambda sc: section_key(sc.cluster))
     try:
         for sc in scenarios:
             failed += _run_one(sc, root, seed, backend, ray_address, pool, summary)

@@ -17,6 +17,7 @@ from rlsim.backends.base import Unsupported
 from rlsim.checks import Verdict, judge
 from rlsim.report import verdicts_record
 from rlsim.scenario.loader import ScenarioError, load
+from rlsim.scenario.pool import section_key
 from rlsim.scenario.runner import run_scenario
 from rlsim.scenario.session import require, scenario_pool
 from rlsim.scenario.timeline import Outcome
@@ -39,7 +40,7 @@ def shape_scheduler(config: pytest.Config, log):
                     cluster = load(rootdir / path).cluster
                 except ScenarioError:
                     return path
-                return "rlsim cluster " + cluster.model_dump_json()
+                return "rlsim cluster " + section_key(cluster)
             return super()._split_scope(nodeid)
 
     return ShapeScopeScheduling(config, log)

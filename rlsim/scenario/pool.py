@@ -39,6 +39,12 @@ def shape_key(spec: ClusterSpec, backend: str) -> str | None:
     return json.dumps([backend, _shape(spec)], sort_keys=True, default=str)
 
 
+def section_key(section) -> str:
+    """Scenarios whose cluster sections are equal can hand one cluster on to the next: the order
+    of ``rlsim run`` and the scopes of the pytest shape scheduler both group by this."""
+    return section.model_dump_json()
+
+
 def _shape(spec: ClusterSpec) -> dict:
     """The spec without what differs between interchangeable clusters (name, mounted dirs)."""
     return spec.model_dump(exclude={"name", "mounts"})
