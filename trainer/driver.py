@@ -32,7 +32,7 @@ from trainer.errors import (
     first_line,
 )
 from trainer.events import EventLog
-from trainer.groups import Roles, alive_gpu_nodes, label_memory_gb
+from trainer.groups import HEAD_RESOURCE, Roles, alive_gpu_nodes, label_memory_gb
 from trainer.memory import fit, gpu_capacity
 from trainer.placement import Plan, plan_placement
 
@@ -320,9 +320,6 @@ def _watch_head(log: EventLog, timeout_s: float, t0: float) -> None:
             time.sleep(0.5)
 
     threading.Thread(target=watch, name="head-watchdog", daemon=True).start()
-
-
-HEAD_RESOURCE = "node:__internal_head__"
 
 
 def _head_id() -> str | None:

@@ -40,10 +40,13 @@ def label_memory_gb(node: dict) -> float | None:
     return float(label) if label else None
 
 
+HEAD_RESOURCE = "node:__internal_head__"  # the resource Ray gives the head node only
+
+
 def alive_gpu_nodes() -> list[dict]:
     """Alive nodes with GPUs, head first, then by address (a stable logical order)."""
     nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) > 0]
-    head = [n for n in nodes if n["Resources"].get("node:__internal_head__")]
+    head = [n for n in nodes if n["Resources"].get(HEAD_RESOURCE)]
     rest = sorted((n for n in nodes if n not in head), key=lambda n: n["NodeManagerAddress"])
     return head + rest
 
