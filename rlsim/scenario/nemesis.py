@@ -81,23 +81,22 @@ class Nemesis:
 
     def heal(self, fault: Fault) -> None:
         """Heal one fault (safe twice), logging what was undone or why it could not be."""
-        try:
-            healed = fault.heal()
-        except Exception as e:  # noqa: BLE001 - keep healing the others
-            self.log.emit("fault_heal_error", fault=fault.name, message=str(e))
-        else:
-            if healed is not None:
-                self.log.emit("fault_healed", fault=fault.name, **healed)
+        self._guarded(fault, fault.heal, "fault_healed", "fault_heal_error")
 
     def heal_all(self) -> None:
         """Heal every fault, last fired first, then tear down what ``setup`` prepared."""
         for fault in reversed(self.fired):
             self.heal(fault)
         for fault in reversed(self.faults.values()):
-            try:
-                done = fault.teardown()
-            except Exception as e:  # noqa: BLE001 - keep tearing down the others
-                self.log.emit("fault_teardown_error", fault=fault.name, message=str(e))
-            else:
-                if done is not None:
-                    self.log.emit("fault_torn_down", fault=fault.name, **done)
+            self._guarded(fault, fault.teardown, "fault_torn_down", "fault_teardown_error")
+
+    def _guarded(self, fault: Fault, step, done: str, failed: str) -> None:
+        """Run ``step`` of ``fault``; log what it did, or why it failed, and never raise: the
+        other faults must still be healed and torn down."""
+        try:
+            result = step()
+        except Exception as e:  # noqa: BLE001 - keep going with the others
+            self.log.emit(failed, fault=fault.name, message=str(e))
+        else:
+            if result is not None:
+                self.log.emit(done, fault=fault.name, **result)
