@@ -22,6 +22,7 @@ import torch
 from trainer import checkpoint as ckpt
 from trainer import grpo, ppo
 from trainer.config import TrainerConfig, preflight
+from trainer.contract import HEAD_RESOURCE
 from trainer.data import PromptLoader, load_prompts
 from trainer.errors import (
     CheckpointError,
@@ -32,7 +33,7 @@ from trainer.errors import (
     first_line,
 )
 from trainer.events import EventLog
-from trainer.groups import HEAD_RESOURCE, Roles, alive_gpu_nodes, label_memory_gb
+from trainer.groups import Roles, alive_gpu_nodes, label_memory_gb
 from trainer.memory import fit, gpu_capacity
 from trainer.placement import Plan, plan_placement
 
@@ -323,32 +324,41 @@ def _watch_head(log: EventLog, timeout_s: float, t0: float) -> None:
 
 
 def _head_id() -> str | None:
-    """The alive head node's id (None while there is none)."""
-    return next((n["NodeID"] for n in ray.nodes()
-                 if n["Alive"] and n["Resources"].get(HEAD_RESOURCE)), None)
+    """The alive head node's id (None while there is none; the newest registration when a
+    restarted GCS still lists the old head as alive beside the new one)."""
+    return (_head_ids() or [None])[-1]
+
+
+def _head_ids() -> list[str]:
+    """Every head node the GCS lists as alive, in its order of registration."""
+    return [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get(HEAD_RESOURCE)]
 
 
 def _reconnect_if_head_restarted(log: EventLog, head: str | None, ft) -> str | None:
-    """Before a restart: when the head node is another one than at the start (a GCS with fault
-    tolerance was restarted from its store), reconnect this driver; the head's id now.
+    """Before a restart: when a head node other than the one at the start is alive (a GCS with
+    fault tolerance was restarted from its store), reconnect this driver; the head's id now.
 
     The driver's connection survives such a restart, but its job can no longer start actors
     (measured on Ray 2.60: every actor creation after it waited forever, on every node, while a
-    new driver's took 0.6 s), so it reconnects as a new driver. A head that is down waits up to
+    new driver's took 0.6 s), so it reconnects as a new driver. Any alive head other than the
+    one at the start counts: comparing only the first alive head listed, one run in five here
+    missed the restart and failed (most likely the reloaded table still listed the old head as
+    alive, until its health check said otherwise). A head that is down waits up to
     ``gcs_reconnect_timeout_s`` (the head watchdog ends the run if it stays down)."""
     deadline = time.monotonic() + ft.gcs_reconnect_timeout_s
-    now = _head_id()
-    while now is None and time.monotonic() < deadline:
+    alive = _head_ids()
+    while not alive and time.monotonic() < deadline:
         time.sleep(0.2)
-        now = _head_id()
-    if now is None or now == head:
-        return now
+        alive = _head_ids()
+    new = [h for h in alive if h != head]
+    if not new:
+        return head if alive else None
     t0 = time.monotonic()
     ray.shutdown()
     _connect()
-    log.emit("driver_reconnected", reason="head_restarted", old_head=head, new_head=now,
+    log.emit("driver_reconnected", reason="head_restarted", old_head=head, new_head=new[-1],
              seconds=round(time.monotonic() - t0, 3))
-    return now
+    return new[-1]
 
 
 def _connect() -> None:

@@ -19,7 +19,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from trainer.checkpoint import storage_refused
 from trainer.config import TrainerConfig
-from trainer.contract import MEMORY_LABEL
+from trainer.contract import HEAD_RESOURCE, MEMORY_LABEL
 from trainer.errors import (
     CheckpointWriteFailed,
     CollectiveError,
@@ -38,9 +38,6 @@ def label_memory_gb(node: dict) -> float | None:
     """GiB per GPU that a node's ``rlsim-gpu-memory-gb`` label declares (None: no label)."""
     label = node.get("Labels", {}).get(MEMORY_LABEL)
     return float(label) if label else None
-
-
-HEAD_RESOURCE = "node:__internal_head__"  # the resource Ray gives the head node only
 
 
 def alive_gpu_nodes() -> list[dict]:

@@ -39,8 +39,7 @@ from pathlib import Path
 
 from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_containers
 from rlsim.spec import ClusterShape, ClusterSpec
-
-HEAD_RESOURCE = "node:__internal_head__"
+from trainer.contract import HEAD_RESOURCE
 
 
 class NodeAgent:
