@@ -34,5 +34,19 @@ def main(argv: list[str] | None = None) -> int:
     return run(cfg)
 
 
+def exit_now(code: int) -> None:
+    """End the process with ``code`` once Ray is disconnected and output flushed, skipping the
+    interpreter's teardown of torch and Ray's modules: measured here, 0.6-1.2 s of CPU after
+    the event log was already closed, paid by every trainer run (and every twin) a scenario
+    starts. Everything the run writes is closed and fsync'd before ``run`` returns."""
+    if "ray" in sys.modules:
+        import ray
+
+        ray.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
