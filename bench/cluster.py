@@ -1,6 +1,7 @@
 """Cluster bring-up, failure detection and memory, measured side by side in one run.
 
     .venv/bin/python bench/cluster.py [--nodes 4] [--gpus 8] [--repeat 3] [--skip-defaults]
+    .venv/bin/python bench/cluster.py --scale 4,8,16,32 [--gpus 8]
 
 Rows: time until NODES x GPUS are alive with
   * rlsim's local backend (own 127.x address per node, dashboard + Jobs API on the head), and
@@ -9,6 +10,8 @@ Rows: time until NODES x GPUS are alive with
   * sequential ``ray start`` (head with dashboard, then workers), each on its own 127.x address,
 then seconds from SIGKILL of a worker node to Ray declaring it dead (rlsim's tuned health checks
 and Ray's defaults), and RSS per node. Needs root (cgroups) for the ``ray start`` baseline cleanup.
+``--scale`` instead starts one cluster of each size in turn: time to ready, CPU, host memory, RSS
+per worker node and kill-to-dead against the node count.
 """
 
 from __future__ import annotations
@@ -131,13 +134,67 @@ def time_detection(health: HealthChecks, repeat: int) -> list[float]:
     return out
 
 
+def scale_row(nodes: int, gpus: int) -> dict[str, float]:
+    """One cluster of ``nodes`` as ``rlsim cluster`` starts it (dashboard on the head): time to
+    ready, the CPU its processes burned getting there, host memory it takes, RSS per worker node,
+    and seconds from SIGKILL of its last node to Ray declaring that node dead."""
+    before = psutil.virtual_memory().used
+    spec = ClusterSpec(name="bench-scale", nodes=nodes, gpus_per_node=gpus)
+    with LocalCluster(spec) as c:
+        ready = c.timings["ready_s"]
+        time.sleep(3)  # let agents settle before measuring memory
+        infos = c.nodes()
+        cpu = sum(_cpu_s(pid) for n in infos for pid in n.pids)
+        used = (psutil.virtual_memory().used - before) / 2**20
+        worker = statistics.mean(rss_mb(n.pids) for n in infos[1:]) if nodes > 1 else 0.0
+        kill = 0.0
+        if nodes > 1:
+            t = time.monotonic()
+            c.kill_node(nodes - 1)
+            while c.nodes()[nodes - 1].alive:
+                time.sleep(0.02)
+            kill = time.monotonic() - t
+    return {"ready": ready, "cpu": cpu, "host_mb": used, "worker_mb": worker, "kill": kill}
+
+
+def _cpu_s(pid: int) -> float:
+    with contextlib.suppress(psutil.Error):
+        p = psutil.Process(pid)
+        return sum(sum(x.cpu_times()[:2]) for x in [p, *p.children(recursive=True)])
+    return 0.0
+
+
+def scale(sizes: list[int], gpus: int) -> None:
+    con = Console()
+    rows = {}
+    for n in sizes:
+        con.print(f"measuring {n}x{gpus} ...")
+        rows[n] = scale_row(n, gpus)
+    first = rows[sizes[0]]["ready"]
+    t = Table(title=f"rlsim bench: scale, {gpus} fake GPUs a node ({os.cpu_count()} cores, "
+                    f"{psutil.virtual_memory().total / 2**30:.0f} GiB)")
+    for col in ("nodes", "ready", f"vs {sizes[0]} nodes", "CPU (ready + 3 s)", "host memory",
+                "RSS per worker node", "kill -> dead"):
+        t.add_column(col)
+    for n, r in rows.items():
+        t.add_row(str(n), f"{r['ready']:.1f} s", f"{r['ready'] / first:.1f}x", f"{r['cpu']:.1f} s",
+                  f"{r['host_mb'] / 1024:.2f} GiB", f"{r['worker_mb']:.0f} MB",
+                  f"{r['kill']:.2f} s")
+    con.print(t)
+    con.print(f"targets: 32 nodes ready within 12x the time {sizes[0]} take; RSS per worker "
+              "node <= 150 MB")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-defaults", action="store_true", help="skip Ray-default detection")
+    ap.add_argument("--scale", help="only the scale table, for these node counts (4,8,16,32)")
     a = ap.parse_args()
+    if a.scale:
+        return scale([int(n) for n in a.scale.split(",")], a.gpus)
     con = Console()
     shape = f"{a.nodes}x{a.gpus}"
 

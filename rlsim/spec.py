@@ -12,7 +12,7 @@ from typing import Literal
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlsim.net.alloc import MAX_NODES, MAX_SLOTS, ClusterPlan, plan_cluster
+from rlsim.net.alloc import MAX_NODES, MAX_SLOTS, ClusterPlan, plan_cluster, worker_ports
 from rlsim.params import DAY
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
@@ -120,6 +120,19 @@ class ClusterShape(BaseModel):
         "none", description="redis: the GCS keeps its tables in a Redis server the cluster runs "
                             "beside the head (Ray's GCS fault tolerance), so a head restarted "
                             "at its address recovers them (local backend)")
+
+    @model_validator(mode="after")
+    def _workers_fit_their_ports(self) -> ClusterShape:
+        # a node can run a worker per fake GPU and per CPU at once, the driver and an agent
+        # beside them; each holds a port of the node's range, and with none left Ray cannot start
+        # a worker (the actor then waits forever)
+        need, have = self.gpus_per_node + self.cpus_per_node + 2, worker_ports(self.nodes)
+        if need > have:
+            raise ValueError(f"nodes={self.nodes} with gpus_per_node={self.gpus_per_node} and "
+                             f"cpus_per_node={self.cpus_per_node}: each node may run {need} Ray "
+                             f"workers at once but has {have} worker ports in a cluster of "
+                             f"{self.nodes} nodes; use fewer nodes, GPUs or CPUs per node")
+        return self
 
     def shape(self) -> dict:
         """The shape's fields alone (what a subclass adds left out)."""

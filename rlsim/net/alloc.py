@@ -15,8 +15,13 @@ Port block of slot ``s`` (``base = PORT_LO + s * SLOT_PORTS``)::
                        lie outside the block the loopback guard covers)
     base + 5           the GCS's external store (Redis, with ``gcs_ft: redis``), at the slot's
                        ``.9`` address: a host of its own, as an HA Redis is, outlives the head
-    base + 10 + i*NODE_STRIDE + k   per-node daemons, k in NODE_DAEMONS order
-    ... + WORKER_OFFSET .. + NODE_STRIDE-1   that node's worker port range
+    base + 10 + i*stride + k   per-node daemons, k in NODE_DAEMONS order
+    ... + WORKER_OFFSET .. + stride-1   that node's worker port range
+
+The stride is ``NODE_STRIDE`` (60 ports a node: 50 worker ports) up to 16 nodes; larger clusters
+share the block evenly (32 nodes: 30 ports a node, 24 of them for workers). Every Ray worker
+process of a node (an actor, a task worker, the driver on the head) holds one port of its node's
+range while it lives, so a node needs at least as many as it runs workers at once.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ SLOT_PORTS = 1000
 MAX_SLOTS = 12  # 20000..31999: below Linux's ephemeral range (32768+) and Ray's defaults
 NODE_STRIDE = 60
 WORKER_OFFSET = 10
-MAX_NODES = (SLOT_PORTS - 10) // NODE_STRIDE  # 16
+# Measured on a 2-core, 24 GB machine (bench/cluster.py --scale): 32 nodes x 8 fake GPUs come up
+# and detect a killed node; the port block would allow more, but each node needs worker ports
+MAX_NODES = 32
 NODE_DAEMONS = (
     "node_manager",
     "object_manager",
@@ -107,6 +114,16 @@ def slot_base(slot: int) -> int:
     return PORT_LO + slot * SLOT_PORTS
 
 
+def node_stride(nodes: int) -> int:
+    """Ports each node of a ``nodes``-node cluster owns (its daemons, then its workers)."""
+    return min(NODE_STRIDE, (SLOT_PORTS - 10) // nodes)
+
+
+def worker_ports(nodes: int) -> int:
+    """How many Ray worker processes each node of a ``nodes``-node cluster can run at once."""
+    return node_stride(nodes) - WORKER_OFFSET
+
+
 def node_address(slot: int, index: int) -> str:
     return f"{ADDRESS_PREFIX}.{slot}.{FIRST_HOST + index}"
 
@@ -120,18 +137,19 @@ def plan_cluster(slot: int, nodes: int) -> ClusterPlan:
         raise ValueError(f"slot {slot} is outside 0..{MAX_SLOTS - 1}")
     if not 1 <= nodes <= MAX_NODES:
         raise ValueError(
-            f"nodes={nodes}: a simulated cluster has 1..{MAX_NODES} nodes "
-            f"(each node owns {NODE_STRIDE} ports of its cluster's {SLOT_PORTS}-port block)"
+            f"nodes={nodes}: a simulated cluster has 1..{MAX_NODES} nodes (the most measured "
+            f"to fit one machine; the nodes share their cluster's {SLOT_PORTS}-port block)"
         )
     base = slot_base(slot)
+    stride = node_stride(nodes)
     plans = []
     for i in range(nodes):
-        first = base + 10 + i * NODE_STRIDE
+        first = base + 10 + i * stride
         daemons = {name: first + k for k, name in enumerate(NODE_DAEMONS)}
         ports = NodePorts(
             **daemons,
             min_worker=first + WORKER_OFFSET,
-            max_worker=first + NODE_STRIDE - 1,
+            max_worker=first + stride - 1,
         )
         plans.append(NodePlan(index=i, address=node_address(slot, i), ports=ports))
     return ClusterPlan(

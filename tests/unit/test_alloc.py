@@ -23,7 +23,7 @@ def test_every_node_has_its_own_loopback_address_never_127_0_0_1():
     assert plan.dashboard_url == "http://127.77.3.10:23001"
 
 
-@pytest.mark.parametrize("nodes", [1, 4, alloc.MAX_NODES])
+@pytest.mark.parametrize("nodes", [1, 4, 16, 17, alloc.MAX_NODES])
 def test_ports_are_unique_and_inside_the_slot_block(nodes):
     plan = alloc.plan_cluster(slot=5, nodes=nodes)
     ports = all_ports(plan)
@@ -43,6 +43,23 @@ def test_ports_stay_below_the_ephemeral_range_and_ray_defaults():
     plan = alloc.plan_cluster(alloc.MAX_SLOTS - 1, alloc.MAX_NODES)
     assert max(all_ports(plan)) < 32768
     assert min(all_ports(alloc.plan_cluster(0, 1))) >= 20000  # above Ray's 10002-19999 workers
+
+
+def test_up_to_16_nodes_keep_60_ports_and_32_share_the_block_with_20_worker_ports_each():
+    assert alloc.node_stride(16) == 60 and alloc.worker_ports(16) == 50
+    plan = alloc.plan_cluster(0, 32)
+    assert alloc.MAX_NODES == 32
+    assert [n.ports.max_worker - n.ports.min_worker + 1 for n in plan.nodes] == [20] * 32
+    assert plan.nodes[-1].address == "127.77.0.41"
+
+
+def test_a_shape_whose_workers_outnumber_their_ports_is_refused_naming_the_fix():
+    from rlsim.spec import ClusterShape
+
+    ClusterShape(nodes=32, gpus_per_node=8, cpus_per_node=4)  # 14 workers, 20 ports
+    with pytest.raises(ValueError, match="may run 22 Ray workers at once but has 20 worker ports"
+                       ".*use fewer nodes, GPUs or CPUs per node"):
+        ClusterShape(nodes=32, gpus_per_node=16, cpus_per_node=4)
 
 
 def test_too_many_nodes_names_the_limit():

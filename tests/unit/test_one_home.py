@@ -100,8 +100,8 @@ def test_one_cluster_shape_with_one_set_of_defaults():
     assert ClusterSection().shape() == ClusterSpec().shape() == ClusterShape().shape()
     assert (_default("nodes"), _default("gpus_per_node")) == (2, 8)
     for model in (ClusterSection, ClusterSpec):
-        with pytest.raises(ValueError, match="less than or equal to 16"):
-            model(nodes=17)
+        with pytest.raises(ValueError, match="less than or equal to 32"):
+            model(nodes=33)
 
 
 @pytest.mark.parametrize("backend,section,needle", [

@@ -1,6 +1,6 @@
 """The tiny trainer configs' speed, and what the Ray roles cost, measured side by side in one run.
 
-    .venv/bin/python bench/trainer.py [--steps 20] [--configs grpo_tiny ppo_tiny]
+    .venv/bin/python bench/training.py [--steps 20] [--configs grpo_tiny ppo_tiny]
 
 For each config: the same steps (same seeds, same sampled batches) through
   * ``python -m trainer`` on a 2-node rlsim cluster (Ray role groups, 2 ranks, gloo across nodes),
@@ -21,11 +21,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-# run as a script, this file's folder comes first on sys.path and its name would shadow the
-# `trainer` package it measures
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).parent.resolve():
-    sys.path.pop(0)
 
 from rlsim.backends.gcs import export_auth_env  # noqa: E402
 
