@@ -37,6 +37,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="a real cluster's address (with --backend real)")
     group.addoption("--rlsim-report", dest="rlsim_report", default=None,
                     help="write each scenario's timeline and run directory under this folder")
+    group.addoption("--rlsim-slow", dest="rlsim_slow", action="store_true", default=False,
+                    help="also run scenarios tagged slow (skipped otherwise, saying so)")
     group.addoption("--no-reuse", dest="rlsim_no_reuse", action="store_true", default=False,
                     help="start and stop a cluster per scenario (default: scenarios of one shape "
                          "share a cluster within a worker, checked clean in between)")

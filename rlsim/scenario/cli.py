@@ -77,11 +77,20 @@ def run(
     seed: int = typer.Option(None, help="override every scenario's seed (replay)"),
     no_reuse: bool = typer.Option(False, "--no-reuse", help="a fresh cluster per scenario "
                                   "(default: scenarios of one shape share one, checked clean)"),
+    slow: bool = typer.Option(False, "--slow", help="also run the scenarios tagged slow that a "
+                              "folder holds (a file named on its own always runs)"),
 ) -> None:
     """Run scenarios; exit 0 when every expectation holds, 1 when one fails, 2 for bad input."""
     from rlsim.scenario.pool import Pool, section_key
 
-    scenarios = [sc for _, sc in _load_all(paths)]  # all valid before anything starts
+    named = {p.resolve() for p in paths if p.is_file()}
+    scenarios = []
+    for path, sc in _load_all(paths):  # all valid before anything starts
+        if sc.slow and not slow and path.resolve() not in named:
+            console.print(f"[yellow]SKIP[/] {sc.name}: slow tier; name its file or pass --slow",
+                          highlight=False)
+        else:
+            scenarios.append(sc)
     if backend not in ("local", "docker", "real"):
         console.print(f"--backend {backend}: unknown (local, docker, real)", style="red",
                       markup=False, highlight=False)

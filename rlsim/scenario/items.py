@@ -89,6 +89,9 @@ class ScenarioItem(pytest.Item):
             self.add_marker(tag)
 
     def runtest(self) -> None:
+        if self.scenario.slow and not self.config.getoption("rlsim_slow"):
+            pytest.skip(f"{self.scenario.name}: slow tier (minutes on a small machine); run it "
+                        "with --rlsim-slow")
         backend = self.config.getoption("rlsim_backend") or self.scenario.cluster.backend
         report = self.config.getoption("rlsim_report")
         out = Path(report) / self.scenario.name if report else \

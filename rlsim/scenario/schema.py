@@ -27,6 +27,10 @@ from rlsim.params import DAY, PORT_NAMES, Strict, first_error
 from rlsim.spec import ClusterShape, per_node_problem
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+# The tag of the slow tier: scenarios minutes long on a 2-core machine (full-scale ranks) that the
+# test command leaves out. pytest runs them with --rlsim-slow; `rlsim run` runs one named by its
+# file, and those in a folder with --slow.
+SLOW = "slow"
 
 
 class ClusterSection(ClusterShape):
@@ -163,6 +167,10 @@ class Scenario(Strict):
                 raise ValueError(f"{where}.port: {port!r} names node {m.group(3)}, outside the "
                                  f"cluster (nodes 0-{last})")
         return self
+
+    @property
+    def slow(self) -> bool:
+        return SLOW in self.tags
 
     def checks(self) -> list[tuple[str, Strict]]:
         return [(name, CHECKS[name].params(p))

@@ -3,6 +3,8 @@ their own words, timing as JUnit properties, invalid files reported as path:line
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,17 @@ def test_a_wrong_expectation_fails_in_the_scenarios_words(pytester, scenarios):
     assert "Traceback" not in out
     junit = (pytester.path / "junit.xml").read_text()
     assert '<property name="fails" value="' in junit
+
+
+def test_the_slow_tier_is_skipped_in_words_unless_asked_for(pytester, scenarios, tmp_path):
+    (scenarios / "wrong.yaml").write_text(WRONG.replace("demo_tag]", "demo_tag, slow]"))
+    result = pytester.runpytest_subprocess("scenarios", "-k", "demo_tag", "-rs",
+                                           "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*wrong_expectation: slow tier*run it with --rlsim-slow*"])
+    # rlsim run: a folder's slow scenario is skipped saying how to run it; nothing starts
+    (scenarios / "broken.yaml").unlink()
+    out = subprocess.run([str(Path(sys.executable).parent / "rlsim"), "run", str(scenarios), "--report",
+                          str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SKIP wrong_expectation: slow tier; name its file or pass --slow" in out.stdout
