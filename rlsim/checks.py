@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
+from rlsim.adapters.base import HARNESS_EVENTS
 from rlsim.faults import DISRUPTIVE
 from rlsim.params import DAY, Strict, first_error, regex
 from rlsim.scenario.timeline import Outcome
@@ -43,6 +44,9 @@ class Check:
     Params: type[Strict]
     judge: Callable[[Outcome, Any], Verdict]
     scalar: Callable[[str, Any], dict] | None = None
+    # trainer event types (or "metrics.jsonl") the judge reads: a scenario whose adapter cannot
+    # observe them is refused when read (rlsim.adapters)
+    needs: tuple[str, ...] = ()
 
     def params(self, value: Any) -> Strict:
         """The parameters of an ``expect`` entry, long form or shorthand; ValueError says which
@@ -66,10 +70,11 @@ class Check:
 CHECKS: dict[str, Check] = {}
 
 
-def check(Params: type[Strict], scalar: Callable[[str, Any], dict] | None = None):
+def check(Params: type[Strict], scalar: Callable[[str, Any], dict] | None = None,
+          needs: tuple[str, ...] = ()):
     """Register the decorated judge as the check of its name."""
     def register(judge: Callable[[Outcome, Any], Verdict]):
-        CHECKS[judge.__name__] = Check(judge.__name__, Params, judge, scalar)
+        CHECKS[judge.__name__] = Check(judge.__name__, Params, judge, scalar, needs)
         return judge
     return register
 
@@ -130,7 +135,7 @@ class Completes(Strict):
     pass
 
 
-@check(Completes, _true)
+@check(Completes, _true, needs=("run_end",))
 def completes(o: Outcome, p) -> Verdict:
     end = _end(o)
     ok = o.returncode == 0 and end is not None and end["status"] == "completed"
@@ -148,7 +153,7 @@ class Fails(Strict):
     _pattern = field_validator("pattern")(regex)
 
 
-@check(Fails, _text("pattern"))
+@check(Fails, _text("pattern"), needs=("error",))
 def fails(o: Outcome, p) -> Verdict:
     errors = o.trainer("error")
     text = " | ".join(f"{e['kind']}: {e['message']}" for e in errors)
@@ -172,7 +177,7 @@ class ResumedFromStep(Strict):
     step: int = Field(ge=0)
 
 
-@check(ResumedFromStep, _count("step"))
+@check(ResumedFromStep, _count("step"), needs=("resume",))
 def resumed_from_step(o: Outcome, p) -> Verdict:
     steps = [e["from_step"] for e in o.trainer("resume")]
     ok = p.step in steps
@@ -185,19 +190,26 @@ class Restarts(Strict):
     max: int | None = Field(None, ge=0)
 
 
+def _restarts(o: Outcome) -> list[dict]:
+    """In-process restarts (the trainer's ``restart``) and relaunches by the runner, in order."""
+    return sorted(o.trainer("restart") + o.rlsim("relaunch"), key=lambda e: e["ts"])
+
+
 @check(Restarts, _count("min", "max"))
 def restarts(o: Outcome, p) -> Verdict:
-    n = len(o.trainer("restart"))
+    n = len(_restarts(o))
     ok = n >= p.min and (p.max is None or n <= p.max)
     want = f">= {p.min}" + (f" and <= {p.max}" if p.max is not None else "")
-    return Verdict("restarts", ok, f"{n} restart(s), expected {want}", n, _interesting(o))
+    relaunched = len(o.rlsim("relaunch"))
+    what = f" ({relaunched} of them relaunches)" if relaunched else ""
+    return Verdict("restarts", ok, f"{n} restart(s){what}, expected {want}", n, _interesting(o))
 
 
 class FinalStep(Strict):
     step: int = Field(ge=0)
 
 
-@check(FinalStep, _count("step"))
+@check(FinalStep, _count("step"), needs=("step_end",))
 def final_step(o: Outcome, p) -> Verdict:
     steps = [e["step"] for e in o.trainer("step_end")]
     last = max(steps, default=0)
@@ -219,21 +231,25 @@ def detected_within_s(o: Outcome, p) -> Verdict:
     if fault is None:
         return Verdict("detected_within_s", False, "no fault was injected",
                        evidence=_interesting(o))
-    seen = [e for e in o.trainer() if e["type"] in DETECTION_EVENTS and e["ts"] >= fault["ts"]]
+    # the first sign the trainer noticed: its own event, or its exit with an error
+    signs = o.trainer() + [e for e in o.rlsim("trainer_exited") if e["returncode"]]
+    seen = sorted((e for e in signs if (e["type"] in DETECTION_EVENTS or
+                                        e["type"] == "trainer_exited") and e["ts"] >= fault["ts"]),
+                  key=lambda e: e["ts"])
     if not seen:
         return Verdict("detected_within_s", False, f"the trainer never reported the "
-                       f"{fault['fault']} (no worker_died, node_lost or error event)",
-                       evidence=_interesting(o))
+                       f"{fault['fault']} (no worker_died, node_lost or error event, no failed "
+                       "exit)", evidence=_interesting(o))
     took = seen[0]["ts"] - fault["ts"]
     return Verdict("detected_within_s", took <= p.seconds,
                    f"{seen[0]['type']} {took:.2f} s after {fault['fault']} (limit {p.seconds} s)",
                    took, _interesting(o))
 
 
-@check(WithinS, _seconds)
+@check(WithinS, _seconds, needs=("step_end",))
 def recovered_within_s(o: Outcome, p) -> Verdict:
     fault = _first_fault(o)
-    restarts_ = [e for e in o.trainer("restart") if fault and e["ts"] >= fault["ts"]]
+    restarts_ = [e for e in _restarts(o) if fault and e["ts"] >= fault["ts"]]
     if fault is None or not restarts_:
         return Verdict("recovered_within_s", False, "no restart after the fault",
                        evidence=_interesting(o))
@@ -258,7 +274,7 @@ class MatchesBaseline(Strict):
     weights: bool = Field(True, description="also compare final weights bit for bit")
 
 
-@check(MatchesBaseline, _true)
+@check(MatchesBaseline, _true, needs=("metrics.jsonl",))
 def matches_baseline(o: Outcome, p) -> Verdict:
     if o.baseline_dir is None:
         return Verdict("matches_baseline", False, "the baseline twin did not run")
@@ -296,7 +312,7 @@ class RewardImproves(Strict):
     by: float = Field(0.1, description="mean of the last 5 steps minus the first 5")
 
 
-@check(RewardImproves)
+@check(RewardImproves, needs=("step_end",))
 def reward_improves(o: Outcome, p) -> Verdict:
     rewards = [e["metrics"]["rollout/reward_mean"] for e in o.trainer("step_end")]
     if len(rewards) < 10:
@@ -317,7 +333,8 @@ def no_leaks(o: Outcome, p) -> Verdict:
 
 
 class Event(Strict):
-    """A trainer event of this type appears at least ``min`` and at most ``max`` times."""
+    """An event of this type appears at least ``min`` and at most ``max`` times: one the trainer
+    logs, or one of Ray's own that the runner records (``ray_node_dead``, ``ray_actor_died``)."""
 
     type: str
     min: int = Field(1, ge=0)
@@ -326,7 +343,8 @@ class Event(Strict):
 
 @check(Event, _text("type"))
 def event(o: Outcome, p) -> Verdict:
-    n = len(o.trainer(p.type))
+    # Ray's own events (rlsim.scenario.watch) are the runner's; every other type the trainer's
+    n = len((o.rlsim if p.type in HARNESS_EVENTS else o.trainer)(p.type))
     ok = n >= p.min and (p.max is None or n <= p.max)
     bound = f"at least {p.min}" + (f" and at most {p.max}" if p.max is not None else "")
     return Verdict("event", ok, f"{n} {p.type!r} event(s), expected {bound}", n, _interesting(o))

@@ -231,9 +231,10 @@ class DockerCluster(StartedCluster):
         return [f"drivers run on the head node: docker exec -it {self._container(0).name} "
                 "python ..."]
 
-    def driver_command(self, cmd: list[str]) -> list[str]:
-        """``cmd`` as a driver inside the head container (the repo is the working directory)."""
-        env = self.driver_env()
+    def driver_command(self, cmd: list[str], env: dict[str, str] | None = None) -> list[str]:
+        """``cmd`` as a driver inside the head container (the repo is the working directory),
+        with the connection's variables and ``env``."""
+        env = {**self.driver_env(), **(env or {})}
         return ["docker", "exec", "-i", "-w", str(REPO),
                 *[a for k, v in env.items() for a in ("-e", f"{k}={v}")],
                 self._container(0).name, *cmd]

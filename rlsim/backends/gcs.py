@@ -25,7 +25,7 @@ def export_auth_env() -> None:
 
 
 @contextlib.contextmanager
-def _global_state(gcs_address: str, token_path: str):
+def global_state(gcs_address: str, token_path: str):
     """Ray's read-only view of a GCS (no driver, no ``ray.init``).
 
     Sets the auth variables in this process first: Ray's C++ layer reads them once.
@@ -48,14 +48,14 @@ def _global_state(gcs_address: str, token_path: str):
 
 def node_table(gcs_address: str, token_path: str) -> list[dict]:
     """Ray's node table: one dict per registration (a restarted node appears twice)."""
-    with _global_state(gcs_address, token_path) as gs:
+    with global_state(gcs_address, token_path) as gs:
         return gs.node_table()
 
 
 def leftovers(gcs_address: str, token_path: str) -> list[str]:
     """What finished jobs left in the cluster: live actors, placement groups not removed, jobs
     whose driver is still connected. Empty on a cluster ready for the next job."""
-    with _global_state(gcs_address, token_path) as gs:
+    with global_state(gcs_address, token_path) as gs:
         actors = gs.actor_table(None)
         groups = gs.placement_group_table()
         jobs = gs.job_table()

@@ -129,8 +129,9 @@ class LocalCluster(StartedCluster):
     def driver_env(self) -> dict[str, str]:
         return {"RAY_ADDRESS": self.address, **connect_env(str(state.auth_token_path()))}
 
-    def driver_command(self, cmd: list[str]) -> list[str]:
-        """``cmd`` as a driver of this cluster (run it with :meth:`driver_env`): on the host."""
+    def driver_command(self, cmd: list[str], env: dict[str, str] | None = None) -> list[str]:
+        """``cmd`` as a driver of this cluster (run it with :meth:`driver_env` and ``env``): on
+        the host."""
         return cmd
 
     def probe(self, src: int, dst: int, port: int) -> bool:

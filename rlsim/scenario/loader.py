@@ -13,9 +13,10 @@ before any cluster starts.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
+import os
 import re
+import shutil
 from pathlib import Path
 
 import yaml
@@ -23,9 +24,10 @@ from pydantic import ValidationError
 from yaml import events as ev
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from rlsim.adapters.base import REPO, resolve
+from rlsim.adapters.rlsim import overrides
 from rlsim.scenario.schema import Scenario
 
-REPO = Path(__file__).resolve().parents[2]
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
 MAX_NUMBER = 1e15
@@ -57,20 +59,10 @@ def load(path: str | Path) -> Scenario:
     return scenario
 
 
-def resolve(path: str) -> Path:
-    """A path in a scenario: absolute, or relative to the repository root."""
-    p = Path(path)
-    return p if p.is_absolute() else REPO / p
-
-
 def discover(root: str | Path) -> list[Path]:
     return sorted(Path(root).rglob("*.yaml"))
 
 
-def trainer_overrides(sc: Scenario) -> list[str]:
-    """The scenario's overrides as the trainer's ``key=value`` arguments. JSON is flow-style YAML:
-    the trainer parses each value back with yaml.safe_load."""
-    return [f"{k}={json.dumps(v)}" for k, v in sc.trainer.overrides.items()]
 
 
 # -- reading and parsing ---------------------------------------------------------------------------
@@ -247,18 +239,12 @@ def _dotted(loc: tuple) -> str:
 
 # -- the scenario against its trainer --------------------------------------------------------------
 def _check_against_trainer(p: Path, lines: dict[tuple, int], sc: Scenario) -> None:
-    """What only the trainer knows: its event types, its config with the scenario's overrides
-    (then its own pre-flight: data, model, resume, placement), and how many steps it runs."""
-    from trainer.events import EVENT_TYPES  # the trainer package brings torch: only when needed
-
-    named = [(("faults", i, "at", "event"), f.at.event) for i, f in enumerate(sc.faults)]
-    named += [(("expect", i, "event", "type"), e["event"].get("type"))
-              for i, e in enumerate(sc.expect) if isinstance(e.get("event"), dict)]
-    for loc, event in named:
-        if event is not None and event not in EVENT_TYPES:
-            raise ScenarioError(
-                f"{p}:{_line_of(lines, loc)}: {_dotted(loc)}: the trainer never logs an event "
-                f"{event!r}; use one of {', '.join(sorted(EVENT_TYPES))}")
+    """What only the trainer knows: its config with the scenario's overrides (then its own
+    pre-flight: data, model, resume, placement), and how many steps it runs."""
+    if sc.trainer.adapter != "rlsim":
+        _check_command(p, lines, sc.trainer.command)
+        _check_steps(p, lines, sc, sc.trainer.total_steps, "trainer.total_steps")
+        return
     config = resolve(sc.trainer.config)
     if not config.is_file():
         raise ScenarioError(f"{p}:{_line_of(lines, ('trainer', 'config'))}: trainer.config: "
@@ -267,12 +253,37 @@ def _check_against_trainer(p: Path, lines: dict[tuple, int], sc: Scenario) -> No
     cfg = _trainer_config(p, lines, sc, config)
     if cfg is None:  # refused, as the scenario expects
         return
+    _check_steps(p, lines, sc, cfg.total_steps, "total_steps in trainer.overrides")
+
+
+def _check_command(p: Path, lines: dict[tuple, int], command: list[str]) -> None:
+    """The program a command starts exists (and, run by ``{python}``, its script)."""
+    program, *args = command
+    where = f"{p}:{_line_of(lines, ('trainer', 'command'))}: trainer.command"
+    if program == "{python}":
+        script = resolve(args[0]) if args and args[0].endswith(".py") else None
+        if script is not None and not script.is_file():
+            raise ScenarioError(f"{where}: no such script {args[0]!r} (looked for "
+                                f"{str(script)!r}); paths are relative to the repository root")
+        return
+    if "{" in program:
+        return  # filled in at launch
+    found = resolve(program) if "/" in program else shutil.which(program)
+    if found is None or not Path(found).is_file() or not os.access(found, os.X_OK):
+        raise ScenarioError(f"{where}: {program!r} is not an executable here (relative paths "
+                            "are from the repository root; a bare name is looked up on PATH); "
+                            "fix the path, or start a script with \"{python}\"")
+
+
+def _check_steps(p: Path, lines: dict[tuple, int], sc: Scenario, total: int | None,
+                 knob: str) -> None:
+    """A fault at a step the trainer never reaches would never fire."""
     for i, fault in enumerate(sc.faults):
-        if fault.at.step is not None and fault.at.step > cfg.total_steps:
+        if total is not None and fault.at.step is not None and fault.at.step > total:
             raise ScenarioError(
                 f"{p}:{_line_of(lines, ('faults', i, 'at', 'step'))}: faults[{i}].at.step: step "
                 f"{fault.at.step} is never reached, the trainer stops at total_steps="
-                f"{cfg.total_steps}; fire earlier or raise total_steps in trainer.overrides")
+                f"{total}; fire earlier or raise {knob}")
 
 
 def _trainer_config(p: Path, lines: dict[tuple, int], sc: Scenario, config: Path):
@@ -284,7 +295,7 @@ def _trainer_config(p: Path, lines: dict[tuple, int], sc: Scenario, config: Path
 
     try:
         with contextlib.chdir(REPO):  # the trainer runs there: its relative paths are the repo's
-            cfg = load_config(config, trainer_overrides(sc))
+            cfg = load_config(config, overrides(sc.trainer))
             if "run_dir" not in sc.trainer.overrides:  # the runner's: in its report folder
                 cfg = cfg.model_copy(update={"run_dir": str(REPO / "reports")})
             data = Path(cfg.data.path)

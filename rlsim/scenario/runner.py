@@ -19,23 +19,42 @@ import sys
 import time
 from pathlib import Path
 
+from rlsim.adapters import ADAPTERS, Launch
+from rlsim.adapters.base import REPO, resolve
 from rlsim.backends import cluster_class, every_class
-from rlsim.backends.base import ClusterStartError, HoldsGpuMemory, Unsupported
+from rlsim.backends.base import ClusterStartError, HoldsGpuMemory, StartsClusters, Unsupported
+from rlsim.events import ATTEMPT_VAR, RUN_DIR_VAR
 from rlsim.faults import FAULTS, FaultContext
-from rlsim.scenario.loader import REPO, resolve, trainer_overrides
 from rlsim.scenario.nemesis import Nemesis
 from rlsim.scenario.pool import Pool, twin_key
 from rlsim.scenario.schema import Scenario
-from rlsim.scenario.timeline import EventTail, Outcome, Recorder
+from rlsim.scenario.timeline import Outcome, Recorder
+from rlsim.scenario.watch import RayWatch
 from rlsim.spec import ClusterSpec
 
 _names = itertools.count()
 
 
-def trainer_command(sc: Scenario, run_dir: Path) -> list[str]:
-    # the same overrides `rlsim validate` checked against the trainer's config
-    return [sys.executable, "-m", "trainer", "--config", str(resolve(sc.trainer.config)),
-            f"run_dir={run_dir}", *trainer_overrides(sc)]
+def trainer_command(sc: Scenario, run_dir: Path, attempt: int = 0,
+                    ray_address: str = "") -> list[str]:
+    """The argv of one launch of the scenario's trainer, through its adapter."""
+    launch = Launch(python=sys.executable, run_dir=run_dir, attempt=attempt,
+                    ray_address=ray_address)
+    return ADAPTERS[sc.trainer.adapter].command(sc.trainer, launch)
+
+
+def launch_env(sc: Scenario, run_dir: Path, attempt: int) -> dict[str, str]:
+    """What a launch adds to the environment: the scenario's own variables and where rlsim's
+    event log goes (:mod:`rlsim.events`)."""
+    return {**sc.trainer.env, RUN_DIR_VAR: str(run_dir), ATTEMPT_VAR: str(attempt)}
+
+
+def _start(sc: Scenario, cluster, run_dir: Path, attempt: int, **popen) -> subprocess.Popen:
+    """One launch of the trainer as a driver of ``cluster``, from the repository root."""
+    extra = launch_env(sc, run_dir, attempt)
+    cmd = cluster.driver_command(trainer_command(sc, run_dir, attempt, cluster.address), extra)
+    return subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **cluster.driver_env(), **extra},
+                            **popen)
 
 
 def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None = None,
@@ -131,41 +150,75 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
 
 
 def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -> None:
-    """Start the trainer and, every 100 ms until it exits or times out, read its new events and
-    let the nemesis fire and heal what is due."""
+    """Start the trainer and, every 100 ms until it exits or times out, read its new events (and
+    Ray's, :mod:`rlsim.scenario.watch`) and let the nemesis fire and heal what is due. A trainer
+    that exits non-zero is launched again, up to ``relaunch.max`` times, as a scheduler would."""
     run_dir = outcome.run_dir
-    env = {**os.environ, **cluster.driver_env()}
-    proc = subprocess.Popen(cluster.driver_command(trainer_command(sc, run_dir)), cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    outcome.started = time.time()
-    log.emit("trainer_started", pid=proc.pid)
-    tail = EventTail(run_dir / "events.jsonl")
+    tail = ADAPTERS[sc.trainer.adapter].events(run_dir)
+    # a cluster rlsim started answers to rlsim's token; a real one is the user's to watch
+    watch = RayWatch(cluster.address, [n.address for n in cluster.nodes()]) \
+        if isinstance(cluster, StartsClusters) else None
     deadline = time.monotonic() + sc.trainer.timeout_s
+    relaunches = sc.trainer.relaunch.max if sc.trainer.relaunch else 0
+    outcome.started = time.time()
     try:
-        while True:
-            for e in tail.poll():
-                log.trainer(e)
-                if e["type"] == "placement":
-                    nemesis.ctx.workers = e["workers"]
-                if on_progress:
-                    on_progress(e)
-            nemesis.tick(tail.events, time.time() - outcome.started)
-            if proc.poll() is not None:
+        for attempt in range(relaunches + 1):
+            if attempt:
+                log.emit("relaunch", attempt=attempt, returncode=outcome.returncode)
+            proc, output = _launch(sc, cluster, run_dir, attempt, log)
+            try:
+                timed_out = _follow(proc, tail, watch, nemesis, log, on_progress, outcome,
+                                    deadline)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+                outcome.output += output.read_text(errors="replace")
+                outcome.returncode = proc.returncode
+                for e in tail.poll():
+                    log.trainer(e)
+                log.emit("trainer_exited", returncode=proc.returncode, attempt=attempt)
+            if timed_out or proc.returncode == 0:
                 break
-            if time.monotonic() > deadline:
-                log.emit("trainer_timeout", seconds=sc.trainer.timeout_s)
-                break
-            time.sleep(0.1)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        outcome.output = proc.communicate()[0] or ""
-        outcome.returncode = proc.returncode
+        if watch is not None:
+            watch.close()
+    if refusal := config_refusal(outcome):
+        log.trainer(refusal)
+
+
+def _launch(sc, cluster, run_dir: Path, attempt: int, log: Recorder):
+    """Start one launch of the trainer; its output goes to ``trainer-<attempt>.log`` beside the
+    run directory (a file, not a pipe: a talkative trainer would fill a pipe and stall)."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    output = run_dir.parent / f"trainer-{attempt}.log"
+    with output.open("w") as out:
+        proc = _start(sc, cluster, run_dir, attempt, stdout=out, stderr=subprocess.STDOUT)
+    log.emit("trainer_started", pid=proc.pid, attempt=attempt)
+    return proc, output
+
+
+def _follow(proc, tail, watch, nemesis: Nemesis, log: Recorder, on_progress, outcome,
+            deadline: float) -> bool:
+    """Until the launch exits: new events into the timeline, due faults fired. True when the
+    run's time is up (the launch is then killed, and not relaunched)."""
+    while True:
         for e in tail.poll():
             log.trainer(e)
-        if refusal := config_refusal(outcome):
-            log.trainer(refusal)
-        log.emit("trainer_exited", returncode=proc.returncode)
+            if e["type"] == "placement":
+                nemesis.ctx.workers = e["workers"]
+            if on_progress:
+                on_progress(e)
+        for e in watch.poll() if watch is not None else []:
+            log.emit(**e)
+        seen = tail.events + (watch.events if watch is not None else [])
+        nemesis.tick(seen, time.time() - outcome.started)
+        if proc.poll() is not None:
+            return False
+        if time.monotonic() > deadline:
+            log.emit("trainer_timeout", seconds=outcome.scenario.trainer.timeout_s)
+            return True
+        time.sleep(0.1)
 
 
 def config_refusal(outcome: Outcome) -> dict | None:
@@ -202,10 +255,14 @@ def _baseline(sc: Scenario, cluster, run_dir: Path, log, pool: Pool, backend: st
     if cached := pool.twin(key):
         log.emit("baseline_done", returncode=0, run_dir=str(cached), cached=True, key=key)
         return cached
-    out = subprocess.run(cluster.driver_command(trainer_command(sc, run_dir)), cwd=REPO,
-                         env={**os.environ, **cluster.driver_env()}, capture_output=True,
-                         text=True, timeout=sc.trainer.timeout_s)
-    log.emit("baseline_done", returncode=out.returncode, run_dir=str(run_dir), key=key)
-    if out.returncode == 0:
+    proc = _start(sc, cluster, run_dir, 0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        proc.wait(timeout=sc.trainer.timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log.emit("baseline_done", returncode=proc.returncode, run_dir=str(run_dir), key=key)
+    if proc.returncode == 0:
         pool.keep_twin(key, run_dir)
     return run_dir

@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rlsim.adapters import ADAPTERS, HARNESS_EVENTS
+from rlsim.adapters.base import placeholder_problem
 from rlsim.checks import CHECKS
 from rlsim.faults import FAULTS
 from rlsim.params import DAY, PORT_NAMES, Strict, first_error
@@ -56,9 +58,31 @@ class ClusterSection(ClusterShape):
         return self
 
 
+class Relaunch(Strict):
+    max: int = Field(ge=1, le=100, description="relaunches after the first launch")
+
+
 class TrainerSection(Strict):
-    config: str = Field(description="trainer YAML, relative to the repository root or absolute")
-    overrides: dict[str, Any] = Field(default_factory=dict, description="dotted key -> value")
+    """The trainer and how to drive it: the reference trainer by its config (``adapter: rlsim``,
+    the default), or any command through an adapter (:mod:`rlsim.adapters`)."""
+
+    adapter: str = Field("rlsim", description="how the trainer is driven: "
+                         "rlsim (the reference trainer) or events (a command writing rlsim's "
+                         "events.jsonl)")
+    config: str | None = Field(None, description="reference trainer YAML, relative to the "
+                               "repository root or absolute (adapter rlsim)")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="dotted key -> value "
+                                      "(adapter rlsim)")
+    command: list[str] | None = Field(None, min_length=1, description="argv, relative paths from "
+                                      "the repository root; placeholders {python}, {run_dir}, "
+                                      "{attempt}, {ray_address} (other adapters)")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment")
+    total_steps: int | None = Field(None, ge=1, description="the steps the command runs (other "
+                                    "adapters; the reference trainer's config says its own)")
+    relaunch: Relaunch | None = Field(None, description="relaunch a command that exited non-zero, "
+                                      "as a scheduler would")
+    timeout_s: float = Field(300, gt=0, le=7 * DAY, description="the whole run, faults and "
+                             "relaunches included")
 
     @field_validator("overrides")
     @classmethod
@@ -68,7 +92,30 @@ class TrainerSection(Strict):
                 raise ValueError(f"override key {key!r} is not a trainer config key: write a "
                                  "dotted name such as total_steps or actor.lr")
         return overrides
-    timeout_s: float = Field(300, gt=0, le=7 * DAY, description="the whole run, faults included")
+
+    @model_validator(mode="after")
+    def _driven_one_way(self) -> TrainerSection:
+        if self.adapter not in ADAPTERS:
+            raise ValueError(f"adapter: unknown adapter {self.adapter!r}; known: "
+                             f"{', '.join(ADAPTERS)}")
+        if self.adapter == "rlsim":
+            if self.config is None:
+                raise ValueError("config: required for the reference trainer (adapter rlsim): "
+                                 "a YAML under fixtures/trainer/, or set adapter and command")
+            if self.command is not None or self.total_steps is not None:
+                raise ValueError("command: the reference trainer is started from its config; "
+                                 "drop command/total_steps, or name another adapter")
+            return self
+        if self.config is not None or self.overrides:
+            raise ValueError(f"config: adapter {self.adapter} runs a command; config and "
+                             "overrides are the reference trainer's (adapter rlsim)")
+        if self.command is None:
+            raise ValueError(f"command: required for adapter {self.adapter}: the argv that "
+                             "starts the trainer, e.g. [\"{python}\", \"train.py\", \"{run_dir}\"]")
+        for arg in self.command:
+            if problem := placeholder_problem(arg):
+                raise ValueError(f"command: {problem}")
+        return self
 
 
 class At(Strict):
@@ -142,6 +189,26 @@ class Scenario(Strict):
             except ValueError as e:
                 raise ValueError(f"expect[{i}].{e}") from None
         return expect
+
+    @model_validator(mode="after")
+    def _observable(self) -> Scenario:
+        """Every check's facts, and every event a fault waits for or a check counts, are ones the
+        adapter (or the runner, from Ray) can see: never a silent pass."""
+        adapter = ADAPTERS[self.trainer.adapter]
+        seen = adapter.observes | HARNESS_EVENTS
+        named = [(f"faults[{i}].at.event", f.at.event) for i, f in enumerate(self.faults)]
+        for i, (name, params) in enumerate(self.checks()):
+            if name == "event":
+                named.append((f"expect[{i}].event.type", params.type))
+            elif missing := sorted(set(CHECKS[name].needs) - seen):
+                raise ValueError(f"expect[{i}]: check {name} needs {', '.join(missing)}, which "
+                                 f"adapter {adapter.name} cannot observe; drop the check or use "
+                                 "an adapter that sees it")
+        for where, event in named:
+            if event is not None and event not in seen:
+                raise ValueError(f"{where}: the trainer never logs an event {event!r} (adapter "
+                                 f"{adapter.name}); use one of {', '.join(sorted(seen))}")
+        return self
 
     @model_validator(mode="after")
     def _nodes(self) -> Scenario:

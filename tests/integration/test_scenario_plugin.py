@@ -71,7 +71,8 @@ def test_the_slow_tier_is_skipped_in_words_unless_asked_for(pytester, scenarios,
     result.stdout.fnmatch_lines(["*wrong_expectation: slow tier*run it with --rlsim-slow*"])
     # rlsim run: a folder's slow scenario is skipped saying how to run it; nothing starts
     (scenarios / "broken.yaml").unlink()
-    out = subprocess.run([str(Path(sys.executable).parent / "rlsim"), "run", str(scenarios), "--report",
-                          str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
+    rlsim = Path(sys.executable).parent / "rlsim"
+    out = subprocess.run([str(rlsim), "run", str(scenarios), "--report", str(tmp_path / "r")],
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SKIP wrong_expectation: slow tier; name its file or pass --slow" in out.stdout

@@ -1,0 +1,12 @@
+"""The one registry of adapters: how a scenario drives a trainer (see :mod:`rlsim.adapters.base`).
+
+Adding one: a module with an :class:`~rlsim.adapters.base.Adapter` subclass, its line here.
+"""
+
+from rlsim.adapters.base import HARNESS_EVENTS, PLACEHOLDERS, Adapter, Launch
+from rlsim.adapters.events import EventsAdapter
+from rlsim.adapters.rlsim import RlsimAdapter
+
+ADAPTERS: dict[str, Adapter] = {a.name: a for a in (RlsimAdapter(), EventsAdapter())}
+
+__all__ = ["ADAPTERS", "HARNESS_EVENTS", "PLACEHOLDERS", "Adapter", "Launch"]

@@ -1,0 +1,82 @@
+"""What an adapter is: how a scenario starts a trainer and where the trainer's events come from.
+
+An adapter turns what a trainer shows (the files it writes, its output) into the timeline events
+the checks judge (``step_end``, ``checkpoint_saved``, ``resume``, ``error``, ``run_end``...). Each
+says which event types it can observe (:attr:`Adapter.observes`); a scenario whose checks need an
+event its adapter cannot see is refused when the file is read, naming the check and the adapter,
+never passed silently.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Protocol
+
+# Trainer commands run in the repository root: a relative path in a scenario is relative to it.
+REPO = Path(__file__).resolve().parents[2]
+
+
+def resolve(path: str) -> Path:
+    """A path in a scenario: absolute, or relative to the repository root."""
+    p = Path(path)
+    return p if p.is_absolute() else REPO / p
+
+
+# what a command may name: the harness's interpreter, the run's directory, the launch (0 first,
+# n for the n-th relaunch) and the cluster's GCS address
+PLACEHOLDERS = ("python", "run_dir", "attempt", "ray_address")
+
+# the event types the runner records for every adapter (source rlsim), from Ray itself
+HARNESS_EVENTS = frozenset({"ray_node_dead", "ray_actor_died"})
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One start of the trainer: what the placeholders of its command stand for."""
+
+    python: str
+    run_dir: Path
+    attempt: int
+    ray_address: str
+
+    def fill(self, arg: str) -> str:
+        return arg.format_map({"python": self.python, "run_dir": str(self.run_dir),
+                               "attempt": str(self.attempt), "ray_address": self.ray_address})
+
+
+class EventSource(Protocol):
+    def poll(self) -> list[dict]:
+        """The trainer events that appeared since the last call (each a dict with ts, type)."""
+
+
+class Adapter:
+    """One way of driving a trainer. Subclasses set ``name`` and ``observes`` and build the
+    command and the event source; they never touch the cluster."""
+
+    name: ClassVar[str]
+    # trainer event types this adapter can put into the timeline; "metrics.jsonl" where the run
+    # also leaves per-step metrics a twin can be compared with
+    observes: ClassVar[frozenset[str]]
+
+    def command(self, trainer, launch: Launch) -> list[str]:
+        """The argv of one launch of the scenario's ``trainer`` section."""
+        raise NotImplementedError
+
+    def events(self, run_dir: Path) -> EventSource:
+        """Where this run's trainer events come from."""
+        raise NotImplementedError
+
+
+def placeholder_problem(arg: str) -> str | None:
+    """Why ``arg`` (one element of a command) cannot be filled in, or None."""
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(arg) if name is not None]
+    except ValueError as e:
+        return f"{arg!r}: {e}; write a literal brace as {{{{ or }}}}"
+    for name in names:
+        if name not in PLACEHOLDERS:
+            return (f"{arg!r}: unknown placeholder {{{name}}}; known: "
+                    + ", ".join(f"{{{p}}}" for p in PLACEHOLDERS))
+    return None

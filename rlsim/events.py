@@ -1,0 +1,68 @@
+"""Write rlsim's event log from your own trainer: ``<run_dir>/events.jsonl``, what scenarios judge.
+
+Dependency-free (the standard library only): copy the calls into any trainer. A scenario with
+``trainer: {adapter: events, command: [...]}`` reads this file as the run goes::
+
+    from rlsim.events import EventLog
+
+    log = EventLog()                      # RLSIM_RUN_DIR, set by the runner (or a path)
+    log.emit("resume", from_step=4)       # after loading a checkpoint
+    log.emit("step_end", step=5, metrics={"train/loss": 0.3})
+    log.emit("checkpoint_saved", step=5, path="/ckpt/global_step_5")
+    log.emit("run_end", status="completed", step=20)
+
+One JSON object per line, appended and flushed to disk as it happens:
+``{"ts": <unix seconds>, "type": <name>, "attempt": <n>, ...fields}``. The types and the fields
+the checks read:
+
+==================  ============================================================================
+step_end            step, metrics (optional; ``final_step``, ``reward_improves``: metrics
+                    ``rollout/reward_mean``)
+checkpoint_saved    step, path
+resume              from_step (``resumed_from_step``)
+worker_died         cause, message (the trainer noticed a loss: ``detected_within_s``)
+node_lost           ip
+restart             restart (count), cause (an in-process restart: ``restarts``)
+error               kind, message (``fails``)
+run_end             status (completed | failed), step (``completes``)
+==================  ============================================================================
+
+``attempt`` is RLSIM_ATTEMPT (0 for the first launch, n for the n-th relaunch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+RUN_DIR_VAR = "RLSIM_RUN_DIR"
+ATTEMPT_VAR = "RLSIM_ATTEMPT"
+
+EVENT_TYPES = frozenset({"step_end", "checkpoint_saved", "resume", "worker_died", "node_lost",
+                         "restart", "error", "run_end"})
+
+
+class EventLog:
+    """Appends events to ``<run_dir>/events.jsonl`` (``run_dir`` defaults to RLSIM_RUN_DIR)."""
+
+    def __init__(self, run_dir: str | Path | None = None) -> None:
+        where = run_dir or os.environ.get(RUN_DIR_VAR)
+        if not where:
+            raise ValueError(f"EventLog needs a run directory: pass one, or set {RUN_DIR_VAR} "
+                             "(the scenario runner sets it for the command it starts)")
+        self.path = Path(where) / "events.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.attempt = int(os.environ.get(ATTEMPT_VAR, "0"))
+
+    def emit(self, type: str, **fields) -> dict:
+        """Append one event; a type outside :data:`EVENT_TYPES` is refused (no check reads it)."""
+        if type not in EVENT_TYPES:
+            raise ValueError(f"unknown event type {type!r}; known: {sorted(EVENT_TYPES)}")
+        event = {"ts": round(time.time(), 4), "type": type, "attempt": self.attempt, **fields}
+        with self.path.open("a") as f:  # opened per event: a killed trainer loses nothing
+            f.write(json.dumps(event, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return event

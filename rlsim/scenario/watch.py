@@ -1,0 +1,96 @@
+"""What Ray itself says while a trainer runs, whatever the trainer: nodes declared dead and actors
+that died, read from the cluster's GCS (no driver) and recorded as rlsim's own timeline events.
+
+``ray_node_dead``   node (index), address, node_id: a node alive at the start that Ray declared
+                    dead
+``ray_actor_died``  class, node (index, or None), address, pid, cause: an actor seen alive that
+                    Ray reports dead while the trainer runs (an earlier launch's actors, dying
+                    with their job, are among them: Ray's cause says so)
+
+A fault can wait on them (``at: {event: ray_node_dead}``); the checks see them in the timeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from rlsim import state
+from rlsim.backends.gcs import global_state
+
+
+class RayWatch:
+    """Polls the GCS at most every ``every_s`` seconds; ``poll()`` returns the new events (each
+    also kept in :attr:`events`). A GCS it cannot reach ends the watch with one
+    ``ray_watch_error`` event, never the scenario."""
+
+    def __init__(self, gcs_address: str, addresses: list[str], every_s: float = 0.5) -> None:
+        self.gcs_address, self.every_s = gcs_address, every_s
+        self.index = {address: i for i, address in enumerate(addresses)}
+        self.events: list[dict] = []
+        self._stack = contextlib.ExitStack()
+        self._gs = None
+        self._alive_nodes: dict[str, str] = {}  # node id -> address, once seen alive
+        self._alive_actors: dict[str, dict] = {}
+        self._next = 0.0
+        self._stopped = False
+
+    def poll(self) -> list[dict]:
+        now = time.monotonic()
+        if self._stopped or now < self._next:
+            return []
+        self._next = now + self.every_s
+        try:
+            if self._gs is None:
+                self._gs = self._stack.enter_context(
+                    global_state(self.gcs_address, str(state.auth_token_path())))
+            new = self._nodes() + self._actors()
+        except Exception as e:  # noqa: BLE001 - watching must never decide the scenario
+            self.close()
+            new = [self._event("ray_watch_error", message=f"{type(e).__name__}: {e}"[:300])]
+        self.events += new
+        return new
+
+    def close(self) -> None:
+        self._stopped = True
+        self._stack.close()
+
+    def _nodes(self) -> list[dict]:
+        died = []
+        for n in self._gs.node_table():
+            node_id, address = n["NodeID"], n["NodeManagerAddress"]
+            if n["Alive"]:
+                self._alive_nodes[node_id] = address
+            elif self._alive_nodes.pop(node_id, None) is not None:
+                died.append(self._event("ray_node_dead", node=self.index.get(address),
+                                        address=address, node_id=node_id))
+        return died
+
+    def _actors(self) -> list[dict]:
+        table = self._gs.actor_table(None)
+        died = []
+        for actor_id, a in table.items():
+            if a["State"] == "ALIVE":
+                self._alive_actors[actor_id] = a
+            elif a["State"] == "DEAD" and actor_id in self._alive_actors:
+                seen = self._alive_actors.pop(actor_id)
+                address = seen["Address"]["IPAddress"]
+                died.append(self._event("ray_actor_died", **{"class": a["ActorClassName"]},
+                                        node=self.index.get(address), address=address,
+                                        pid=seen["Pid"], cause=_cause(a)))
+        return died
+
+    @staticmethod
+    def _event(type: str, **fields) -> dict:
+        return {"ts": round(time.time(), 4), "type": type, **fields}
+
+
+def _cause(actor: dict) -> str:
+    """Ray's words for why the actor died (the error message of its death cause)."""
+    cause = actor.get("DeathCause")
+    try:
+        which = cause.WhichOneof("context")  # a protobuf ActorDeathCause
+        text = getattr(getattr(cause, which), "error_message", "") if which else ""
+    except (AttributeError, TypeError, ValueError):
+        text = str(cause or "")
+    return " ".join(str(text).split())[:200]
