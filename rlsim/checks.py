@@ -314,9 +314,11 @@ class RewardImproves(Strict):
 
 @check(RewardImproves, needs=("step_end",))
 def reward_improves(o: Outcome, p) -> Verdict:
-    rewards = [e["metrics"]["rollout/reward_mean"] for e in o.trainer("step_end")]
+    rewards = [e["metrics"]["rollout/reward_mean"] for e in o.trainer("step_end")
+               if "rollout/reward_mean" in e.get("metrics", {})]
     if len(rewards) < 10:
-        return Verdict("reward_improves", False, f"only {len(rewards)} steps logged; need 10")
+        return Verdict("reward_improves", False, f"only {len(rewards)} steps logged "
+                       "rollout/reward_mean; need 10")
     gain = sum(rewards[-5:]) / 5 - sum(rewards[:5]) / 5
     return Verdict("reward_improves", gain >= p.by, f"reward rose by {gain:.3f} (first 5 vs last "
                    f"5 steps), expected at least {p.by}", gain)
