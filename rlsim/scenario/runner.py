@@ -29,7 +29,7 @@ from rlsim.scenario.nemesis import Nemesis
 from rlsim.scenario.pool import Pool, twin_key
 from rlsim.scenario.schema import Scenario
 from rlsim.scenario.timeline import Outcome, Recorder
-from rlsim.scenario.watch import RayWatch
+from rlsim.scenario.watch import WatchProcess
 from rlsim.spec import ClusterSpec
 
 _names = itertools.count()
@@ -156,8 +156,9 @@ def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -
     run_dir = outcome.run_dir
     tail = ADAPTERS[sc.trainer.adapter].events(run_dir)
     # a cluster rlsim started answers to rlsim's token; a real one is the user's to watch
-    watch = RayWatch(cluster.address, [n.address for n in cluster.nodes()]) \
-        if isinstance(cluster, StartsClusters) else None
+    watch = WatchProcess(cluster.address, [n.address for n in cluster.nodes()],
+                         run_dir.parent / "ray_events.jsonl") \
+        if sc.watches_ray and isinstance(cluster, StartsClusters) else None
     deadline = time.monotonic() + sc.trainer.timeout_s
     relaunches = sc.trainer.relaunch.max if sc.trainer.relaunch else 0
     outcome.started = time.time()

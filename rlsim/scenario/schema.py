@@ -239,6 +239,16 @@ class Scenario(Strict):
     def slow(self) -> bool:
         return SLOW in self.tags
 
+    @property
+    def watches_ray(self) -> bool:
+        """Whether the runner records Ray's own view (rlsim.scenario.watch): always for a trainer
+        of the user's own; for the reference trainer, which reports its losses itself, only when
+        the scenario names those events (the watch is one more process and GCS client: with it,
+        head_restart_gcs_ft failed 2 of 4 runs here, without it 0 of 3)."""
+        named = {f.at.event for f in self.faults} | {p.type for n, p in self.checks()
+                                                     if n == "event"}
+        return self.trainer.adapter != "rlsim" or bool(named & HARNESS_EVENTS)
+
     def checks(self) -> list[tuple[str, Strict]]:
         return [(name, CHECKS[name].params(p))
                 for entry in self.expect for name, p in entry.items()]

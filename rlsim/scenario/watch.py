@@ -8,21 +8,32 @@ that died, read from the cluster's GCS (no driver) and recorded as rlsim's own t
                     with their job, are among them: Ray's cause says so)
 
 A fault can wait on them (``at: {event: ray_node_dead}``); the checks see them in the timeline.
+
+The watch runs in a process of its own (:class:`WatchProcess`, ``python -m rlsim.scenario.watch``)
+that appends to a file the runner reads as it reads the trainer's events: Ray's GCS client ends
+the process that holds it once the GCS has been gone for a while (a killed or restarted head), and
+that must never be the harness.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from rlsim import state
 from rlsim.backends.gcs import global_state
+from rlsim.scenario.timeline import EventTail
 
 
 class RayWatch:
     """Polls the GCS at most every ``every_s`` seconds; ``poll()`` returns the new events (each
     also kept in :attr:`events`). A GCS it cannot reach ends the watch with one
-    ``ray_watch_error`` event, never the scenario."""
+    ``ray_watch_error`` event, never the scenario. Runs in the watch process (:func:`main`)."""
 
     def __init__(self, gcs_address: str, addresses: list[str], every_s: float = 0.5) -> None:
         self.gcs_address, self.every_s = gcs_address, every_s
@@ -50,6 +61,10 @@ class RayWatch:
             new = [self._event("ray_watch_error", message=f"{type(e).__name__}: {e}"[:300])]
         self.events += new
         return new
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
 
     def close(self) -> None:
         self._stopped = True
@@ -94,3 +109,52 @@ def _cause(actor: dict) -> str:
     except (AttributeError, TypeError, ValueError):
         text = str(cause or "")
     return " ".join(str(text).split())[:200]
+
+
+class WatchProcess:
+    """The runner's side: starts the watch for a cluster, ``poll()`` returns the new events it
+    recorded in ``path`` (also kept in :attr:`events`), ``close()`` ends it (safe twice)."""
+
+    def __init__(self, gcs_address: str, addresses: list[str], path: Path) -> None:
+        self.tail = EventTail(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "rlsim.scenario.watch", gcs_address,
+                                      str(path), *addresses], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+
+    @property
+    def events(self) -> list[dict]:
+        return self.tail.events
+
+    def poll(self) -> list[dict]:
+        return self.tail.poll()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def main(argv: list[str]) -> int:
+    """``python -m rlsim.scenario.watch GCS_ADDRESS OUT.jsonl NODE_ADDRESS...``: append Ray's
+    events to OUT.jsonl until the parent (the runner) is gone or the watch ends."""
+    gcs_address, out, addresses = argv[0], Path(argv[1]), argv[2:]
+    parent, watch = os.getppid(), RayWatch(gcs_address, addresses)
+    try:
+        with out.open("a") as f:
+            while os.getppid() == parent and not watch.stopped:
+                for e in watch.poll():
+                    f.write(json.dumps(e) + "\n")
+                    f.flush()
+                time.sleep(watch.every_s)
+    finally:
+        watch.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -62,3 +62,11 @@ def test_the_event_writer_names_the_setting_it_lacks(monkeypatch):
     monkeypatch.delenv("RLSIM_RUN_DIR", raising=False)
     with pytest.raises(ValueError, match="RLSIM_RUN_DIR"):
         EventLog()
+
+
+def test_ray_is_watched_for_own_trainers_and_where_a_scenario_names_its_events():
+    own = scenario({"adapter": "events", "command": ["/bin/true"]})
+    ours = scenario({"config": "fixtures/trainer/grpo_tiny.yaml"})
+    named = Scenario.model_validate({"name": "s", "trainer": {"config": "x.yaml"},
+                                     "expect": [{"event": "ray_node_dead"}]})
+    assert (own.watches_ray, ours.watches_ray, named.watches_ray) == (True, False, True)
