@@ -31,26 +31,22 @@ from rlsim.scenario.timeline import EventTail
 
 
 class RayWatch:
-    """Polls the GCS at most every ``every_s`` seconds; ``poll()`` returns the new events (each
-    also kept in :attr:`events`). A GCS it cannot reach ends the watch with one
-    ``ray_watch_error`` event, never the scenario. Runs in the watch process (:func:`main`)."""
+    """One look at the GCS per ``poll()``, which returns the new events. A GCS it cannot reach
+    ends the watch with one ``ray_watch_error`` event, never the scenario. Runs in the watch
+    process (:func:`main`), which polls every ``every_s`` seconds."""
 
     def __init__(self, gcs_address: str, addresses: list[str], every_s: float = 0.5) -> None:
         self.gcs_address, self.every_s = gcs_address, every_s
         self.index = {address: i for i, address in enumerate(addresses)}
-        self.events: list[dict] = []
         self._stack = contextlib.ExitStack()
         self._gs = None
         self._alive_nodes: dict[str, str] = {}  # node id -> address, once seen alive
         self._alive_actors: dict[str, dict] = {}
-        self._next = 0.0
         self._stopped = False
 
     def poll(self) -> list[dict]:
-        now = time.monotonic()
-        if self._stopped or now < self._next:
+        if self._stopped:
             return []
-        self._next = now + self.every_s
         try:
             if self._gs is None:
                 self._gs = self._stack.enter_context(
@@ -59,7 +55,6 @@ class RayWatch:
         except Exception as e:  # noqa: BLE001 - watching must never decide the scenario
             self.close()
             new = [self._event("ray_watch_error", message=f"{type(e).__name__}: {e}"[:300])]
-        self.events += new
         return new
 
     @property
