@@ -232,10 +232,9 @@ def detected_within_s(o: Outcome, p) -> Verdict:
         return Verdict("detected_within_s", False, "no fault was injected",
                        evidence=_interesting(o))
     # the first sign the trainer noticed: its own event, or its exit with an error
-    signs = o.trainer() + [e for e in o.rlsim("trainer_exited") if e["returncode"]]
-    seen = sorted((e for e in signs if (e["type"] in DETECTION_EVENTS or
-                                        e["type"] == "trainer_exited") and e["ts"] >= fault["ts"]),
-                  key=lambda e: e["ts"])
+    signs = [e for e in o.trainer() if e["type"] in DETECTION_EVENTS] + \
+        [e for e in o.rlsim("trainer_exited") if e["returncode"]]
+    seen = sorted((e for e in signs if e["ts"] >= fault["ts"]), key=lambda e: e["ts"])
     if not seen:
         return Verdict("detected_within_s", False, f"the trainer never reported the "
                        f"{fault['fault']} (no worker_died, node_lost or error event, no failed "

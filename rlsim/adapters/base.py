@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from rlsim.scenario.timeline import EventTail
+
 # Trainer commands run in the repository root: a relative path in a scenario is relative to it.
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,8 +67,9 @@ class Adapter:
         raise NotImplementedError
 
     def events(self, run_dir: Path) -> EventSource:
-        """Where this run's trainer events come from."""
-        raise NotImplementedError
+        """Where this run's trainer events come from: by default the ``events.jsonl`` the
+        trainer appends to in its run directory."""
+        return EventTail(run_dir / "events.jsonl")
 
 
 def placeholder_problem(arg: str) -> str | None:

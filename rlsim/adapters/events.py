@@ -4,11 +4,8 @@ with no dependencies): the scenario's ``command`` is started as given, with ``RL
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rlsim.adapters.base import Adapter, Launch
 from rlsim.events import EVENT_TYPES
-from rlsim.scenario.timeline import EventTail
 
 
 class EventsAdapter(Adapter):
@@ -17,6 +14,3 @@ class EventsAdapter(Adapter):
 
     def command(self, trainer, launch: Launch) -> list[str]:
         return [launch.fill(arg) for arg in trainer.command]
-
-    def events(self, run_dir: Path) -> EventTail:
-        return EventTail(run_dir / "events.jsonl")

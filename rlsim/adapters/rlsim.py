@@ -4,10 +4,8 @@ every event type the checks read, and per-step metrics for ``matches_baseline``.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from rlsim.adapters.base import Adapter, Launch, resolve
-from rlsim.scenario.timeline import EventTail
 from trainer.events import EVENT_TYPES
 
 
@@ -18,9 +16,6 @@ class RlsimAdapter(Adapter):
     def command(self, trainer, launch: Launch) -> list[str]:
         return [launch.python, "-m", "trainer", "--config", str(resolve(trainer.config)),
                 f"run_dir={launch.run_dir}", *overrides(trainer)]
-
-    def events(self, run_dir: Path) -> EventTail:
-        return EventTail(run_dir / "events.jsonl")
 
 
 def overrides(trainer) -> list[str]:

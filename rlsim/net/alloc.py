@@ -19,7 +19,7 @@ Port block of slot ``s`` (``base = PORT_LO + s * SLOT_PORTS``)::
     ... + WORKER_OFFSET .. + stride-1   that node's worker port range
 
 The stride is ``NODE_STRIDE`` (60 ports a node: 50 worker ports) up to 16 nodes; larger clusters
-share the block evenly (32 nodes: 30 ports a node, 24 of them for workers). Every Ray worker
+share the block evenly (32 nodes: 30 ports a node, 20 of them for workers). Every Ray worker
 process of a node (an actor, a task worker, the driver on the head) holds one port of its node's
 range while it lives, so a node needs at least as many as it runs workers at once.
 """

@@ -196,16 +196,13 @@ class Scenario(Strict):
         adapter (or the runner, from Ray) can see: never a silent pass."""
         adapter = ADAPTERS[self.trainer.adapter]
         seen = adapter.observes | HARNESS_EVENTS
-        named = [(f"faults[{i}].at.event", f.at.event) for i, f in enumerate(self.faults)]
-        for i, (name, params) in enumerate(self.checks()):
-            if name == "event":
-                named.append((f"expect[{i}].event.type", params.type))
-            elif missing := sorted(set(CHECKS[name].needs) - seen):
+        for i, (name, _) in enumerate(self.checks()):
+            if missing := sorted(set(CHECKS[name].needs) - seen):
                 raise ValueError(f"expect[{i}]: check {name} needs {', '.join(missing)}, which "
                                  f"adapter {adapter.name} cannot observe; drop the check or use "
                                  "an adapter that sees it")
-        for where, event in named:
-            if event is not None and event not in seen:
+        for where, event in self.named_events():
+            if event not in seen:
                 raise ValueError(f"{where}: the trainer never logs an event {event!r} (adapter "
                                  f"{adapter.name}); use one of {', '.join(sorted(seen))}")
         return self
@@ -245,9 +242,15 @@ class Scenario(Strict):
         of the user's own; for the reference trainer, which reports its losses itself, only when
         the scenario names those events (the watch is one more process and GCS client: with it,
         head_restart_gcs_ft failed 2 of 4 runs here, without it 0 of 3)."""
-        named = {f.at.event for f in self.faults} | {p.type for n, p in self.checks()
-                                                     if n == "event"}
+        named = {event for _, event in self.named_events()}
         return self.trainer.adapter != "rlsim" or bool(named & HARNESS_EVENTS)
+
+    def named_events(self) -> list[tuple[str, str]]:
+        """(field, event type) for every event a fault waits for or an ``event`` check counts."""
+        named = [(f"faults[{i}].at.event", f.at.event) for i, f in enumerate(self.faults)
+                 if f.at.event is not None]
+        return named + [(f"expect[{i}].event.type", p.type)
+                        for i, (name, p) in enumerate(self.checks()) if name == "event"]
 
     def checks(self) -> list[tuple[str, Strict]]:
         return [(name, CHECKS[name].params(p))
