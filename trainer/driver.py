@@ -225,7 +225,8 @@ def run(cfg: TrainerConfig) -> int:
                 r.restarts += 1
                 log.attempt = r.restarts
                 log.emit("restart", restart=r.restarts, cause="node_lost" if lost else e.kind,
-                         message=str(e)[:500], from_step=_resumable_step(cfg))
+                         message=str(e)[:500], from_step=_resumable_step(cfg),
+                         heads=[h[:12] for h in _head_ids()])
                 if cfg.resume != "auto":  # a rebuild resumes from this run's own checkpoints
                     cfg = cfg.model_copy(update={"resume": "auto"})
                     r.cfg = cfg
@@ -343,11 +344,20 @@ def _reconnect_if_head_restarted(log: EventLog, head: str | None, ft) -> str | N
     new driver's took 0.6 s), so it reconnects as a new driver. Any alive head other than the
     one at the start counts: comparing only the first alive head listed, one run in five here
     missed the restart and failed (most likely the reloaded table still listed the old head as
-    alive, until its health check said otherwise). A head that is down waits up to
-    ``gcs_reconnect_timeout_s`` (the head watchdog ends the run if it stays down)."""
+    alive, until its health check said otherwise).
+
+    The loss is often noticed while the head is still coming back: a worker on the head dies
+    with it, seconds before the new head registers, and the GCS, reloaded from its store, still
+    lists the old head as alive. So when the old head's raylet refuses connections (it is gone)
+    or the GCS lists no head, this waits up to ``gcs_reconnect_timeout_s`` for another head (the
+    head watchdog ends the run if none comes); a head whose raylet answers at once was not
+    restarted."""
     deadline = time.monotonic() + ft.gcs_reconnect_timeout_s
+    old = next((n for n in ray.nodes() if n["NodeID"] == head and n["Alive"]), None)
+    restarting = old is None or not _accepts(old["NodeManagerAddress"],
+                                             old["NodeManagerPort"], 0.5)
     alive = _head_ids()
-    while not alive and time.monotonic() < deadline:
+    while restarting and not [h for h in alive if h != head] and time.monotonic() < deadline:
         time.sleep(0.2)
         alive = _head_ids()
     new = [h for h in alive if h != head]

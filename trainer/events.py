@@ -22,7 +22,7 @@ node_lost           ip, node_id
 driver_reconnected  reason (head_restarted), old_head, new_head, seconds: the driver reconnected
                     to a head restarted from its GCS store (before the restart event)
 restart             restart (count), cause, message, from_step (the checkpoint it will resume
-                    from)
+                    from), heads (the alive head node ids the driver saw, first 12 characters)
 oom                 message, action (what auto_micro_batch changed, or "fatal")
 error               kind (a :mod:`trainer.errors` kind, ``head_lost``, ``internal``), message
 run_end             status (completed | failed), step, restarts, seconds
