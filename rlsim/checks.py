@@ -10,6 +10,7 @@ measured (seconds, steps) and the timeline lines that show it.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -270,31 +271,56 @@ def _metrics(run_dir: Path) -> dict[int, dict]:
 
 
 class MatchesBaseline(Strict):
-    weights: bool = Field(True, description="also compare final weights bit for bit")
+    weights: bool = Field(True, description="also compare the final weights")
+    rtol: float = Field(0.0, ge=0, description="relative tolerance per metric and weight "
+                        "(0: exact, the reference trainer's promise)")
+    atol: float = Field(0.0, ge=0, description="absolute tolerance per metric and weight")
 
 
 @check(MatchesBaseline, _true, needs=("metrics.jsonl",))
 def matches_baseline(o: Outcome, p) -> Verdict:
+    """Every step's metrics (and the final weights) equal the fault-free twin's: bit for bit by
+    default; within ``|run - twin| <= atol + rtol * |twin|`` for trainers whose numbers are not
+    bit-exact (non-deterministic kernels, another reduction order after a rebuild)."""
     if o.baseline_dir is None:
         return Verdict("matches_baseline", False, "the baseline twin did not run")
     a, b = _metrics(o.run_dir), _metrics(o.baseline_dir)
-    differ = [s for s in sorted(set(a) | set(b)) if a.get(s) != b.get(s)]
     if not b:
         return Verdict("matches_baseline", False, "the baseline twin logged no metrics")
+    differ = [s for s in sorted(set(a) | set(b)) if not _close_rows(a.get(s), b.get(s), p)]
+    within = "equal" if not (p.rtol or p.atol) else \
+        f"are within rtol={p.rtol:g}, atol={p.atol:g} of"
     if differ:
         s = differ[0]
         return Verdict("matches_baseline", False, f"metrics differ from the fault-free twin from "
-                       f"step {s} on ({len(differ)} steps): run {a.get(s)} vs twin {b.get(s)}")
-    msg = f"all {len(a)} steps' metrics equal the fault-free twin's"
+                       f"step {s} on ({len(differ)} steps): run {a.get(s)} vs twin {b.get(s)}"
+                       + (f" (rtol={p.rtol:g}, atol={p.atol:g})" if p.rtol or p.atol else ""))
+    msg = f"all {len(a)} steps' metrics {within} the fault-free twin's"
     if p.weights:
-        same, what = _same_weights(o.run_dir, o.baseline_dir, max(a))
+        same, what = _same_weights(o.run_dir, o.baseline_dir, max(a), p.rtol, p.atol)
         if not same:
             return Verdict("matches_baseline", False, what)
         msg += "; " + what
     return Verdict("matches_baseline", True, msg)
 
 
-def _same_weights(run: Path, twin: Path, step: int) -> tuple[bool, str]:
+def _close_rows(run: dict | None, twin: dict | None, p) -> bool:
+    """One step's metrics: the same names, each value equal (or, for numbers, within the
+    tolerance)."""
+    if run is None or twin is None or run.keys() != twin.keys():
+        return run == twin
+    return all(_close(run[k], twin[k], p.rtol, p.atol) for k in run)
+
+
+def _close(x, y, rtol: float, atol: float) -> bool:
+    numbers = (int, float)
+    if not (rtol or atol) or not (isinstance(x, numbers) and isinstance(y, numbers)):
+        return x == y
+    return math.isfinite(x) and math.isfinite(y) and abs(x - y) <= atol + rtol * abs(y)
+
+
+def _same_weights(run: Path, twin: Path, step: int, rtol: float = 0.0,
+                  atol: float = 0.0) -> tuple[bool, str]:
     import torch
     from safetensors.torch import load_file
 
@@ -302,8 +328,11 @@ def _same_weights(run: Path, twin: Path, step: int) -> tuple[bool, str]:
     if not (run / rel).exists() or not (twin / rel).exists():
         return False, f"no final HF export at step {step} to compare ({rel})"
     x, y = load_file(run / rel), load_file(twin / rel)
-    bad = [k for k in x if k not in y or not torch.equal(x[k], y[k])]
-    return (not bad, "final weights bit-identical" if not bad else
+    exact = not (rtol or atol)
+    bad = [k for k in x if k not in y or not (
+        torch.equal(x[k], y[k]) if exact else torch.allclose(x[k], y[k], rtol=rtol, atol=atol))]
+    same = "bit-identical" if exact else f"within rtol={rtol:g}, atol={atol:g}"
+    return (not bad, f"final weights {same}" if not bad else
             f"final weights differ in {len(bad)} tensors (first: {bad[0]})")
 
 
