@@ -23,6 +23,10 @@ from rlsim.spec import ClusterState
 from trainer.contract import MEMORY_LABEL
 
 ADDRESSES_VAR = "RLSIM_NODE_ADDRESSES"  # docker nodes: every node's address, JSON
+# Each node also advertises its fake GPUs under this name, as Ray's own release tests do: a
+# framework that runs on the CPU but places one worker per GPU asks for it (Ray Train refuses
+# "GPU" in resources_per_worker with use_gpu=False; {"MOCK_GPU": 1} places the same way).
+GPU_ALIAS = "MOCK_GPU"
 
 
 def cluster_env(st: ClusterState) -> dict[str, str]:
@@ -58,7 +62,8 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
         node_ip_address=address,
         num_cpus=spec.cpus_per_node,
         num_gpus=spec.gpus_per_node,
-        resources={f"rlsim_node_{index}": 1.0},
+        resources={f"rlsim_node_{index}": 1.0,
+                   **({GPU_ALIAS: spec.gpus_per_node} if spec.gpus_per_node else {})},
         labels={"rlsim-node-index": str(index), MEMORY_LABEL: f"{spec.gpu_memory_gb:g}"},
         object_store_memory=spec.object_store_mb * 1024 * 1024,
         temp_dir=str(st.node_dir(index)),

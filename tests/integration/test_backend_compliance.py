@@ -50,14 +50,14 @@ def test_every_node_has_its_own_address_and_a_driver_sees_every_gpu(cluster):
     assert [n.index for n in nodes if n.alive] == list(range(NODES))
     assert len({n.address for n in nodes}) == NODES
     code = ("import ray, json; ray.init(logging_level='ERROR'); print(json.dumps(["
-            "ray.cluster_resources()['GPU'], "
+            "ray.cluster_resources()['GPU'], ray.cluster_resources()['MOCK_GPU'], "
             "sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive'])]))")
     out = subprocess.run(cluster.driver_command([sys.executable, "-c", code]),
                          env={**os.environ, **cluster.driver_env()}, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    gpus, addrs = json.loads(out.stdout.strip().splitlines()[-1])
-    assert gpus == NODES * GPUS
+    gpus, alias, addrs = json.loads(out.stdout.strip().splitlines()[-1])
+    assert gpus == alias == NODES * GPUS  # MOCK_GPU: the fake GPUs for CPU-only frameworks
     assert addrs == sorted(n.address for n in nodes)  # what Ray sees is what the backend made
 
 
