@@ -1,6 +1,7 @@
-"""The reference trainer on a real 3-node local cluster (2 fake GPUs each): learns, resumes bit for
-bit, survives a killed node, runs PPO, crosses nodes in its process group, fails fast when the
-cluster is too small, and runs as a Ray Job.
+"""The reference trainer on a real 3-node local cluster (2 fake GPUs each): fails fast with the
+cause once out of restarts, runs PPO, crosses nodes in its process group, and runs as a Ray Job.
+Learning, bit-exact resume, surviving a lost node and a too-small cluster are judged by the
+catalogue.
 
 The fixtures use 2 nodes x 1 GPU, so the third node is the spare a rebuild lands on.
 """
@@ -63,31 +64,8 @@ def types(run_dir: Path) -> list[str]:
     return [e["type"] for e in read_events(run_dir)]
 
 
-@pytest.fixture(scope="module")
-def straight(cluster, tmp_path_factory):
-    """The uninterrupted 20-step GRPO run every other run is compared with."""
-    run_dir = tmp_path_factory.mktemp("straight")
-    rc, out = trainer(cluster, GRPO, run_dir, "save_freq=5")
-    assert rc == 0, out
-    return run_dir
-
-
-def test_grpo_completes_with_reward_rising_on_two_nodes(straight):
-    m = metrics(straight)
-    assert sorted(m) == list(range(1, 21))
-    first = sum(m[s]["rollout/reward_mean"] for s in range(1, 6)) / 5
-    last = sum(m[s]["rollout/reward_mean"] for s in range(16, 21)) / 5
-    assert last > first + 0.15, (first, last)
-    events = read_events(straight)
-    placed = next(e for e in events if e["type"] == "placement")["workers"]
-    assert len({w["ip"] for w in placed}) == 2  # the two actor ranks sit on two nodes
-    assert events[-1] | {"ts": 0} == {"ts": 0, "type": "run_end", "attempt": 0,
-                                      "status": "completed", "step": 20, "restarts": 0,
-                                      "seconds": events[-1]["seconds"]}
-    ckpts = sorted(p.name for p in (straight / "checkpoints").iterdir())
-    assert ckpts == ["global_step_10", "global_step_15", "global_step_20",
-                     "latest_checkpointed_iteration.txt"]  # keep_last=3
-
+# Learning (reward rising over 20 GRPO steps on two nodes) is judged by the catalogue:
+# scenarios/node_failure_mid_run.yaml (reward_improves by 0.15, with a node lost on the way).
 
 # Stop-and-resume equal to the uninterrupted run, also past a corrupted latest checkpoint, is
 # judged by the catalogue (scenarios/resume_equals_uninterrupted.yaml and
@@ -147,14 +125,7 @@ def test_gloo_group_crosses_node_addresses(cluster):
     assert result["ips"][0] in result["rank1_peers"]  # gloo's pair goes to rank 0's node address
 
 
-def test_cluster_too_small_fails_fast_and_clearly(cluster, tmp_path):
-    t0 = time.monotonic()
-    rc, out = trainer(cluster, GRPO, tmp_path, "placement.nnodes=4",
-                      "fault_tolerance.resources_timeout_s=2")
-    assert rc == 2 and time.monotonic() - t0 < 30
-    assert "placement asks for 4 nodes x 1 GPUs" in out and "placement.nnodes" in out
-    error = next(e for e in read_events(tmp_path) if e["type"] == "error")
-    assert error["kind"] == "resource_timeout"
+# A cluster too small for the placement fails fast and names the setting: too_few_gpus.yaml.
 
 
 def test_runs_as_a_ray_job(cluster, tmp_path):
