@@ -52,6 +52,14 @@ def node_table(gcs_address: str, token_path: str) -> list[dict]:
         return gs.node_table()
 
 
+def alive_actors(gcs_address: str, token_path: str) -> list[dict]:
+    """Ray's alive actors: ``{"class", "pid", "ip"}`` each, from the GCS's actor table."""
+    with global_state(gcs_address, token_path) as gs:
+        actors = gs.actor_table(None)
+    return [{"class": a["ActorClassName"], "pid": a["Pid"], "ip": a["Address"]["IPAddress"]}
+            for a in actors.values() if a["State"] == "ALIVE"]
+
+
 def leftovers(gcs_address: str, token_path: str) -> list[str]:
     """What finished jobs left in the cluster: live actors, placement groups not removed, jobs
     whose driver is still connected. Empty on a cluster ready for the next job."""

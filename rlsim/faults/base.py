@@ -21,13 +21,15 @@ from rlsim.params import Strict
 
 @dataclass
 class FaultContext:
-    """What a fault may touch: the cluster, the run's directory (files only), a seeded RNG and the
-    worker table the trainer logged (pids and addresses, to find one rank's process)."""
+    """What a fault may touch: the cluster, the run's directory (files only), a seeded RNG, the
+    worker table the trainer logged (pids and addresses, to find one rank's process) and, for
+    trainers that log none, the scenario's role -> Ray actor class pattern (``trainer.roles``)."""
 
     cluster: Backend
     run_dir: Path
     rng: random.Random
     workers: list[dict[str, Any]] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)
 
     def node(self, ref: int | str) -> int:
         """A node index; ``random`` picks a non-head node from the scenario's seeded RNG."""

@@ -1,9 +1,14 @@
 """kill_role: SIGKILL the process of one rank of one role (an actor crash, not a node loss).
 
-The process is found in the worker table the trainer logged (role, rank -> pid, ip); the backend
+The process is found in the worker table the reference trainer logged (role, rank -> pid, ip).
+For a trainer of the user's own, the scenario names each role's Ray actor class by a pattern
+(``trainer.roles: {actor: "ActorRolloutRefWorker|WorkerDict"}``, searched in the class name);
+the role's ranks are its alive actors in node order (by address), then by pid. The backend
 signals that pid only, on the host that runs it.
 """
 
+import ipaddress
+import re
 from typing import Literal
 
 from pydantic import Field
@@ -23,10 +28,23 @@ class KillRole(Fault):
 
     def inject(self):
         p = self.params
-        hosts = [w for w in self.ctx.workers if p.role in w.get("roles", [])]
+        if p.role in self.ctx.roles:
+            hosts, where = self._by_class(self.ctx.roles[p.role]), \
+                f"alive Ray actors whose class matches {self.ctx.roles[p.role]!r}"
+        else:  # the table lists workers in index order; ranks follow it
+            hosts = [w for w in self.ctx.workers if p.role in w.get("roles", [])]
+            where = "ranks in the trainer's placement"
         if p.rank >= len(hosts):
-            raise ValueError(f"kill_role: role {p.role!r} has {len(hosts)} ranks in the trainer's "
-                             f"placement; rank {p.rank} does not exist")
-        worker = hosts[p.rank]  # the table lists workers in index order; ranks follow it
+            raise ValueError(f"kill_role: role {p.role!r} has {len(hosts)} {where}; rank "
+                             f"{p.rank} does not exist")
+        worker = hosts[p.rank]
         self.ctx.cluster.kill_process(worker["ip"], worker["pid"])
         return {"role": p.role, "rank": p.rank, "pid": worker["pid"], "ip": worker["ip"]}
+
+    def _by_class(self, pattern: str) -> list[dict]:
+        from rlsim import state
+        from rlsim.backends.gcs import alive_actors
+
+        actors = alive_actors(self.ctx.cluster.address, str(state.auth_token_path()))
+        found = [a for a in actors if re.search(pattern, a["class"])]
+        return sorted(found, key=lambda a: (ipaddress.ip_address(a["ip"]), a["pid"]))

@@ -25,7 +25,7 @@ from rlsim.adapters import ADAPTERS, HARNESS_EVENTS
 from rlsim.adapters.base import placeholder_problem
 from rlsim.checks import CHECKS
 from rlsim.faults import FAULTS
-from rlsim.params import DAY, PORT_NAMES, Strict, first_error
+from rlsim.params import DAY, PORT_NAMES, Strict, first_error, regex
 from rlsim.spec import ClusterShape, per_node_problem
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -83,6 +83,19 @@ class TrainerSection(Strict):
                                       "as a scheduler would")
     timeout_s: float = Field(300, gt=0, le=7 * DAY, description="the whole run, faults and "
                              "relaunches included")
+    roles: dict[Literal["actor", "rollout", "ref", "critic", "reward"], str] = Field(
+        default_factory=dict, description="role -> pattern searched in Ray actor class names: "
+        "how kill_role finds a role's processes in a trainer that logs no worker table")
+
+    @field_validator("roles")
+    @classmethod
+    def _patterns_compile(cls, roles: dict[str, str]) -> dict[str, str]:
+        for role, pattern in roles.items():
+            try:
+                regex(pattern)
+            except ValueError as e:
+                raise ValueError(f"roles.{role}: {e}") from None
+        return roles
 
     @field_validator("overrides")
     @classmethod
@@ -105,6 +118,9 @@ class TrainerSection(Strict):
             if self.command is not None or self.total_steps is not None:
                 raise ValueError("command: the reference trainer is started from its config; "
                                  "drop command/total_steps, or name another adapter")
+            if self.roles:
+                raise ValueError("roles: the reference trainer logs where each rank runs; roles "
+                                 "are for trainers that do not (other adapters)")
             return self
         if self.config is not None or self.overrides:
             raise ValueError(f"config: adapter {self.adapter} runs a command; config and "
@@ -205,6 +221,19 @@ class Scenario(Strict):
             if event not in seen:
                 raise ValueError(f"{where}: the trainer never logs an event {event!r} (adapter "
                                  f"{adapter.name}); use one of {', '.join(sorted(seen))}")
+        return self
+
+    @model_validator(mode="after")
+    def _roles_findable(self) -> Scenario:
+        """kill_role in a trainer that logs no worker table needs the role's actor class."""
+        if self.trainer.adapter == "rlsim":
+            return self
+        for i, fault in enumerate(self.faults):
+            if fault.kind == "kill_role" and fault.params.role not in self.trainer.roles:
+                raise ValueError(
+                    f"faults[{i}].kill_role.role: adapter {self.trainer.adapter} logs no worker "
+                    f"table, so rlsim finds role {fault.params.role!r} by its Ray actor class: "
+                    f"add trainer.roles: {{{fault.params.role}: <class name pattern>}}")
         return self
 
     @model_validator(mode="after")
