@@ -40,14 +40,18 @@ def fmt(value: dict, check: str) -> str:
 
 
 def spans(timeline: Path) -> dict[str, float]:
-    ev = {e["type"]: e["ts"] for e in map(json.loads, timeline.read_text().splitlines())
-          if e["source"] == "rlsim"}
+    events = [e for e in map(json.loads, timeline.read_text().splitlines())
+              if e["source"] == "rlsim"]
+    ev = {e["type"]: e["ts"] for e in events}
     total = ev["scenario_end"] - ev["scenario_start"]
     if "cluster_ready" not in ev:  # refused at start (a version mismatch): all of it is bring-up
         return {"total": total, "bringup": total, "twin": 0.0, "trainer": 0.0, "harness": 0.0}
     bringup = ev["cluster_ready"] - ev["scenario_start"]
     twin = ev.get("baseline_done", ev["cluster_ready"]) - ev["cluster_ready"]
-    trainer = ev["trainer_exited"] - ev["trainer_started"]
+    # every launch of the trainer (a relaunched one has several), not only the last
+    starts = [e["ts"] for e in events if e["type"] == "trainer_started"]
+    exits = [e["ts"] for e in events if e["type"] == "trainer_exited"]
+    trainer = sum(b - a for a, b in zip(starts, exits, strict=False))
     return {"total": total, "bringup": bringup, "twin": twin, "trainer": trainer,
             "harness": total - bringup - twin - trainer}
 
