@@ -288,14 +288,14 @@ def matches_baseline(o: Outcome, p) -> Verdict:
     if not b:
         return Verdict("matches_baseline", False, "the baseline twin logged no metrics")
     differ = [s for s in sorted(set(a) | set(b)) if not _close_rows(a.get(s), b.get(s), p)]
-    within = "equal" if not (p.rtol or p.atol) else \
-        f"are within rtol={p.rtol:g}, atol={p.atol:g} of"
+    tol = f"rtol={p.rtol:g}, atol={p.atol:g}" if p.rtol or p.atol else ""
     if differ:
         s = differ[0]
         return Verdict("matches_baseline", False, f"metrics differ from the fault-free twin from "
                        f"step {s} on ({len(differ)} steps): run {a.get(s)} vs twin {b.get(s)}"
-                       + (f" (rtol={p.rtol:g}, atol={p.atol:g})" if p.rtol or p.atol else ""))
-    msg = f"all {len(a)} steps' metrics {within} the fault-free twin's"
+                       + (f" ({tol})" if tol else ""))
+    msg = f"all {len(a)} steps' metrics {f'are within {tol} of' if tol else 'equal'} the " \
+        "fault-free twin's"
     if p.weights:
         same, what = _same_weights(o.run_dir, o.baseline_dir, max(a), p.rtol, p.atol)
         if not same:
