@@ -264,25 +264,9 @@ class LocalCluster(StartedCluster):
             )
         old = self.nodes()[index].node_id
         self.kill_node(index)
-        if old is not None and index != 0:
-            self._wait_declared_dead(index, old, timeout)
         self._launch([index])
         return self.wait_for_nodes(timeout, None if index == 0 else [index],
                                    frozenset({old}) - {None})[index]
-
-    def _wait_declared_dead(self, index: int, node_id: str, timeout: float | None) -> None:
-        """Until the GCS has declared the killed registration ``node_id`` dead, as it would a
-        rebooted machine's before the machine is back. A new raylet at the same address before
-        that shares it with a registration the GCS still holds alive."""
-        timeout = self._st.spec.ready_timeout_s if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        while any(n.node_id == node_id for n in self.nodes()):
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"cluster {self._st.spec.name!r}: node {index}'s killed registration "
-                    f"{node_id[:12]} still alive in the GCS after {timeout:.0f} s; raise "
-                    "ready_timeout_s if the machine is just slow")
-            time.sleep(0.1)
 
     def pause_node(self, index: int) -> list[int]:
         """Freeze node ``index``: cgroup freeze (atomic, covers processes forked meanwhile), or

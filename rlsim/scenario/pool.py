@@ -4,10 +4,8 @@ Starting a cluster is the largest fixed cost of a scenario (5-8 s for 2-3 nodes 
 under load), and most scenarios of a catalogue ask for one of a few shapes. A :class:`Pool` keeps a
 healthy cluster after a scenario and hands it to the next scenario of the same shape and backend:
 
-- after the scenario's faults are healed, nodes that are down (killed, or declared dead during a
-  partition or a pause) are restarted at their addresses, each once the GCS has declared its old
-  registration dead (see :meth:`LocalCluster.restart_node`); a cluster whose head is down is
-  stopped (see :meth:`Pool.give_back`);
+- after the scenario's faults are healed, a cluster with a node down (killed, or declared dead
+  during a partition) is stopped, not handed on (see :meth:`Pool.give_back`);
 - then the cluster must be as clean as a fresh one (:meth:`LocalCluster.residue`: no fault rules,
   no frozen or capped node, no live actors, placement groups or jobs). Anything left is the
   scenario's leak: it is reported in the scenario's outcome and the cluster is stopped, never
@@ -73,18 +71,22 @@ class Pool:
         return fresh, False
 
     def give_back(self, cluster, backend: str) -> list[str]:
-        """After a scenario (its faults healed): restart its down nodes and keep the cluster for
-        the next scenario if it is clean; otherwise stop it. Returns what the scenario left
+        """After a scenario (its faults healed): keep the cluster for the next scenario if every
+        node is up and it is clean; otherwise stop it. Returns what the scenario left
         behind (empty when clean), for its ``no_leaks`` check."""
         key = self._key(cluster, backend)
         if key is None or not getattr(cluster, "state", None):
             return _stop(cluster)
         try:
-            down = [n.index for n in cluster.nodes() if not (n.alive and n.pids)]
-            if 0 in down:  # a lost head ends its cluster (kill_head): nothing to hand on
+            # A node that went down is not restarted for the next scenario: in the catalogue under
+            # load, a restarted node 1 was declared dead by Ray about 1 s into the next scenario
+            # (ray_node_dead in its timeline), the trainer placed on nodes 0 and 2 and the faults
+            # aimed at node 1 missed. Waiting, before the restart, until the GCS had declared the
+            # killed registration dead did not cure it: in a fresh-clone CI run three 3x2
+            # scenarios after a restart again placed on nodes 0 and 2 (after two clean runs).
+            # Until that is understood such a cluster is stopped.
+            if any(not (n.alive and n.pids) for n in cluster.nodes()):
                 return _stop(cluster)
-            for index in down:
-                cluster.restart_node(index)
             left = cluster.residue()
         except Exception as e:  # noqa: BLE001 - a cluster we cannot vouch for is not handed on
             left = [f"cluster could not be checked for reuse: {type(e).__name__}: {e}"]

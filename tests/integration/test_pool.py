@@ -40,12 +40,6 @@ def test_a_clean_cluster_is_handed_on_a_dirty_one_is_stopped_and_named():
         again, reused = pool.take(_fresh(f"pool-b-{os.getpid()}"), "local")
         assert reused and again is first
 
-        old = first.nodes()[1].node_id
-        first.kill_node(1)  # what kill_node leaves: a node down, restarted for the next user
-        assert pool.give_back(first, "local") == []
-        after = first.nodes()
-        assert [n.alive for n in after] == [True, True] and after[1].node_id != old
-
         again, _ = pool.take(_fresh(f"pool-c-{os.getpid()}"), "local")
         subprocess.run([sys.executable, "-c", DETACHED_ACTOR], check=True, timeout=60,
                        env={**os.environ, **first.driver_env()})
