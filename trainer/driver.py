@@ -221,12 +221,12 @@ def run(cfg: TrainerConfig) -> int:
                 lost = _record_loss(log, r, e)
                 if r.restarts >= cfg.fault_tolerance.max_restarts:
                     raise
-                head = _reconnect_if_head_restarted(log, head, cfg.fault_tolerance)
+                head, heads = _reconnect_if_head_restarted(log, head, cfg.fault_tolerance)
                 r.restarts += 1
                 log.attempt = r.restarts
                 log.emit("restart", restart=r.restarts, cause="node_lost" if lost else e.kind,
                          message=str(e)[:500], from_step=_resumable_step(cfg),
-                         heads=[h[:12] for h in _head_ids()])
+                         heads=[h[:12] for h in heads])
                 if cfg.resume != "auto":  # a rebuild resumes from this run's own checkpoints
                     cfg = cfg.model_copy(update={"resume": "auto"})
                     r.cfg = cfg
@@ -330,14 +330,18 @@ def _head_id() -> str | None:
     return (_head_ids() or [None])[-1]
 
 
-def _head_ids() -> list[str]:
-    """Every head node the GCS lists as alive, in its order of registration."""
-    return [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get(HEAD_RESOURCE)]
+def _head_ids(nodes: list[dict] | None = None) -> list[str]:
+    """Every head node the GCS lists as alive (in ``nodes``, a ``ray.nodes()`` already read), in
+    its order of registration."""
+    return [n["NodeID"] for n in (ray.nodes() if nodes is None else nodes)
+            if n["Alive"] and n["Resources"].get(HEAD_RESOURCE)]
 
 
-def _reconnect_if_head_restarted(log: EventLog, head: str | None, ft) -> str | None:
+def _reconnect_if_head_restarted(log: EventLog, head: str | None,
+                                 ft) -> tuple[str | None, list[str]]:
     """Before a restart: when a head node other than the one at the start is alive (a GCS with
-    fault tolerance was restarted from its store), reconnect this driver; the head's id now.
+    fault tolerance was restarted from its store), reconnect this driver. Returns the head's id
+    now and the alive head ids it saw.
 
     The driver's connection survives such a restart, but its job can no longer start actors
     (measured on Ray 2.60: every actor creation after it waited forever, on every node, while a
@@ -353,22 +357,23 @@ def _reconnect_if_head_restarted(log: EventLog, head: str | None, ft) -> str | N
     head watchdog ends the run if none comes); a head whose raylet answers at once was not
     restarted."""
     deadline = time.monotonic() + ft.gcs_reconnect_timeout_s
-    old = next((n for n in ray.nodes() if n["NodeID"] == head and n["Alive"]), None)
+    nodes = ray.nodes()
+    old = next((n for n in nodes if n["NodeID"] == head and n["Alive"]), None)
     restarting = old is None or not _accepts(old["NodeManagerAddress"],
                                              old["NodeManagerPort"], 0.5)
-    alive = _head_ids()
-    while restarting and not [h for h in alive if h != head] and time.monotonic() < deadline:
+    alive = _head_ids(nodes)
+    while restarting and set(alive) <= {head} and time.monotonic() < deadline:
         time.sleep(0.2)
         alive = _head_ids()
     new = [h for h in alive if h != head]
     if not new:
-        return head if alive else None
+        return (head if alive else None), alive
     t0 = time.monotonic()
     ray.shutdown()
     _connect()
     log.emit("driver_reconnected", reason="head_restarted", old_head=head, new_head=new[-1],
              seconds=round(time.monotonic() - t0, 3))
-    return new[-1]
+    return new[-1], alive
 
 
 def _connect() -> None:
