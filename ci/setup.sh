@@ -40,7 +40,7 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   .venv/bin/pip install -q --no-compile "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
   installed=1
 fi
-if ! .venv/bin/python -c "import rlsim, trainer, pytest, xdist, deepspeed, transformers, faker, testcontainers" >/dev/null 2>&1 \
+if ! .venv/bin/python -c "import rlsim, trainer, pytest, xdist, deepspeed, transformers, faker, testcontainers, ray.train" >/dev/null 2>&1 \
    || [ pyproject.toml -nt .venv/.rlsim-installed ]; then
   .venv/bin/pip install -q --no-compile -e ".[dev]" 2>&1 | grep -v -e "^WARNING: Location" -e "^ *$" || true
   installed=1

@@ -5,8 +5,10 @@ Adding one: a module with an :class:`~rlsim.adapters.base.Adapter` subclass, its
 
 from rlsim.adapters.base import HARNESS_EVENTS, PLACEHOLDERS, Adapter, Launch
 from rlsim.adapters.events import EventsAdapter
+from rlsim.adapters.ray_train import RayTrainAdapter
 from rlsim.adapters.rlsim import RlsimAdapter
 
-ADAPTERS: dict[str, Adapter] = {a.name: a for a in (RlsimAdapter(), EventsAdapter())}
+ADAPTERS: dict[str, Adapter] = {a.name: a for a in (RlsimAdapter(), EventsAdapter(),
+                                                    RayTrainAdapter())}
 
 __all__ = ["ADAPTERS", "HARNESS_EVENTS", "PLACEHOLDERS", "Adapter", "Launch"]

@@ -63,8 +63,13 @@ class Adapter:
     observes: ClassVar[frozenset[str]]
 
     def command(self, trainer, launch: Launch) -> list[str]:
-        """The argv of one launch of the scenario's ``trainer`` section."""
-        raise NotImplementedError
+        """The argv of one launch of the scenario's ``trainer`` section: by default its
+        ``command`` with the placeholders filled in."""
+        return [launch.fill(arg) for arg in trainer.command]
+
+    def env(self, trainer) -> dict[str, str]:
+        """What this adapter adds to each launch's environment (after the scenario's ``env``)."""
+        return {}
 
     def events(self, run_dir: Path) -> EventSource:
         """Where this run's trainer events come from: by default the ``events.jsonl`` the

@@ -4,13 +4,10 @@ with no dependencies): the scenario's ``command`` is started as given, with ``RL
 
 from __future__ import annotations
 
-from rlsim.adapters.base import Adapter, Launch
+from rlsim.adapters.base import Adapter
 from rlsim.events import EVENT_TYPES
 
 
 class EventsAdapter(Adapter):
     name = "events"
     observes = EVENT_TYPES
-
-    def command(self, trainer, launch: Launch) -> list[str]:
-        return [launch.fill(arg) for arg in trainer.command]

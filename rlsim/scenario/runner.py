@@ -44,9 +44,10 @@ def trainer_command(sc: Scenario, run_dir: Path, attempt: int = 0,
 
 
 def launch_env(sc: Scenario, run_dir: Path, attempt: int) -> dict[str, str]:
-    """What a launch adds to the environment: the scenario's own variables and where rlsim's
-    event log goes (:mod:`rlsim.events`)."""
-    return {**sc.trainer.env, RUN_DIR_VAR: str(run_dir), ATTEMPT_VAR: str(attempt)}
+    """What a launch adds to the environment: the scenario's own variables, the adapter's, and
+    where rlsim's event log goes (:mod:`rlsim.events`)."""
+    return {**sc.trainer.env, **ADAPTERS[sc.trainer.adapter].env(sc.trainer),
+            RUN_DIR_VAR: str(run_dir), ATTEMPT_VAR: str(attempt)}
 
 
 def _start(sc: Scenario, cluster, run_dir: Path, attempt: int, **popen) -> subprocess.Popen:

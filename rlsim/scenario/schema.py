@@ -67,8 +67,8 @@ class TrainerSection(Strict):
     the default), or any command through an adapter (:mod:`rlsim.adapters`)."""
 
     adapter: str = Field("rlsim", description="how the trainer is driven: "
-                         "rlsim (the reference trainer) or events (a command writing rlsim's "
-                         "events.jsonl)")
+                         "rlsim (the reference trainer), events (a command writing rlsim's "
+                         "events.jsonl), ray_train (a Ray Train job, unmodified)")
     config: str | None = Field(None, description="reference trainer YAML, relative to the "
                                "repository root or absolute (adapter rlsim)")
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted key -> value "

@@ -1,0 +1,94 @@
+"""The callback the ``ray_train`` adapter puts into an unmodified Ray Train (V2) job.
+
+Ray Train builds the callbacks named in ``RAY_TRAIN_CALLBACKS`` in the driver, inside
+``DataParallelTrainer.fit`` (``ray/train/v2/_internal/callbacks/env_callback.py``), and hands them
+to its controller actor, where the hooks below run. The callback is built where ``RLSIM_RUN_DIR``
+is set (the driver) and carries the event log's path with it; the controller's node sees the run
+directory too (the same filesystem on local nodes, a mount on docker nodes).
+
+What each hook writes to ``<run_dir>/events.jsonl`` (:mod:`rlsim.events`):
+
+- every report (all workers reported): ``step_end`` with rank 0's numeric metrics, and
+  ``checkpoint_saved`` when it carried a checkpoint. The step is the first of
+  :data:`STEP_KEYS` in rank 0's metrics, else the number of reports so far;
+- a failure Ray Train retries (the controller goes to restarting or rescheduling):
+  ``worker_died`` with Ray's error, then ``restart`` with the count;
+- each worker group started after a failure: ``resume`` with the step of the newest checkpoint
+  reported, the one Ray Train hands the new workers (``ray.train.get_checkpoint()``);
+- the end: ``run_end`` (completed, or failed after an ``error`` with the error's class).
+
+Importing this module imports Ray Train; only Ray Train jobs import it.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+
+from ray.train.v2._internal.execution.callback import (
+    ControllerCallback,
+    ReportCallback,
+    WorkerGroupCallback,
+)
+from ray.train.v2._internal.execution.controller.state import (
+    ErroredState,
+    FinishedState,
+    ReschedulingState,
+    RestartingState,
+)
+
+from rlsim.events import EventLog
+
+# metric names read as the step, in this order (what Ray Train examples report)
+STEP_KEYS = ("step", "global_step", "training_iteration", "iteration", "epoch")
+
+log = logging.getLogger(__name__)
+
+
+class RlsimCallback(ControllerCallback, WorkerGroupCallback, ReportCallback):
+    """Ray Train's controller, reported as rlsim events. Never fails the job: a write that
+    fails is logged as a warning and the training goes on."""
+
+    def __init__(self) -> None:
+        self.log = EventLog()
+        self.reports = 0
+        self.step = 0
+        self.checkpoint_step: int | None = None
+        self.restarts = 0
+        self.groups = 0
+
+    def _emit(self, type: str, **fields) -> None:
+        try:
+            self.log.emit(type, **fields)
+        except OSError as e:
+            log.warning("rlsim: could not write the %s event to %s: %s", type, self.log.path, e)
+
+    def after_report(self, training_report, metrics: list[dict]) -> None:
+        self.reports += 1
+        rank0 = metrics[0] if metrics else {}
+        self.step = next((int(rank0[k]) for k in STEP_KEYS if isinstance(
+            rank0.get(k), numbers.Real) and not isinstance(rank0[k], bool)), self.reports)
+        numeric = {k: v for k, v in rank0.items()
+                   if isinstance(v, numbers.Real) and not isinstance(v, bool)}
+        self._emit("step_end", step=self.step, metrics=numeric)
+        if training_report.checkpoint is not None:
+            self.checkpoint_step = self.step
+            self._emit("checkpoint_saved", step=self.step, path=training_report.checkpoint.path)
+
+    def after_worker_group_start(self, worker_group) -> None:
+        self.groups += 1
+        if self.groups > 1 and self.checkpoint_step is not None:
+            self._emit("resume", from_step=self.checkpoint_step)
+
+    def after_controller_state_update(self, previous_state, current_state) -> None:
+        if isinstance(current_state, (RestartingState, ReschedulingState)):
+            self.restarts += 1
+            err = current_state.training_failed_error
+            self._emit("worker_died", cause=type(err).__name__, message=str(err)[:2000])
+            self._emit("restart", restart=self.restarts, cause=type(err).__name__)
+        elif isinstance(current_state, ErroredState):
+            err = current_state.training_failed_error
+            self._emit("error", kind=type(err).__name__, message=str(err)[:2000])
+            self._emit("run_end", status="failed", step=self.step)
+        elif isinstance(current_state, FinishedState):
+            self._emit("run_end", status="completed", step=self.step)

@@ -1,0 +1,98 @@
+"""The ray_train adapter's callback, fed Ray Train's own report and state objects: what each
+controller hook writes to events.jsonl (end to end: scenarios/ray_train_node_lost.yaml)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("ray.train.v2", reason="Ray Train is not installed (pip install 'ray[train]')")
+
+from ray.train import Checkpoint  # noqa: E402
+from ray.train.v2._internal.execution.controller.state import (  # noqa: E402
+    ErroredState,
+    FinishedState,
+    RestartingState,
+    RunningState,
+)
+from ray.train.v2._internal.execution.training_report import _TrainingReport  # noqa: E402
+
+from rlsim.adapters import ADAPTERS  # noqa: E402
+from rlsim.adapters.ray_train_callback import RlsimCallback  # noqa: E402
+from rlsim.scenario.schema import Scenario  # noqa: E402
+
+
+def events(run_dir) -> list[tuple]:
+    rows = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    return [(r["type"], r.get("step", r.get("from_step", r.get("restart", r.get("status")))))
+            for r in rows]
+
+
+def report(cb, metrics: dict, checkpoint=None, workers: int = 2) -> None:
+    cb.after_report(_TrainingReport(checkpoint=checkpoint, metrics=metrics, validation=False),
+                    [metrics] * workers)
+
+
+@pytest.fixture
+def cb(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLSIM_RUN_DIR", str(tmp_path))
+    return RlsimCallback()
+
+
+def test_a_run_with_a_retried_failure_reads_as_steps_a_restart_and_a_resume(cb, tmp_path):
+    ckpt = Checkpoint.from_directory(str(tmp_path))
+    cb.after_worker_group_start(None)
+    report(cb, {"step": 1, "loss": 2.0})
+    report(cb, {"step": 2, "loss": 1.5, "note": "text"}, ckpt)
+    report(cb, {"step": 3, "loss": 1.2})
+    cb.after_controller_state_update(RunningState(), RestartingState(
+        training_failed_error=RuntimeError("rank 2 died")))
+    cb.after_worker_group_start(None)
+    report(cb, {"step": 3, "loss": 1.2})
+    cb.after_controller_state_update(RunningState(), FinishedState())
+    assert events(tmp_path) == [
+        ("step_end", 1), ("step_end", 2), ("checkpoint_saved", 2), ("step_end", 3),
+        ("worker_died", None), ("restart", 1), ("resume", 2), ("step_end", 3),
+        ("run_end", 3)]
+    rows = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert rows[1]["metrics"] == {"step": 2, "loss": 1.5}  # text metrics are left out
+    assert rows[4]["cause"] == "RuntimeError" and "rank 2 died" in rows[4]["message"]
+    assert rows[-1]["status"] == "completed"
+
+
+def test_without_a_step_metric_the_report_count_is_the_step(cb, tmp_path):
+    report(cb, {"loss": 2.0})
+    report(cb, {"epoch": 7, "loss": 1.0})
+    report(cb, {"loss": 0.5, "step": True})  # a flag is not a step
+    assert events(tmp_path) == [("step_end", 1), ("step_end", 7), ("step_end", 3)]
+
+
+def test_a_failure_ray_train_gives_up_on_is_an_error_and_a_failed_end(cb, tmp_path):
+    report(cb, {"step": 1})
+    cb.after_controller_state_update(RunningState(), ErroredState(
+        training_failed_error=ValueError("max_failures reached")))
+    rows = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [(r["type"], r.get("kind"), r.get("status")) for r in rows[1:]] == [
+        ("error", "ValueError", None), ("run_end", None, "failed")]
+
+
+def test_a_write_that_fails_never_fails_the_job(cb, tmp_path, caplog):
+    cb.log.path = tmp_path / "missing" / "events.jsonl"
+    report(cb, {"step": 1})
+    assert "could not write the step_end event" in caplog.text
+
+
+def test_the_adapter_names_its_callback_and_keeps_the_users_own():
+    sc = Scenario.model_validate({"name": "s", "trainer": {
+        "adapter": "ray_train", "command": ["{python}", "t.py"],
+        "env": {"RAY_TRAIN_CALLBACKS": "mine.Callback"}}, "expect": [{"completes": {}}]})
+    assert ADAPTERS["ray_train"].env(sc.trainer) == {
+        "RAY_TRAIN_CALLBACKS": "mine.Callback,rlsim.adapters.ray_train_callback.RlsimCallback"}
+
+
+def test_checks_the_adapter_cannot_see_are_refused_naming_both():
+    with pytest.raises(ValueError, match="matches_baseline.*ray_train"):
+        Scenario.model_validate({"name": "s", "trainer": {
+            "adapter": "ray_train", "command": ["{python}", "t.py"]},
+            "expect": [{"matches_baseline": {}}]})
