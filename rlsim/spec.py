@@ -151,6 +151,11 @@ class ClusterSpec(ClusterShape):
     dashboard: bool = Field(
         True, description="run the head's dashboard (the Jobs API: `ray job submit`); a "
                           "scenario's trainer is a plain driver and needs none")
+    forward_logs: bool = Field(
+        True, description="every node runs Ray's log monitor, which forwards the prints of the "
+                          "node's actors to their drivers, as each machine of a real cluster "
+                          "does; off, only the head's actors' prints reach a driver, and each "
+                          "worker node is one process (~80 MB) lighter")
     node_local: list[str] = Field(
         default_factory=list,
         description="directories each node has its own copy of, as on a node-local disk (docker: "

@@ -5,10 +5,14 @@ Adding one: a module with an :class:`~rlsim.adapters.base.Adapter` subclass, its
 
 from rlsim.adapters.base import HARNESS_EVENTS, PLACEHOLDERS, Adapter, Launch
 from rlsim.adapters.events import EventsAdapter
+from rlsim.adapters.nemo_rl import NemoRLAdapter
+from rlsim.adapters.openrlhf import OpenRLHFAdapter
 from rlsim.adapters.ray_train import RayTrainAdapter
 from rlsim.adapters.rlsim import RlsimAdapter
+from rlsim.adapters.verl import VerlAdapter
 
-ADAPTERS: dict[str, Adapter] = {a.name: a for a in (RlsimAdapter(), EventsAdapter(),
-                                                    RayTrainAdapter())}
+ADAPTERS: dict[str, Adapter] = {a.name: a for a in (
+    RlsimAdapter(), EventsAdapter(), RayTrainAdapter(), VerlAdapter(), OpenRLHFAdapter(),
+    NemoRLAdapter())}
 
 __all__ = ["ADAPTERS", "HARNESS_EVENTS", "PLACEHOLDERS", "Adapter", "Launch"]

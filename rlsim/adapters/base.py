@@ -52,6 +52,10 @@ class EventSource(Protocol):
     def poll(self) -> list[dict]:
         """The trainer events that appeared since the last call (each a dict with ts, type)."""
 
+    def exited(self, attempt: int, returncode: int) -> list[dict]:
+        """Events the launch's exit says (a trainer that logs no end of its own), after the
+        last poll of that launch."""
+
 
 class Adapter:
     """One way of driving a trainer. Subclasses set ``name`` and ``observes`` and build the
@@ -61,17 +65,20 @@ class Adapter:
     # trainer event types this adapter can put into the timeline; "metrics.jsonl" where the run
     # also leaves per-step metrics a twin can be compared with
     observes: ClassVar[frozenset[str]]
+    # whether it reads the trainer's output: then every node forwards its actors' prints to the
+    # driver (ClusterSpec.forward_logs), which scenarios otherwise leave to the head alone
+    reads_output: ClassVar[bool] = False
 
     def command(self, trainer, launch: Launch) -> list[str]:
         """The argv of one launch of the scenario's ``trainer`` section: by default its
         ``command`` with the placeholders filled in."""
         return [launch.fill(arg) for arg in trainer.command]
 
-    def env(self, trainer) -> dict[str, str]:
+    def env(self, trainer, launch: Launch) -> dict[str, str]:
         """What this adapter adds to each launch's environment (after the scenario's ``env``)."""
         return {}
 
-    def events(self, run_dir: Path) -> EventSource:
+    def events(self, trainer, run_dir: Path) -> EventSource:
         """Where this run's trainer events come from: by default the ``events.jsonl`` the
         trainer appends to in its run directory."""
         return EventTail(run_dir / "events.jsonl")

@@ -85,8 +85,10 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
             **gcs_store.head_params(st),
         )
     else:
-        # One log monitor per machine is what Ray's own test cluster runs, too.
-        kwargs.update(gcs_address=gcs_address, include_log_monitor=False)
+        # Each node has its own temp dir here, so the head's log monitor sees only the head's
+        # logs: a worker node forwards its actors' prints ("(TaskRunner pid=N, ip=X) ...") to
+        # their drivers only with a monitor of its own (spec.forward_logs).
+        kwargs.update(gcs_address=gcs_address, include_log_monitor=spec.forward_logs)
     return RayParams(**kwargs)
 
 

@@ -35,24 +35,30 @@ from rlsim.spec import ClusterSpec
 _names = itertools.count()
 
 
+def _launch_of(run_dir: Path, attempt: int, ray_address: str) -> Launch:
+    return Launch(python=sys.executable, run_dir=run_dir, attempt=attempt,
+                  ray_address=ray_address)
+
+
 def trainer_command(sc: Scenario, run_dir: Path, attempt: int = 0,
                     ray_address: str = "") -> list[str]:
     """The argv of one launch of the scenario's trainer, through its adapter."""
-    launch = Launch(python=sys.executable, run_dir=run_dir, attempt=attempt,
-                    ray_address=ray_address)
-    return ADAPTERS[sc.trainer.adapter].command(sc.trainer, launch)
+    return ADAPTERS[sc.trainer.adapter].command(sc.trainer,
+                                                _launch_of(run_dir, attempt, ray_address))
 
 
-def launch_env(sc: Scenario, run_dir: Path, attempt: int) -> dict[str, str]:
+def launch_env(sc: Scenario, run_dir: Path, attempt: int,
+               ray_address: str = "") -> dict[str, str]:
     """What a launch adds to the environment: the scenario's own variables, the adapter's, and
     where rlsim's event log goes (:mod:`rlsim.events`)."""
-    return {**sc.trainer.env, **ADAPTERS[sc.trainer.adapter].env(sc.trainer),
+    launch = _launch_of(run_dir, attempt, ray_address)
+    return {**sc.trainer.env, **ADAPTERS[sc.trainer.adapter].env(sc.trainer, launch),
             RUN_DIR_VAR: str(run_dir), ATTEMPT_VAR: str(attempt)}
 
 
 def _start(sc: Scenario, cluster, run_dir: Path, attempt: int, **popen) -> subprocess.Popen:
     """One launch of the trainer as a driver of ``cluster``, from the repository root."""
-    extra = launch_env(sc, run_dir, attempt)
+    extra = launch_env(sc, run_dir, attempt, cluster.address)
     cmd = cluster.driver_command(trainer_command(sc, run_dir, attempt, cluster.address), extra)
     return subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **cluster.driver_env(), **extra},
                             **popen)
@@ -79,6 +85,8 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
                        # the trainer is a plain driver: no Jobs API needed, and without the
                        # dashboard a 3-node cluster is up 2.5-5 s sooner and 0.9 GB smaller
                        dashboard=False,
+                       # worker nodes' actor prints reach the driver only where they are read
+                       forward_logs=ADAPTERS[sc.trainer.adapter].reads_output,
                        mounts=[str(out_dir.resolve())] if out_dir else [],
                        node_local=[str(checkpoint_dir(out_dir))] if out_dir and node_local
                        else [])
@@ -156,7 +164,7 @@ def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -
     Ray's, :mod:`rlsim.scenario.watch`) and let the nemesis fire and heal what is due. A trainer
     that exits non-zero is launched again, up to ``relaunch.max`` times, as a scheduler would."""
     run_dir = outcome.run_dir
-    tail = ADAPTERS[sc.trainer.adapter].events(run_dir)
+    tail = ADAPTERS[sc.trainer.adapter].events(sc.trainer, run_dir)
     # a cluster rlsim started answers to rlsim's token; a real one is the user's to watch
     watch = WatchProcess(cluster.address, [n.address for n in cluster.nodes()],
                          run_dir.parent / "ray_events.jsonl") \
@@ -178,7 +186,7 @@ def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -
                 proc.wait()
                 outcome.output += output.read_text(errors="replace")
                 outcome.returncode = proc.returncode
-                for e in tail.poll():
+                for e in tail.poll() + tail.exited(attempt, proc.returncode):
                     log.trainer(e)
                 log.emit("trainer_exited", returncode=proc.returncode, attempt=attempt)
             if timed_out or proc.returncode == 0:

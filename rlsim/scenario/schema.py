@@ -68,7 +68,8 @@ class TrainerSection(Strict):
 
     adapter: str = Field("rlsim", description="how the trainer is driven: "
                          "rlsim (the reference trainer), events (a command writing rlsim's "
-                         "events.jsonl), ray_train (a Ray Train job, unmodified)")
+                         "events.jsonl), ray_train (a Ray Train job, unmodified), verl, "
+                         "openrlhf, nemo_rl (read from their output and checkpoints)")
     config: str | None = Field(None, description="reference trainer YAML, relative to the "
                                "repository root or absolute (adapter rlsim)")
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted key -> value "

@@ -61,6 +61,10 @@ class EventTail:
         self.events += new
         return new
 
+    def exited(self, attempt: int, returncode: int) -> list[dict]:
+        """Nothing: a trainer that writes its own events writes its end too."""
+        return []
+
 
 class Recorder:
     """Appends to an outcome's timeline: rlsim's events (``emit``) and the trainer's."""

@@ -87,7 +87,7 @@ def test_the_adapter_names_its_callback_and_keeps_the_users_own():
     sc = Scenario.model_validate({"name": "s", "trainer": {
         "adapter": "ray_train", "command": ["{python}", "t.py"],
         "env": {"RAY_TRAIN_CALLBACKS": "mine.Callback"}}, "expect": [{"completes": {}}]})
-    assert ADAPTERS["ray_train"].env(sc.trainer) == {
+    assert ADAPTERS["ray_train"].env(sc.trainer, None) == {
         "RAY_TRAIN_CALLBACKS": "mine.Callback,rlsim.adapters.ray_train_callback.RlsimCallback"}
 
 
