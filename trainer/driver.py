@@ -28,6 +28,7 @@ from trainer.errors import (
     CheckpointError,
     CheckpointNotShared,
     CheckpointWriteFailed,
+    JobLost,
     SimulatedCudaOOM,
     TrainerError,
     first_line,
@@ -212,7 +213,10 @@ def run(cfg: TrainerConfig) -> int:
         head = _head_id()
         while True:
             try:
-                r.attempt()
+                try:
+                    r.attempt()
+                except PLACEMENT_GROUP_REMOVED as e:
+                    raise JobLost(first_line(e)) from e
                 break
             except TrainerError as e:
                 step = r.step
@@ -221,7 +225,8 @@ def run(cfg: TrainerConfig) -> int:
                 lost = _record_loss(log, r, e)
                 if r.restarts >= cfg.fault_tolerance.max_restarts:
                     raise
-                head, heads = _reconnect_if_head_restarted(log, head, cfg.fault_tolerance)
+                head, heads = _reconnect_if_head_restarted(log, head, cfg.fault_tolerance,
+                                                           job_lost=isinstance(e, JobLost))
                 r.restarts += 1
                 log.attempt = r.restarts
                 log.emit("restart", restart=r.restarts, cause="node_lost" if lost else e.kind,
@@ -249,6 +254,11 @@ def run(cfg: TrainerConfig) -> int:
     finally:
         log.close()
         lease.release()
+
+
+# what Ray raises when a job's placement group is gone: for a task, and for an actor
+PLACEMENT_GROUP_REMOVED = (ray.exceptions.TaskPlacementGroupRemoved,
+                           ray.exceptions.ActorPlacementGroupRemoved)
 
 
 def _resumable_step(cfg: TrainerConfig) -> int | None:
@@ -337,8 +347,8 @@ def _head_ids(nodes: list[dict] | None = None) -> list[str]:
             if n["Alive"] and n["Resources"].get(HEAD_RESOURCE)]
 
 
-def _reconnect_if_head_restarted(log: EventLog, head: str | None,
-                                 ft) -> tuple[str | None, list[str]]:
+def _reconnect_if_head_restarted(log: EventLog, head: str | None, ft,
+                                 job_lost: bool = False) -> tuple[str | None, list[str]]:
     """Before a restart: when a head node other than the one at the start is alive (a GCS with
     fault tolerance was restarted from its store), reconnect this driver. Returns the head's id
     now and the alive head ids it saw.
@@ -355,7 +365,12 @@ def _reconnect_if_head_restarted(log: EventLog, head: str | None,
     lists the old head as alive. So when the old head's raylet refuses connections (it is gone)
     or the GCS lists no head, this waits up to ``gcs_reconnect_timeout_s`` for another head (the
     head watchdog ends the run if none comes); a head whose raylet answers at once was not
-    restarted."""
+    restarted.
+
+    Both signs can miss: the new head's raylet answers on the old one's address while the GCS
+    still lists the old head alone. The next attempt then finds its placement groups removed
+    (``job_lost``, seen once in a loaded test run) and this reconnects whatever the node table
+    says."""
     deadline = time.monotonic() + ft.gcs_reconnect_timeout_s
     nodes = ray.nodes()
     old = next((n for n in nodes if n["NodeID"] == head and n["Alive"]), None)
@@ -366,14 +381,15 @@ def _reconnect_if_head_restarted(log: EventLog, head: str | None,
         time.sleep(0.2)
         alive = _head_ids()
     new = [h for h in alive if h != head]
-    if not new:
+    if not new and not job_lost:
         return (head if alive else None), alive
     t0 = time.monotonic()
     ray.shutdown()
     _connect()
-    log.emit("driver_reconnected", reason="head_restarted", old_head=head, new_head=new[-1],
-             seconds=round(time.monotonic() - t0, 3))
-    return new[-1], alive
+    now = (new or alive or [head])[-1]
+    log.emit("driver_reconnected", reason="job_lost" if job_lost else "head_restarted",
+             old_head=head, new_head=now, seconds=round(time.monotonic() - t0, 3))
+    return now, alive
 
 
 def _connect() -> None:

@@ -48,6 +48,14 @@ class WorkerLost(TrainerError):
     recoverable = True
 
 
+class JobLost(WorkerLost):
+    """Ray removed this driver's placement groups under it: the GCS, restarted from its store
+    after the head came back, took this driver's job for gone. Only a new driver (a reconnect)
+    can place workers again."""
+
+    kind = "job_lost"
+
+
 class StepTimeout(TrainerError):
     """A role call did not answer within ``fault_tolerance.step_timeout_s`` (a hung or frozen
     node)."""
