@@ -19,8 +19,8 @@ checkpoint_write_f. (``checkpoint_write_failed``) step, dir, free_mb, last_compl
 resume              from_step
 worker_died         cause (the error's kind), message
 node_lost           ip, node_id
-driver_reconnected  reason (head_restarted, job_lost), old_head, new_head, seconds: the driver reconnected
-                    to a head restarted from its GCS store (before the restart event)
+driver_reconnected  reason (head_restarted, job_lost), old_head, new_head, seconds: the driver
+                    reconnected to a head restarted from its GCS store (before the restart event)
 restart             restart (count), cause, message, from_step (the checkpoint it will resume
                     from), heads (the alive head node ids the driver saw, first 12 characters)
 oom                 message, action (what auto_micro_batch changed, or "fatal")
