@@ -65,9 +65,6 @@ class Adapter:
     # trainer event types this adapter can put into the timeline; "metrics.jsonl" where the run
     # also leaves per-step metrics a twin can be compared with
     observes: ClassVar[frozenset[str]]
-    # whether it reads the trainer's output: then every node forwards its actors' prints to the
-    # driver (ClusterSpec.forward_logs), which scenarios otherwise leave to the head alone
-    reads_output: ClassVar[bool] = False
 
     def command(self, trainer, launch: Launch) -> list[str]:
         """The argv of one launch of the scenario's ``trainer`` section: by default its

@@ -166,7 +166,6 @@ class LogAdapter(Adapter):
     """A trainer read from its output and checkpoint directory by its framework's ``Reader``."""
 
     observes = OBSERVES
-    reads_output = True
     reader: type[Reader]
 
     def events(self, trainer, run_dir: Path) -> LogSource:
