@@ -73,6 +73,25 @@ def test_verl_console_file_logger_checkpoints_and_a_relaunch(tmp_path):
     assert second[3]["metrics"] == {"critic/score/mean": 0.3, "rollout/reward_mean": 0.3}
 
 
+def test_verl_lines_made_by_verls_own_loggers(tmp_path):
+    """console-0.9.1.log and file-logger-0.9.1.jsonl were written by verl 0.9.1's own
+    concat_dict_to_str and FileLogger (fixtures/formats/verl/make.py)."""
+    src, out = source("verl", tmp_path)
+    lines = (FORMATS / "verl" / "console-0.9.1.log").read_text().splitlines()
+    (out / "trainer-0.log").write_text("".join(f"\x1b[36m(TaskRunner pid=7)\x1b[0m {x}\n"
+                                               for x in lines[:2]))
+    (out / "run" / "verl-metrics-0.jsonl").write_bytes(
+        (FORMATS / "verl" / "file-logger-0.9.1.jsonl").read_bytes())
+    events = src.poll() + src.exited(0, 0)
+    assert brief(events) == [(0, "step_end", 1), (0, "step_end", 2), (0, "step_end", 3),
+                             (0, "run_end", 3)]
+    console, from_file = events[0]["metrics"], events[2]["metrics"]
+    assert console["actor/pg_loss"] == -0.004 and console["actor/entropy"] == 0.61
+    assert "perf/max_memory_allocated_gb" not in console  # np.float64(nan)
+    assert "perf/max_memory_allocated_gb" not in from_file  # null in verl's file
+    assert from_file["rollout/reward_mean"] == 0.1875
+
+
 def test_verl_gets_one_metrics_file_per_launch_unless_the_scenario_names_one(tmp_path):
     src, out = source("verl", tmp_path)
     adapter = ADAPTERS["verl"]
