@@ -1,0 +1,11 @@
+"""The main story on container nodes: scenarios/node_failure_mid_run.yaml (4 nodes x 8 fake GPUs,
+the reference trainer with DeepSpeed over gloo between containers, node 1 killed at step 7)."""
+
+import pytest
+from on_docker import run_on_docker
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+
+def test_node_failure_mid_run_on_container_nodes(tmp_path):
+    run_on_docker("node_failure_mid_run", tmp_path)

@@ -1,0 +1,13 @@
+"""An unmodified Ray Train job on container nodes: scenarios/ray_train_node_lost.yaml, with the
+driver in the head container, Ray Train's controller and workers in theirs, and the adapter's
+callback writing to the run directory through the nodes' shared mount."""
+
+import pytest
+from on_docker import run_on_docker
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+
+def test_ray_train_job_loses_a_node_on_container_nodes(tmp_path):
+    pytest.importorskip("ray.train.v2", reason="needs Ray Train: pip install ray[train]")
+    run_on_docker("ray_train_node_lost", tmp_path)
