@@ -38,7 +38,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--rlsim-report", dest="rlsim_report", default=None,
                     help="write each scenario's timeline and run directory under this folder")
     group.addoption("--rlsim-slow", dest="rlsim_slow", action="store_true", default=False,
-                    help="also run scenarios tagged slow (skipped otherwise, saying so)")
+                    help="also run scenarios tagged slow and tests marked slow (skipped "
+                         "otherwise, saying so)")
     group.addoption("--no-reuse", dest="rlsim_no_reuse", action="store_true", default=False,
                     help="start and stop a cluster per scenario (default: scenarios of one shape "
                          "share a cluster within a worker, checked clean in between)")
@@ -62,6 +63,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     from rlsim.scenario.items import shape_scheduler
 
     return shape_scheduler(config, log)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``slow`` runs only with ``--rlsim-slow``, like a scenario tagged slow."""
+    if item.get_closest_marker("slow") and not item.config.getoption("rlsim_slow"):
+        pytest.skip(f"{item.name}: slow tier (minutes on a small machine); run it with "
+                    "--rlsim-slow")
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
@@ -95,6 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "rlsim_cluster(**spec): shape of the rlsim_cluster fixture (ClusterSpec fields)",
         "root: needs root, iptables and cgroup2 (network faults)",
         "docker: needs a reachable Docker engine",
+        "slow: the slow tier, run with --rlsim-slow (minutes on a small machine)",
         "gpu: needs a real GPU",
         "real: runs against a real cluster (--backend real)",
     ):

@@ -1,11 +1,13 @@
 """An unmodified Ray Train job on container nodes: scenarios/ray_train_node_lost.yaml, with the
 driver in the head container, Ray Train's controller and workers in theirs, and the adapter's
-callback writing to the run directory through the nodes' shared mount."""
+callback writing to the run directory through the nodes' shared mount. In the slow tier
+(--rlsim-slow): 85 s alone, 91-111 s of a worker's time in the gate, which had no room for it
+beside the same job on local nodes (the scenario itself, in the gate)."""
 
 import pytest
 from on_docker import run_on_docker
 
-pytestmark = [pytest.mark.integration, pytest.mark.docker]
+pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
 
 def test_ray_train_job_loses_a_node_on_container_nodes(tmp_path):
