@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from rlsim.adapters.base import REPO, Adapter, Launch
+from rlsim.scenario.timeline import new_lines
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 RAY_PREFIX = re.compile(r"^\((?P<actor>[^\s()]+) pid=\d+(?:, ip=[^)]*)?\) ?")
@@ -118,21 +119,12 @@ class LogSource:
         self.events: list[dict] = []
         self.last_step = 0
 
-    def _lines(self, final: bool) -> list[str]:
-        try:
-            with (self.dir / f"trainer-{self.attempt}.log").open("rb") as f:
-                f.seek(self.offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return []
-        complete = chunk if final else chunk[: chunk.rfind(b"\n") + 1]
-        self.offset += len(complete)
-        return complete.decode(errors="replace").splitlines()
-
     def _read(self, final: bool = False) -> list[dict]:
         new = [] if self.started else self.reader.start()
         self.started = True
-        for raw in self._lines(final):
+        lines, self.offset = new_lines(self.dir / f"trainer-{self.attempt}.log", self.offset,
+                                       final)
+        for raw in lines:
             text = REPEATED.sub("", ANSI.sub("", raw)).replace("\r", "")
             actor = None
             if m := RAY_PREFIX.match(text):

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from rlsim.adapters.base import Launch
 from rlsim.adapters.logs import LogAdapter, Reader, finite, in_repo, number, read_text
+from rlsim.scenario.timeline import new_lines
 
 STEP = re.compile(r"(?:^|\])step:(?P<step>\d+)(?: - (?P<rest>.*))?$")
 SAVING = re.compile(r"^local_global_step_folder: (?P<path>.*global_step_\d+)$")
@@ -83,16 +84,9 @@ class VerlReader(Reader):
     def _file_logger(self) -> list[dict]:
         path = Path(self.trainer.env.get(FILE_LOGGER_VAR) or
                     self.run_dir / f"verl-metrics-{self.attempt}.jsonl")
-        try:
-            with path.open("rb") as f:
-                f.seek(self.file_offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return []
-        complete = chunk[: chunk.rfind(b"\n") + 1]
-        self.file_offset += len(complete)
+        rows, self.file_offset = new_lines(path, self.file_offset)
         new = []
-        for row in complete.decode(errors="replace").splitlines():
+        for row in rows:
             try:
                 entry = json.loads(row)
                 step, data = int(entry["step"]), entry["data"]

@@ -42,6 +42,19 @@ class Outcome:
                 and (type is None or e["type"] == type)]
 
 
+def new_lines(path: Path, offset: int, final: bool = False) -> tuple[list[str], int]:
+    """The complete lines a growing file gained after byte ``offset``, and the offset after them.
+    A line still being written waits for the next call, unless ``final`` (the writer is gone)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+    except FileNotFoundError:
+        return [], offset
+    complete = chunk if final else chunk[: chunk.rfind(b"\n") + 1]
+    return complete.decode(errors="replace").splitlines(), offset + len(complete)
+
+
 class EventTail:
     """New lines of a growing ``events.jsonl``, read incrementally."""
 
@@ -49,15 +62,8 @@ class EventTail:
         self.path, self.offset, self.events = path, 0, []
 
     def poll(self) -> list[dict]:
-        try:
-            with self.path.open() as f:
-                f.seek(self.offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return []
-        complete = chunk[: chunk.rfind("\n") + 1]
-        self.offset += len(complete.encode())
-        new = [json.loads(line) for line in complete.splitlines() if line.strip()]
+        lines, self.offset = new_lines(self.path, self.offset)
+        new = [json.loads(line) for line in lines if line.strip()]
         self.events += new
         return new
 
