@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim.adapters.base import REPO, Adapter, Launch
+from rlsim.adapters.base import Adapter, Launch
 from rlsim.scenario.timeline import new_lines
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -48,12 +48,6 @@ def number(text: str) -> float | None:
     """A printed metric value as a float; None for anything else (a bool, a string, a tensor)."""
     m = NUMBER.match(text.strip())
     return float(m["n"]) if m else None
-
-
-def in_repo(path: str) -> Path:
-    """A path the trainer printed or was given: absolute, or relative to where it runs."""
-    p = Path(path)
-    return p if p.is_absolute() else REPO / p
 
 
 def flag(command: list[str], names: tuple[str, ...], default: str) -> str:

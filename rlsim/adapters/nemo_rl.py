@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import re
 
-from rlsim.adapters.logs import LogAdapter, Reader, filled, flag, in_repo, number
+from rlsim.adapters.base import resolve
+from rlsim.adapters.logs import LogAdapter, Reader, filled, flag, number
 
 BANNER = re.compile(r"^={3,} Step (?P<n>\d+)/(?P<m>\d+) ={3,}$")
 RESULT = re.compile(r"^\s*• (?P<name>Loss|Avg Reward|Avg Total Reward|Total step time): "
@@ -35,7 +36,7 @@ class NemoRLReader(Reader):
 
     def __init__(self, trainer, run_dir) -> None:
         super().__init__(trainer, run_dir)
-        self.root = in_repo(flag(filled(trainer, run_dir), ("checkpointing.checkpoint_dir",),
+        self.root = resolve(flag(filled(trainer, run_dir), ("checkpointing.checkpoint_dir",),
                                  "results/grpo"))
         self.enabled = flag(filled(trainer, run_dir), ("checkpointing.enabled",), "true").lower() \
             not in ("false", "0")

@@ -21,13 +21,13 @@ from __future__ import annotations
 import ast
 import re
 
+from rlsim.adapters.base import resolve
 from rlsim.adapters.logs import (
     LogAdapter,
     Reader,
     filled,
     finite,
     flag,
-    in_repo,
     number,
     read_text,
 )
@@ -58,7 +58,7 @@ class OpenRLHFReader(Reader):
 
     def __init__(self, trainer, run_dir) -> None:
         super().__init__(trainer, run_dir)
-        self.actor_dir = in_repo(flag(filled(trainer, run_dir), ("--ckpt.path", "--ckpt_path"),
+        self.actor_dir = resolve(flag(filled(trainer, run_dir), ("--ckpt.path", "--ckpt_path"),
                                       DEFAULT_PATH)) / "_actor"
         self.saved = tag_step(self.actor_dir)
 
@@ -66,7 +66,7 @@ class OpenRLHFReader(Reader):
         if m := STEP.search(text):
             return [self.step_end(int(m["step"]), status_of(m["status"]))]
         if m := LOADING.search(text):
-            step = tag_step(in_repo(m["path"].strip()))
+            step = tag_step(resolve(m["path"].strip()))
             return [] if step is None else [{"type": "resume", "from_step": step,
                                              "path": m["path"].strip()}]
         return []

@@ -24,8 +24,8 @@ import json
 import re
 from pathlib import Path
 
-from rlsim.adapters.base import Launch
-from rlsim.adapters.logs import LogAdapter, Reader, finite, in_repo, number, read_text
+from rlsim.adapters.base import Launch, resolve
+from rlsim.adapters.logs import LogAdapter, Reader, finite, number, read_text
 from rlsim.scenario.timeline import new_lines
 
 STEP = re.compile(r"(?:^|\])step:(?P<step>\d+)(?: - (?P<rest>.*))?$")
@@ -64,7 +64,7 @@ class VerlReader(Reader):
         if m := STEP.search(text):
             return self._step(int(m["step"]), metrics_of(m["rest"]))
         if m := SAVING.match(text):
-            root = in_repo(m["path"]).parent
+            root = resolve(m["path"]).parent
             self.saved.setdefault(root, read_text(root / TRACKER) or "")
             self.roots.add(root)
         elif m := RESUMING.match(text):
