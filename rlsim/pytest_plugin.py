@@ -65,6 +65,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return shape_scheduler(config, log)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Scenarios of one cluster shape in a row, those that can leave a node down last in their
+    row, so that each earlier one hands its cluster on (see rlsim.scenario.pool)."""
+    from rlsim.scenario.pool import hand_on_order
+
+    items[:] = hand_on_order(items, lambda item: getattr(item, "scenario", None))
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A test marked ``slow`` runs only with ``--rlsim-slow``, like a scenario tagged slow."""
     if item.get_closest_marker("slow") and not item.config.getoption("rlsim_slow"):

@@ -49,6 +49,9 @@ class Fault:
     # It hits the cluster or the trainer's processes, so the trainer must notice (the checks time
     # detection and recovery from the first such fault); a fault on files only is not.
     disruptive: ClassVar[bool] = True
+    # It can leave a node down after it is healed (killed, or declared dead by Ray while cut off
+    # or frozen): a cluster it ran on is stopped, not handed to the next scenario.
+    may_down_node: ClassVar[bool] = False
 
     def __init__(self, params, ctx: FaultContext) -> None:
         self.params, self.ctx = params, ctx

@@ -6,6 +6,7 @@ from rlsim.faults.base import Fault
 
 class KillHead(Fault):
     name = "kill_head"
+    may_down_node = True
     needs = (KillsNodes,)
 
     def inject(self):

@@ -7,6 +7,7 @@ from rlsim.params import NodeRef, Strict
 
 class KillNode(Fault):
     name = "kill_node"
+    may_down_node = True
     needs = (KillsNodes,)
 
     class Params(Strict):

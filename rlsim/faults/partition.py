@@ -8,6 +8,7 @@ from rlsim.params import Strict
 
 class Partition(FirewallFault):
     name = "partition"
+    may_down_node = True
 
     class Params(Strict):
         groups: list[list[int]] = Field(

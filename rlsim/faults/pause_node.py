@@ -7,6 +7,7 @@ from rlsim.params import NodeRef, Strict
 
 class PauseNode(Fault):
     name = "pause_node"
+    may_down_node = True
     needs = (PausesNodes,)
 
     class Params(Strict):

@@ -81,7 +81,7 @@ def run(
                               "folder holds (a file named on its own always runs)"),
 ) -> None:
     """Run scenarios; exit 0 when every expectation holds, 1 when one fails, 2 for bad input."""
-    from rlsim.scenario.pool import Pool, section_key
+    from rlsim.scenario.pool import Pool, hand_on_order
 
     named = {p.resolve() for p in paths if p.is_file()}
     scenarios = []
@@ -98,8 +98,7 @@ def run(
     root = report or Path(f"reports/run-{time.strftime('%Y%m%d-%H%M%S')}")
     summary, failed = [], 0
     pool = Pool(reuse=not no_reuse)
-    # scenarios of one shape one after another: each hands its cluster to the next
-    scenarios.sort(key=lambda sc: section_key(sc.cluster))
+    scenarios = hand_on_order(scenarios)
     try:
         for sc in scenarios:
             failed += _run_one(sc, root, seed, backend, ray_address, pool, summary)

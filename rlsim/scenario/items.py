@@ -17,7 +17,7 @@ from rlsim.backends.base import Unsupported
 from rlsim.checks import Verdict, judge
 from rlsim.report import verdicts_record
 from rlsim.scenario.loader import ScenarioError, load
-from rlsim.scenario.pool import section_key
+from rlsim.scenario.pool import scenario_key
 from rlsim.scenario.runner import run_scenario
 from rlsim.scenario.session import require, scenario_pool
 from rlsim.scenario.timeline import Outcome
@@ -37,10 +37,9 @@ def shape_scheduler(config: pytest.Config, log):
             path = nodeid.split("::", 1)[0]
             if path.endswith(".yaml"):
                 try:
-                    cluster = load(rootdir / path).cluster
+                    return "rlsim cluster " + scenario_key(load(rootdir / path))
                 except ScenarioError:
                     return path
-                return "rlsim cluster " + section_key(cluster)
             return super()._split_scope(nodeid)
 
     return ShapeScopeScheduling(config, log)

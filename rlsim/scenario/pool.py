@@ -39,10 +39,34 @@ def shape_key(spec: ClusterSpec, backend: str) -> str | None:
     return json.dumps([backend, _shape(spec)], sort_keys=True, default=str)
 
 
-def section_key(section) -> str:
-    """Scenarios whose cluster sections are equal can hand one cluster on to the next: the order
-    of ``rlsim run`` and the scopes of the pytest shape scheduler both group by this."""
-    return section.model_dump_json()
+def scenario_key(sc) -> str:
+    """Scenarios with equal keys start interchangeable clusters, so one can hand its cluster on to
+    the next: the cluster section (which backends refuse it aside) and whether worker nodes forward
+    logs. The pytest shape scheduler gives them one scope; ``rlsim run`` runs them in a row."""
+    return json.dumps([sc.cluster.model_dump(exclude={"skip_on"}), sc.forwards_logs],
+                      sort_keys=True, default=str)
+
+
+def hand_on_order(items: list, scenario_of=lambda x: x) -> list:
+    """``items`` with the scenarios among them (``scenario_of(item)``, None for anything else)
+    reordered in place of each other: those of one key in a row, keys in the order they first
+    appear; within a key, first the scenarios whose faults cannot leave a node down (each hands
+    its cluster on), then the others (a cluster left with a node down is stopped)."""
+    first: dict[str, int] = {}
+    slots = []
+    for i, item in enumerate(items):
+        if (sc := scenario_of(item)) is not None:
+            first.setdefault(scenario_key(sc), i)
+            slots.append(i)
+
+    def rank(item) -> tuple[int, bool]:
+        sc = scenario_of(item)
+        return first[scenario_key(sc)], sc.may_down_node
+
+    out = list(items)
+    for i, item in zip(slots, sorted((items[i] for i in slots), key=rank), strict=True):
+        out[i] = item
+    return out
 
 
 def _shape(spec: ClusterSpec) -> dict:

@@ -85,9 +85,7 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
                        # the trainer is a plain driver: no Jobs API needed, and without the
                        # dashboard a 3-node cluster is up 2.5-5 s sooner and 0.9 GB smaller
                        dashboard=False,
-                       # a trainer of the user's own sees its actors' prints from every node, as on
-                       # a real cluster (some adapters read them); the reference trainer needs none
-                       forward_logs=sc.trainer.adapter != "rlsim",
+                       forward_logs=sc.forwards_logs,
                        mounts=[str(out_dir.resolve())] if out_dir else [],
                        node_local=[str(checkpoint_dir(out_dir))] if out_dir and node_local
                        else [])

@@ -267,6 +267,18 @@ class Scenario(Strict):
         return SLOW in self.tags
 
     @property
+    def forwards_logs(self) -> bool:
+        """Whether the cluster's worker nodes forward their actors' prints to the driver, as on a
+        real cluster: a trainer of the user's own is read from its output (some adapters read
+        those prints); the reference trainer logs its events itself and needs none."""
+        return self.trainer.adapter != "rlsim"
+
+    @property
+    def may_down_node(self) -> bool:
+        """Whether a fault of this scenario can leave a node down once healed."""
+        return any(FAULTS[f.kind].may_down_node for f in self.faults)
+
+    @property
     def watches_ray(self) -> bool:
         """Whether the runner records Ray's own view (rlsim.scenario.watch): always for a trainer
         of the user's own; for the reference trainer, which reports its losses itself, only when

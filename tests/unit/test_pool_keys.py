@@ -29,3 +29,33 @@ def test_a_twin_is_the_same_only_for_the_same_command_config_and_shape(tmp_path)
     before = twin_key(cmd, [copy], SPEC, "local")
     copy.write_text(CONFIG.read_text() + "\nseed: 2\n")  # same path, other contents
     assert twin_key(cmd, [copy], SPEC, "local") != before
+
+
+def test_the_catalogue_runs_each_shape_in_a_row_node_killers_last():
+    """Scenarios whose clusters are interchangeable (equal scenario_key) end up adjacent, those
+    that can leave a node down last among them; other items keep their places. The runner's
+    own spec (rlsim.scenario.runner.make_cluster) must agree: equal keys, equal pool keys."""
+    from rlsim.scenario.loader import load
+    from rlsim.scenario.pool import hand_on_order, scenario_key
+    from rlsim.scenario.runner import make_cluster
+
+    root = CONFIG.parents[2] / "scenarios"
+    catalogue = [load(p) for p in sorted(root.glob("*.yaml"))]
+    items = ["first", *catalogue, "last"]
+    ordered = hand_on_order(items, lambda x: None if isinstance(x, str) else x)
+    assert ordered[0] == "first" and ordered[-1] == "last"
+    scenarios = ordered[1:-1]
+    assert sorted(sc.name for sc in scenarios) == sorted(sc.name for sc in catalogue)
+    keys = [scenario_key(sc) for sc in scenarios]
+    for key in set(keys):
+        row = [i for i, k in enumerate(keys) if k == key]
+        assert row == list(range(row[0], row[-1] + 1)), f"shape {key} not in a row"
+        downs = [scenarios[i].may_down_node for i in row]
+        assert downs == sorted(downs), [scenarios[i].name for i in row]
+    local = [sc for sc in scenarios if sc.cluster.backend == "local"]
+    by_key: dict[str, set] = {}
+    for sc in local:
+        spec = make_cluster(sc, "local").spec
+        by_key.setdefault(scenario_key(sc), set()).add(shape_key(spec, "local"))
+    assert all(len(pool_keys) == 1 for pool_keys in by_key.values())
+    assert {"head_lost", "node_failure_mid_run"} <= {sc.name for sc in local if sc.may_down_node}
