@@ -10,8 +10,8 @@ Rows: time until NODES x GPUS are alive with
   * sequential ``ray start`` (head with dashboard, then workers), each on its own 127.x address,
 then seconds from SIGKILL of a worker node to Ray declaring it dead (rlsim's tuned health checks
 and Ray's defaults), and RSS per node. Needs root (cgroups) for the ``ray start`` baseline cleanup.
-``--scale`` instead starts one cluster of each size in turn: time to ready, CPU, host memory, RSS
-per worker node and kill-to-dead against the node count.
+``--scale`` instead starts one cluster of each size in turn: time to ready, CPU, host memory, a
+worker node's RSS, PSS and USS (see memory_mb) and kill-to-dead against the node count.
 """
 
 from __future__ import annotations
@@ -40,11 +40,21 @@ BIN = Path(sys.executable).parent
 
 
 def rss_mb(pids: list[int]) -> float:
-    total = 0
+    return memory_mb(pids)["rss"]
+
+
+def memory_mb(pids: list[int]) -> dict[str, float]:
+    """The processes' memory, three ways: RSS (every page they map, shared libraries counted in
+    full by each process), PSS (shared pages split between the processes that map them: summed
+    over all processes it is what the machine holds) and USS (pages only they map: what stopping
+    them frees)."""
+    total = {"rss": 0, "pss": 0, "uss": 0}
     for pid in pids:
         with contextlib.suppress(psutil.Error):
-            total += psutil.Process(pid).memory_info().rss
-    return total / 2**20
+            m = psutil.Process(pid).memory_full_info()
+            for k in total:
+                total[k] += getattr(m, k)
+    return {k: v / 2**20 for k, v in total.items()}
 
 
 def time_rlsim(nodes: int, gpus: int, dashboard: bool = True) -> tuple[float, dict[str, float]]:
@@ -146,7 +156,9 @@ def scale_row(nodes: int, gpus: int) -> dict[str, float]:
         infos = c.nodes()
         cpu = sum(_cpu_s(pid) for n in infos for pid in n.pids)
         used = (psutil.virtual_memory().used - before) / 2**20
-        worker = statistics.mean(rss_mb(n.pids) for n in infos[1:]) if nodes > 1 else 0.0
+        worker = {k: statistics.mean(memory_mb(n.pids)[k] for n in infos[1:]) if nodes > 1
+                  else 0.0 for k in ("rss", "pss", "uss")}
+        parts = {_process_name(pid): memory_mb([pid]) for pid in infos[-1].pids}
         kill = 0.0
         if nodes > 1:
             t = time.monotonic()
@@ -154,7 +166,21 @@ def scale_row(nodes: int, gpus: int) -> dict[str, float]:
             while c.nodes()[nodes - 1].alive:
                 time.sleep(0.02)
             kill = time.monotonic() - t
-    return {"ready": ready, "cpu": cpu, "host_mb": used, "worker_mb": worker, "kill": kill}
+    return {"ready": ready, "cpu": cpu, "host_mb": used, "worker": worker, "parts": parts,
+            "kill": kill}
+
+
+def _process_name(pid: int) -> str:
+    """A node process by what it is: Ray's title for its agents, the script for a plain Python
+    process (the log monitor), else the executable."""
+    with contextlib.suppress(psutil.Error):
+        p = psutil.Process(pid)
+        args = p.cmdline()
+        if p.name().startswith("ray::") or not args:
+            return p.name()
+        script = next((a for a in args[1:] if a.endswith(".py")), args[0])
+        return Path(script).name
+    return str(pid)
 
 
 def _cpu_s(pid: int) -> float:
@@ -165,7 +191,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def scale(sizes: list[int], gpus: int) -> None:
-    con = Console()
+    con = Console(width=150)
     rows = {}
     for n in sizes:
         con.print(f"measuring {n}x{gpus} ...")
@@ -174,15 +200,33 @@ def scale(sizes: list[int], gpus: int) -> None:
     t = Table(title=f"rlsim bench: scale, {gpus} fake GPUs a node ({os.cpu_count()} cores, "
                     f"{psutil.virtual_memory().total / 2**30:.0f} GiB)")
     for col in ("nodes", "ready", f"vs {sizes[0]} nodes", "CPU (ready + 3 s)", "host memory",
-                "RSS per worker node", "kill -> dead"):
+                "host memory / node", "worker node RSS", "PSS", "USS", "kill -> dead"):
         t.add_column(col)
     for n, r in rows.items():
+        w = r["worker"]
         t.add_row(str(n), f"{r['ready']:.1f} s", f"{r['ready'] / first:.1f}x", f"{r['cpu']:.1f} s",
-                  f"{r['host_mb'] / 1024:.2f} GiB", f"{r['worker_mb']:.0f} MB",
+                  f"{r['host_mb'] / 1024:.2f} GiB", f"{r['host_mb'] / n:.0f} MB",
+                  f"{w['rss']:.0f} MB", f"{w['pss']:.0f} MB", f"{w['uss']:.0f} MB",
                   f"{r['kill']:.2f} s")
     con.print(t)
-    con.print(f"targets: 32 nodes ready within 12x the time {sizes[0]} take; RSS per worker "
-              "node <= 150 MB")
+    for n in (n for n in rows if n >= 32):
+        ratio = rows[n]["ready"] / first
+        con.print(f"target: {n} nodes ready within 12x the time {sizes[0]} take: {ratio:.1f}x, "
+                  f"{'met' if ratio <= 12 else 'missed'}")
+    parts = Table(title=f"where a worker node's memory goes ({sizes[-1]}x{gpus}, its last node)")
+    for col in ("process", "RSS", "PSS", "USS"):
+        parts.add_column(col)
+    for name, m in sorted(rows[sizes[-1]]["parts"].items(), key=lambda kv: -kv[1]["rss"]):
+        parts.add_row(name, *(f"{m[k]:.0f} MB" for k in ("rss", "pss", "uss")))
+    con.print(parts)
+    w = rows[sizes[-1]]["worker"]
+    lm = rows[sizes[-1]]["parts"].get("log_monitor.py", {"rss": 0.0, "pss": 0.0, "uss": 0.0})
+    for label, m in (("as rlsim cluster starts it", w),
+                     ("without the log monitor (the reference trainer's scenarios)",
+                      {k: w[k] - lm[k] for k in w})):
+        con.print(f"target: a worker node <= 150 MB, {label}: RSS {m['rss']:.0f} MB "
+                  f"({'met' if m['rss'] <= 150 else 'missed'}), PSS {m['pss']:.0f} MB "
+                  f"({'met' if m['pss'] <= 150 else 'missed'}), USS {m['uss']:.0f} MB")
 
 
 def main() -> None:
