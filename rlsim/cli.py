@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
@@ -67,8 +68,10 @@ def _spec(command: str, options: dict[str, str], **fields) -> ClusterSpec:
     except ValidationError as e:
         first = e.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else ""
-        option = options.get(field, field)
         why = first["msg"].removeprefix("Value error, ")
+        if not field:  # options that do not fit together: the message names them and the fix
+            raise _fail(f"rlsim {command}: {why}", 2) from None
+        option = options.get(field, field)
         raise _fail(f"rlsim {command}: {option} {fields.get(field)!s}: {why}; fix: give "
                     f"{option} another value", 2) from None
 
@@ -92,7 +95,37 @@ def _start(spec: ClusterSpec, detached: bool, backend: str = "local") -> LocalCl
 
 _CLUSTER_OPTIONS = {"name": "--name", "nodes": "--nodes", "gpus_per_node": "--fake-gpus",
                     "gpu_memory_gb": "--gpu-memory-gb", "cpus_per_node": "--cpus-per-node",
+                    "memory_gb": "--memory-gb", "accelerator": "--accelerator",
+                    "resources": "--resources", "labels": "--label",
                     "ready_timeout_s": "--ready-timeout"}
+
+
+def _resources(text: str | None) -> dict:
+    """``--resources '{"name": n}'`` as ``ray start`` takes it; exits 2 naming the fix."""
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _fail(f"rlsim cluster: --resources {text}: not JSON ({e.msg}); fix: give an "
+                    """object of names and amounts, e.g. --resources '{"ssd": 1}'""", 2) from None
+    if not isinstance(value, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()):
+        raise _fail(f"rlsim cluster: --resources {text}: not an object of names and numbers; "
+                    """fix: e.g. --resources '{"ssd": 1}'""", 2)
+    return value
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    """``--label k=v`` (repeatable) as a dict; exits 2 naming the fix."""
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise _fail(f"rlsim cluster: --label {pair}: write it as KEY=VALUE, e.g. "
+                        "--label zone=us-east-1a", 2)
+        labels[key] = value
+    return labels
 
 
 def _default(field: str):
@@ -109,6 +142,15 @@ def cluster(
                                         help="Memory of each fake GPU (OOM ledger)."),
     cpus_per_node: int = typer.Option(_default("cpus_per_node"),
                                       help="Logical CPUs each node advertises."),
+    memory_gb: float | None = typer.Option(None, help="GiB of Ray's memory resource each node "
+                                           "advertises (default: Ray's estimate from the host's "
+                                           "memory, the same on every node)."),
+    accelerator: str | None = typer.Option(None, help="Accelerator type each node reports, as "
+                                           "Ray does on real GPU nodes (e.g. H100, A100-80G)."),
+    resources: str | None = typer.Option(None, help="Custom resources each node advertises, "
+                                         """as JSON: '{"ssd": 1}'."""),
+    label: Annotated[list[str] | None, typer.Option(
+        "--label", help="KEY=VALUE label on each node (repeatable).")] = None,
     name: str = typer.Option("rlsim", help="Cluster name (for status/down)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Leave it running and return."),
     ready_timeout: float = typer.Option(_default("ready_timeout_s"),
@@ -125,7 +167,9 @@ def cluster(
     spec = _spec(
         "cluster", _CLUSTER_OPTIONS,
         name=name, nodes=nodes, gpus_per_node=fake_gpus, gpu_memory_gb=gpu_memory_gb,
-        cpus_per_node=cpus_per_node, ready_timeout_s=ready_timeout, health=HealthChecks(),
+        cpus_per_node=cpus_per_node, memory_gb=memory_gb, accelerator=accelerator,
+        resources=_resources(resources), labels=_labels(label or []), ready_timeout_s=ready_timeout,
+        health=HealthChecks(),
     )
     c = _start(spec, detach, backend)
     console.print(_table(c, c.nodes()))

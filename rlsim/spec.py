@@ -104,6 +104,21 @@ class ClusterShape(BaseModel):
     gpus_per_node: int = Field(8, ge=0, le=64, description="fake GPUs each node advertises")
     gpu_memory_gb: float = Field(80.0, gt=0, le=4096, description="GiB per fake GPU")
     cpus_per_node: int = Field(4, ge=1, le=1024, description="CPUs each node advertises")
+    memory_gb: float | None = Field(
+        None, gt=0, le=1024 * 1024,
+        description="GiB of Ray's `memory` resource each node advertises (what bundles and "
+                    "actors that ask for memory are placed against); unset, each node advertises "
+                    "Ray's estimate from the whole host's memory, as every node shares it")
+    accelerator: str | None = Field(
+        None, description="the accelerator type each node reports, as Ray reports a real GPU "
+                          "node's (e.g. H100, A100-80G): the resource accelerator_type:<X> and "
+                          "the label ray.io/accelerator-type")
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="custom resources each node advertises, as "
+                                          "`ray start --resources` gives them")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="labels each node carries, as `ray start --labels` "
+                                          "gives them")
     ready_timeout_s: float = Field(60.0, gt=0, le=DAY, description="bound on one node's "
                                    "(re)start; a whole cluster's start gets it once per node")
     ray_version: dict[int, str] = Field(
@@ -120,6 +135,35 @@ class ClusterShape(BaseModel):
         "none", description="redis: the GCS keeps its tables in a Redis server the cluster runs "
                             "beside the head (Ray's GCS fault tolerance), so a head restarted "
                             "at its address recovers them (local backend)")
+
+    @field_validator("accelerator")
+    @classmethod
+    def _accelerator_ok(cls, v: str | None) -> str | None:
+        if v is not None and not ACCELERATOR_RE.match(v):
+            raise ValueError(f"accelerator {v!r}: write an accelerator type as Ray names it, "
+                             "e.g. H100, A100-80G, L40S")
+        return v
+
+    @field_validator("resources")
+    @classmethod
+    def _resources_ok(cls, v: dict[str, float]) -> dict[str, float]:
+        if problem := resources_problem(v):
+            raise ValueError(problem)
+        return v
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_ok(cls, v: dict[str, str]) -> dict[str, str]:
+        if problem := labels_problem(v):
+            raise ValueError(problem)
+        return v
+
+    @model_validator(mode="after")
+    def _accelerator_has_gpus(self) -> ClusterShape:
+        if self.accelerator is not None and self.gpus_per_node == 0:
+            raise ValueError("an accelerator type needs GPUs: Ray reports one only on nodes that "
+                             "have GPUs; give the nodes GPUs or drop the accelerator")
+        return self
 
     @model_validator(mode="after")
     def _workers_fit_their_ports(self) -> ClusterShape:
@@ -179,6 +223,47 @@ class ClusterSpec(ClusterShape):
         if problem:
             raise ValueError(problem)
         return self
+
+
+# Resource names Ray or rlsim set on every node: a custom resource of the same name would clash
+RESERVED_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory", "MOCK_GPU")
+RESERVED_RESOURCE_PREFIXES = ("accelerator_type:", "node:", "rlsim_node_")
+RESERVED_LABEL_PREFIXES = ("ray.io/", "rlsim-")
+ACCELERATOR_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# A label key as Ray checks it (an optional DNS-name prefix and "/", then a name of up to 63
+# alphanumerics, '-', '_', '.'); values likewise, or empty
+LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?"
+                          r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def resources_problem(resources: dict[str, float]) -> str | None:
+    """Why custom resources cannot be a node's (a name Ray or rlsim sets itself), or None."""
+    for name, amount in resources.items():
+        if name in RESERVED_RESOURCES or name.startswith(RESERVED_RESOURCE_PREFIXES):
+            return (f"{name!r} is set by Ray or rlsim on every node; give your resource another "
+                    f"name (e.g. custom_{name.split(':')[0]})")
+        if not name or len(name) > 128 or any(c.isspace() for c in name):
+            return f"{name!r}: a resource name is 1-128 characters without spaces"
+        if not 0 <= amount <= 1e9:
+            return f"{name}: {amount:g} must be between 0 and 1e9"
+    return None
+
+
+def labels_problem(labels: dict[str, str]) -> str | None:
+    """Why labels cannot be a node's (Ray's and rlsim's own prefixes, Ray's syntax), or None."""
+    for key, value in labels.items():
+        if key.startswith(RESERVED_LABEL_PREFIXES):
+            return (f"{key!r}: the prefixes {', '.join(RESERVED_LABEL_PREFIXES)} are Ray's and "
+                    "rlsim's own (an accelerator type is set as accelerator); use another key")
+        if not LABEL_KEY_RE.match(key):
+            return (f"{key!r} is not a label key: up to 63 letters, digits, '-', '_', '.' "
+                    "(starting and ending with a letter or digit), optionally after a DNS "
+                    "prefix and '/'")
+        if not LABEL_VALUE_RE.match(value):
+            return (f"{key}={value!r}: a label value is up to 63 letters, digits, '-', '_', "
+                    "'.', starting and ending with a letter or digit")
+    return None
 
 
 def per_node_problem(nodes: int, ray_version: dict[int, str], python: dict[int, str],

@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 from rlsim import cgroups, procs, state
 from rlsim.backends import gcs_store
@@ -27,6 +28,12 @@ ADDRESSES_VAR = "RLSIM_NODE_ADDRESSES"  # docker nodes: every node's address, JS
 # framework that runs on the CPU but places one worker per GPU asks for it (Ray Train refuses
 # "GPU" in resources_per_worker with use_gpu=False; {"MOCK_GPU": 1} places the same way).
 GPU_ALIAS = "MOCK_GPU"
+# What Ray sets on a node whose GPUs it recognises: a resource of 1 named after the accelerator
+# type, and a label. User labels may not use Ray's "ray.io/" prefix; Ray's autoscaler sets such
+# labels for the nodes it launches through RAY_OVERRIDE_LABELS, and so does the launcher.
+ACCELERATOR_RESOURCE = "accelerator_type:"
+ACCELERATOR_LABEL = "ray.io/accelerator-type"
+OVERRIDE_LABELS_VAR = "RAY_OVERRIDE_LABELS"
 
 
 def cluster_env(st: ClusterState) -> dict[str, str]:
@@ -42,6 +49,10 @@ def cluster_env(st: ClusterState) -> dict[str, str]:
         # the head's metrics servers inside the cluster's own port block
         "AUTOSCALER_METRIC_PORT": str(st.plan.autoscaler_metrics_port),
         "DASHBOARD_METRIC_PORT": str(st.plan.dashboard_metrics_port),
+        # As after `source .venv/bin/activate; ray start`: a Ray Job's entrypoint (`python
+        # train.py`) and any other command a node runs find the nodes' own Python and packages
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent),
+                                 os.environ.get("PATH", os.defpath)]),
         **st.spec.health.env(),
     }
 
@@ -62,9 +73,13 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
         node_ip_address=address,
         num_cpus=spec.cpus_per_node,
         num_gpus=spec.gpus_per_node,
-        resources={f"rlsim_node_{index}": 1.0,
-                   **({GPU_ALIAS: spec.gpus_per_node} if spec.gpus_per_node else {})},
-        labels={"rlsim-node-index": str(index), MEMORY_LABEL: f"{spec.gpu_memory_gb:g}"},
+        resources={**spec.resources, f"rlsim_node_{index}": 1.0,
+                   **({GPU_ALIAS: spec.gpus_per_node} if spec.gpus_per_node else {}),
+                   **({ACCELERATOR_RESOURCE + spec.accelerator: 1.0} if spec.accelerator
+                      else {})},
+        labels={**spec.labels, "rlsim-node-index": str(index),
+                MEMORY_LABEL: f"{spec.gpu_memory_gb:g}"},
+        memory=int(spec.memory_gb * 2**30) if spec.memory_gb else None,
         object_store_memory=spec.object_store_mb * 1024 * 1024,
         temp_dir=str(st.node_dir(index)),
         node_manager_port=p.node_manager,
@@ -102,8 +117,13 @@ def start_node(st: ClusterState, index: int, addresses: list[str] | None = None)
         cgroups.NodeGroup(st.session, index).enter()
     st.node_dir(index).mkdir(parents=True, exist_ok=True)
     params = ray_params(st, index, addresses)
-    node = ray._private.node.Node(params, head=index == 0, shutdown_at_exit=False,
-                                  spawn_reaper=False)
+    if st.spec.accelerator:
+        os.environ[OVERRIDE_LABELS_VAR] = json.dumps({ACCELERATOR_LABEL: st.spec.accelerator})
+    try:
+        node = ray._private.node.Node(params, head=index == 0, shutdown_at_exit=False,
+                                      spawn_reaper=False)
+    finally:
+        os.environ.pop(OVERRIDE_LABELS_VAR, None)
     # What `ray start` writes and Ray's "auto" address reads in this node's temp dir: a Ray Job's
     # supervisor resolves its driver's RAY_ADDRESS from it. Without it Ray falls back to any
     # gcs_server process on the machine, which with two clusters at once (pytest -n 2) was

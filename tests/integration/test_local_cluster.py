@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from waits import alive, wait_until
@@ -27,14 +28,80 @@ from rlsim.spec import ClusterSpec
 pytestmark = pytest.mark.integration
 
 
+SHAPE = {"memory_gb": 3.5, "accelerator": "H100", "resources": {"ssd": 2.0},
+         "labels": {"zone": "rlsim-a"}}
+
+
 @pytest.fixture(scope="module")
 def shared():
     """One 2-node cluster for the tests that leave it as they found it (each heals what it did):
-    a bring-up is ~6 s of a 2-core machine."""
+    a bring-up is ~6 s of a 2-core machine. Started from a shell whose PATH lacks the virtualenv
+    (as `.venv/bin/rlsim cluster` without activating it), with a node shape of its own."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
-    with LocalCluster(ClusterSpec(name=f"pt-shared-{worker}-{os.getpid()}", nodes=2,
-                                  gpus_per_node=8)) as cluster:
+    venv_bin = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    os.environ["PATH"] = os.pathsep.join(p for p in path.split(os.pathsep) if p != venv_bin)
+    try:
+        cluster = LocalCluster(ClusterSpec(name=f"pt-shared-{worker}-{os.getpid()}", nodes=2,
+                                           gpus_per_node=8, **SHAPE)).start()
+    finally:
+        os.environ["PATH"] = path
+    with cluster:
         yield cluster
+
+
+def test_a_driver_sees_each_node_shaped_as_asked(shared):
+    """Memory, accelerator type (resource and label, as Ray sets them on a real GPU node), custom
+    resources and labels, read by a plain driver from ray.nodes()."""
+    code = ("import json, ray; ray.init(); print(json.dumps([(n['Resources'], n['Labels']) "
+            "for n in ray.nodes() if n['Alive']]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, **shared.driver_env()})
+    assert out.returncode == 0, out.stderr[-2000:]
+    nodes = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(nodes) == 2
+    for resources, labels in nodes:
+        assert resources["memory"] == 3.5 * 2**30
+        assert resources["GPU"] == 8 and resources["accelerator_type:H100"] == 1
+        assert resources["ssd"] == 2
+        assert labels["ray.io/accelerator-type"] == "H100" and labels["zone"] == "rlsim-a"
+
+
+GPU_ACTORS = """
+import json, os, ray
+ray.init()
+@ray.remote(num_gpus=2)
+class Holder:
+    def seen(self):
+        return os.environ.get("CUDA_VISIBLE_DEVICES"), [str(i) for i in ray.get_gpu_ids()]
+holders = [Holder.remote() for _ in range(3)]
+print(json.dumps(ray.get([h.seen.remote() for h in holders])))
+"""
+
+
+def test_actors_holding_fake_gpus_see_them_as_on_a_real_node(shared):
+    """Ray hands each actor its own GPU ids and sets CUDA_VISIBLE_DEVICES to them, as on a node
+    with real GPUs: three actors of 2 GPUs on 8-GPU nodes see disjoint pairs on their node."""
+    out = subprocess.run([sys.executable, "-c", GPU_ACTORS], capture_output=True, text=True,
+                         timeout=180, env={**os.environ, **shared.driver_env()})
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    for visible, ids in seen:
+        assert visible is not None and visible.split(",") == ids and len(ids) == 2
+    assert len({tuple(ids) for _, ids in seen}) >= 2
+
+
+def test_a_ray_job_with_plain_python_runs(shared):
+    """`ray job submit -- python ...` as on a cluster started from an activated environment:
+    the entrypoint's python is the nodes' own, with Ray and the project importable."""
+    ray_cli = Path(sys.executable).parent / "ray"
+    entry = ["python", "-c", "import ray, sys, trainer; print('JOB-PYTHON', sys.executable)"]
+    out = subprocess.run([str(ray_cli), "job", "submit", "--address", shared.dashboard_url,
+                          "--", *entry],
+                         capture_output=True, text=True, timeout=180,
+                         env={**os.environ, **shared.driver_env()})
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert f"JOB-PYTHON {Path(sys.executable).parent}" in out.stdout, out.stdout[-2000:]
 
 
 def leftovers(st: state.ClusterState) -> dict:
