@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Literal
 
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from rlsim.net.alloc import MAX_NODES, MAX_SLOTS, ClusterPlan, plan_cluster, worker_ports
 from rlsim.params import DAY
@@ -144,17 +151,11 @@ class ClusterShape(BaseModel):
                              "e.g. H100, A100-80G, L40S")
         return v
 
-    @field_validator("resources")
+    @field_validator("resources", "labels")
     @classmethod
-    def _resources_ok(cls, v: dict[str, float]) -> dict[str, float]:
-        if problem := resources_problem(v):
-            raise ValueError(problem)
-        return v
-
-    @field_validator("labels")
-    @classmethod
-    def _labels_ok(cls, v: dict[str, str]) -> dict[str, str]:
-        if problem := labels_problem(v):
+    def _names_ok(cls, v: dict, info: ValidationInfo) -> dict:
+        check = resources_problem if info.field_name == "resources" else labels_problem
+        if problem := check(v):
             raise ValueError(problem)
         return v
 
