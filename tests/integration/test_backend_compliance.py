@@ -19,6 +19,10 @@ from rlsim.spec import ClusterSpec
 
 pytestmark = pytest.mark.integration
 NODES, GPUS = 3, 2
+# nodes shaped like a user's (what `rlsim cluster --memory-gb --accelerator --resources --label`
+# give), the same on every backend
+SHAPE = {"memory_gb": 2.5, "accelerator": "A100-80G", "resources": {"nvme": 1.0},
+         "labels": {"pool": "rlsim-b"}}
 
 
 def _docker_problem() -> str | None:
@@ -32,7 +36,7 @@ def cluster(request, tmp_path_factory):
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
     shared = tmp_path_factory.mktemp(f"shared-{request.param}")  # every node sees it
     spec = ClusterSpec(name=f"pt-comp-{request.param}-{worker}-{os.getpid()}", nodes=NODES,
-                       gpus_per_node=GPUS, dashboard=False, mounts=[str(shared)])
+                       gpus_per_node=GPUS, dashboard=False, mounts=[str(shared)], **SHAPE)
     if request.param == "docker":
         require(_docker_problem())
         from rlsim.backends.docker import DockerCluster
@@ -45,20 +49,25 @@ def cluster(request, tmp_path_factory):
     assert backend.leaks() == [], backend.leaks()
 
 
-def test_every_node_has_its_own_address_and_a_driver_sees_every_gpu(cluster):
+def test_every_node_has_its_own_address_and_a_driver_sees_every_gpu_and_its_shape(cluster):
     nodes = cluster.nodes()
     assert [n.index for n in nodes if n.alive] == list(range(NODES))
     assert len({n.address for n in nodes}) == NODES
     code = ("import ray, json; ray.init(logging_level='ERROR'); print(json.dumps(["
             "ray.cluster_resources()['GPU'], ray.cluster_resources()['MOCK_GPU'], "
-            "sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive'])]))")
+            "sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']), "
+            "[(n['Resources'], n['Labels']) for n in ray.nodes() if n['Alive']]]))")
     out = subprocess.run(cluster.driver_command([sys.executable, "-c", code]),
                          env={**os.environ, **cluster.driver_env()}, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    gpus, alias, addrs = json.loads(out.stdout.strip().splitlines()[-1])
+    gpus, alias, addrs, shapes = json.loads(out.stdout.strip().splitlines()[-1])
     assert gpus == alias == NODES * GPUS  # MOCK_GPU: the fake GPUs for CPU-only frameworks
     assert addrs == sorted(n.address for n in nodes)  # what Ray sees is what the backend made
+    for resources, labels in shapes:  # and each node is shaped as asked
+        assert resources["memory"] == SHAPE["memory_gb"] * 2**30 and resources["nvme"] == 1
+        assert resources["accelerator_type:A100-80G"] == 1
+        assert labels["ray.io/accelerator-type"] == "A100-80G" and labels["pool"] == "rlsim-b"
 
 
 def test_block_port_cuts_one_source_only_and_heals(cluster):
