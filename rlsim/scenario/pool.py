@@ -52,20 +52,15 @@ def hand_on_order(items: list, scenario_of=lambda x: x) -> list:
     reordered in place of each other: those of one key in a row, keys in the order they first
     appear; within a key, first the scenarios whose faults cannot leave a node down (each hands
     its cluster on), then the others (a cluster left with a node down is stopped)."""
+    found = [(i, scenario_key(sc), sc.may_down_node) for i, item in enumerate(items)
+             if (sc := scenario_of(item)) is not None]
     first: dict[str, int] = {}
-    slots = []
-    for i, item in enumerate(items):
-        if (sc := scenario_of(item)) is not None:
-            first.setdefault(scenario_key(sc), i)
-            slots.append(i)
-
-    def rank(item) -> tuple[int, bool]:
-        sc = scenario_of(item)
-        return first[scenario_key(sc)], sc.may_down_node
-
+    for i, key, _ in found:
+        first.setdefault(key, i)
+    ordered = sorted(found, key=lambda f: (first[f[1]], f[2]))  # stable: file order within
     out = list(items)
-    for i, item in zip(slots, sorted((items[i] for i in slots), key=rank), strict=True):
-        out[i] = item
+    for (slot, _, _), (i, _, _) in zip(found, ordered, strict=True):
+        out[slot] = items[i]
     return out
 
 
