@@ -156,8 +156,9 @@ def scale_row(nodes: int, gpus: int) -> dict[str, float]:
         infos = c.nodes()
         cpu = sum(_cpu_s(pid) for n in infos for pid in n.pids)
         used = (psutil.virtual_memory().used - before) / 2**20
-        worker = {k: statistics.mean(memory_mb(n.pids)[k] for n in infos[1:]) if nodes > 1
-                  else 0.0 for k in ("rss", "pss", "uss")}
+        per_node = [memory_mb(n.pids) for n in infos[1:]]  # smaps read once a node
+        worker = {k: statistics.mean(m[k] for m in per_node) if per_node else 0.0
+                  for k in ("rss", "pss", "uss")}
         parts = {_process_name(pid): memory_mb([pid]) for pid in infos[-1].pids}
         kill = 0.0
         if nodes > 1:
