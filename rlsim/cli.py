@@ -20,6 +20,7 @@ from rlsim.backends.base import ClusterStartError, NodeInfo
 from rlsim.backends.local import LocalCluster
 from rlsim.backends.reaper import reap, reap_abandoned, reap_corrupt, reap_orphans
 from rlsim.net import iptables
+from rlsim.shape import NODE_TYPES, NodeShape
 from rlsim.spec import ClusterShape, ClusterSpec, HealthChecks, HomeError, name_problem
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -32,11 +33,12 @@ def _table(cluster: LocalCluster, nodes: list[NodeInfo]) -> Table:
     assert st is not None  # only called on a running cluster
     table = Table(title=f"rlsim cluster {st.spec.name!r} ({cluster.name} backend, slot {st.slot})")
     pid_col = cluster.pid_label
-    for col in ("node", "role", "address", "GPUs", "alive", "pids", pid_col):
+    for col in ("node", "role", "address", "GPUs", "shape", "alive", "pids", pid_col):
         table.add_column(col, justify="right" if col in ("node", "GPUs", "pids") else "left")
     for n in nodes:
         table.add_row(
-            str(n.index), n.role, n.address, str(n.gpus), "yes" if n.alive else "[red]no[/red]",
+            str(n.index), n.role, n.address, str(n.gpus), n.shape(),
+            "yes" if n.alive else "[red]no[/red]",
             str(len(n.pids)), str(st.pids.get(n.index, n.pids[0] if n.pids else "-")),
         )
     return table
@@ -71,8 +73,11 @@ def _spec(command: str, options: dict[str, str], **fields) -> ClusterSpec:
         why = first["msg"].removeprefix("Value error, ")
         if not field:  # options that do not fit together: the message names them and the fix
             raise _fail(f"rlsim {command}: {why}", 2) from None
-        option = options.get(field, field)
-        raise _fail(f"rlsim {command}: {option} {fields.get(field)!s}: {why}; fix: give "
+        option, value = options.get(field, field), fields.get(field)
+        if field == "node" and len(first["loc"]) > 2:  # one node's field: --node I:KEY=VALUE
+            index, key = first["loc"][1:3]
+            value = f"{index}:{key}={value[index].get(key)}"
+        raise _fail(f"rlsim {command}: {option} {value!s}: {why}; fix: give "
                     f"{option} another value", 2) from None
 
 
@@ -84,7 +89,7 @@ def _check_name(name: str, command: str) -> None:
 
 def _start(spec: ClusterSpec, detached: bool, backend: str = "local") -> LocalCluster:
     try:
-        with console.status(f"starting {spec.nodes} nodes x {spec.gpus_per_node} fake GPUs"):
+        with console.status(f"starting {spec.nodes} nodes, {spec.gpus()} fake GPUs"):
             return cluster_class(backend)(spec, detached=detached).start()
     except HomeError as e:
         raise _fail(f"rlsim cluster: {e}", 2) from None
@@ -96,8 +101,8 @@ def _start(spec: ClusterSpec, detached: bool, backend: str = "local") -> LocalCl
 _CLUSTER_OPTIONS = {"name": "--name", "nodes": "--nodes", "gpus_per_node": "--fake-gpus",
                     "gpu_memory_gb": "--gpu-memory-gb", "cpus_per_node": "--cpus-per-node",
                     "memory_gb": "--memory-gb", "accelerator": "--accelerator",
-                    "resources": "--resources", "labels": "--label",
-                    "ready_timeout_s": "--ready-timeout"}
+                    "resources": "--resources", "labels": "--label", "like": "--like",
+                    "node": "--node", "ready_timeout_s": "--ready-timeout"}
 
 
 def _resources(text: str | None) -> dict:
@@ -128,6 +133,23 @@ def _labels(pairs: list[str]) -> dict[str, str]:
     return labels
 
 
+def _nodes(options: list[str]) -> dict[int, dict[str, str]]:
+    """``--node I:KEY=VALUE[,KEY=VALUE...]`` (repeatable) as the ``node`` field's dict (values
+    are checked there); exits 2 naming the fix."""
+    nodes: dict[int, dict[str, str]] = {}
+    for option in options:
+        index, sep, pairs = option.partition(":")
+        fields = dict(pair.partition("=")[::2] for pair in pairs.split(","))
+        if not sep or not index.isdigit() or not all(fields) or "" in fields.values():
+            raise _fail(f"rlsim cluster: --node {option}: write it as I:KEY=VALUE[,KEY=VALUE], "
+                        "e.g. --node 3:gpus=4,accelerator=A100", 2)
+        if unknown := set(fields) - (set(NodeShape.model_fields) - {"resources", "labels"}):
+            raise _fail(f"rlsim cluster: --node {option}: no key {sorted(unknown)[0]!r}; fix: "
+                        "use like, gpus, gpu_memory_gb, cpus, memory_gb or accelerator", 2)
+        nodes.setdefault(int(index), {}).update(fields)
+    return nodes
+
+
 def _default(field: str):
     """A cluster-shape field's default: the CLI, the fixture and scenarios share one."""
     return ClusterShape.model_fields[field].default
@@ -136,12 +158,15 @@ def _default(field: str):
 @app.command()
 def cluster(
     nodes: int = typer.Option(_default("nodes"), "--nodes", "-n", help="Nodes, head included."),
-    fake_gpus: int = typer.Option(_default("gpus_per_node"), "--fake-gpus", "-g",
-                                  help="GPUs each node advertises."),
-    gpu_memory_gb: float = typer.Option(_default("gpu_memory_gb"),
-                                        help="Memory of each fake GPU (OOM ledger)."),
-    cpus_per_node: int = typer.Option(_default("cpus_per_node"),
-                                      help="Logical CPUs each node advertises."),
+    fake_gpus: int | None = typer.Option(
+        None, "--fake-gpus", "-g", show_default=False,
+        help=f"GPUs each node advertises [default: {_default('gpus_per_node')}]."),
+    gpu_memory_gb: float | None = typer.Option(
+        None, show_default=False,
+        help=f"GiB of each fake GPU (OOM ledger) [default: {_default('gpu_memory_gb'):g}]."),
+    cpus_per_node: int | None = typer.Option(
+        None, show_default=False,
+        help=f"Logical CPUs each node advertises [default: {_default('cpus_per_node')}]."),
     memory_gb: float | None = typer.Option(None, help="GiB of Ray's memory resource each node "
                                            "advertises (default: Ray's estimate from the host's "
                                            "memory, the same on every node)."),
@@ -151,6 +176,13 @@ def cluster(
                                          """as JSON: '{"ssd": 1}'."""),
     label: Annotated[list[str] | None, typer.Option(
         "--label", help="KEY=VALUE label on each node (repeatable).")] = None,
+    like: str | None = typer.Option(
+        None, help="Shape every node like a real node type: its GPUs, GPU memory, accelerator "
+        f"type, CPUs and memory; the options above win ({', '.join(NODE_TYPES)})."),
+    node: Annotated[list[str] | None, typer.Option(
+        "--node", help="One node's own shape, I:KEY=VALUE[,KEY=VALUE...] with keys like, gpus, "
+        "gpu_memory_gb, cpus, memory_gb, accelerator (repeatable), e.g. "
+        "--node 3:gpus=4,accelerator=A100,gpu_memory_gb=40.")] = None,
     name: str = typer.Option("rlsim", help="Cluster name (for status/down)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Leave it running and return."),
     ready_timeout: float = typer.Option(_default("ready_timeout_s"),
@@ -164,12 +196,14 @@ def cluster(
     if backend not in ("local", "docker"):
         raise _fail(f"rlsim cluster: --backend {backend}: rlsim cluster starts local or docker "
                     "nodes; fix: --backend local or --backend docker", 2)
+    given = {"gpus_per_node": fake_gpus, "gpu_memory_gb": gpu_memory_gb,
+             "cpus_per_node": cpus_per_node, "memory_gb": memory_gb, "accelerator": accelerator,
+             "like": like}
     spec = _spec(
         "cluster", _CLUSTER_OPTIONS,
-        name=name, nodes=nodes, gpus_per_node=fake_gpus, gpu_memory_gb=gpu_memory_gb,
-        cpus_per_node=cpus_per_node, memory_gb=memory_gb, accelerator=accelerator,
-        resources=_resources(resources), labels=_labels(label or []), ready_timeout_s=ready_timeout,
-        health=HealthChecks(),
+        name=name, nodes=nodes, resources=_resources(resources), labels=_labels(label or []),
+        node=_nodes(node or []), ready_timeout_s=ready_timeout, health=HealthChecks(),
+        **{k: v for k, v in given.items() if v is not None},
     )
     c = _start(spec, detach, backend)
     console.print(_table(c, c.nodes()))
@@ -243,7 +277,8 @@ def status(
                 "abandoned": gone,
                 "nodes": [
                     {"index": x.index, "role": x.role, "address": x.address, "alive": x.alive,
-                     "gpus": x.gpus, "pids": len(x.pids)}
+                     "gpus": x.gpus, "pids": len(x.pids), "shape": x.shape(),
+                     "resources": x.resources, "labels": x.labels}
                     for x in nodes
                 ],
             }

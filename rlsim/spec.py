@@ -19,8 +19,25 @@ from pydantic import (
     model_validator,
 )
 
-from rlsim.net.alloc import MAX_NODES, MAX_SLOTS, ClusterPlan, plan_cluster, worker_ports
+from rlsim.net.alloc import (
+    CPU_WORKER_ROOM,
+    MAX_NODES,
+    MAX_SLOTS,
+    ClusterPlan,
+    plan_cluster,
+    worker_ports,
+)
 from rlsim.params import DAY
+from rlsim.shape import (
+    NODE_TYPES,
+    Node,
+    NodeShape,
+    accelerator_problem,
+    labels_problem,
+    node_type_problem,
+    resolve,
+    resources_problem,
+)
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 SESSION_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}-([0-9a-f]{8})$")
@@ -118,7 +135,7 @@ class ClusterShape(BaseModel):
                     "Ray's estimate from the whole host's memory, as every node shares it")
     accelerator: str | None = Field(
         None, description="the accelerator type each node reports, as Ray reports a real GPU "
-                          "node's (e.g. H100, A100-80G): the resource accelerator_type:<X> and "
+                          "node's (e.g. H100, A100, L40S): the resource accelerator_type:<X> and "
                           "the label ray.io/accelerator-type")
     resources: dict[str, float] = Field(
         default_factory=dict, description="custom resources each node advertises, as "
@@ -126,6 +143,15 @@ class ClusterShape(BaseModel):
     labels: dict[str, str] = Field(
         default_factory=dict, description="labels each node carries, as `ray start --labels` "
                                           "gives them")
+    like: str | None = Field(
+        None, description="a real node type (rlsim.shape.NODE_TYPES, e.g. p5.48xlarge) whose "
+                          "GPUs, GPU memory, accelerator type, CPUs and memory every node "
+                          "takes; fields given beside it win")
+    node: dict[int, NodeShape] = Field(
+        default_factory=dict,
+        description="node index -> that node's own shape where it differs (gpus, gpu_memory_gb, "
+                    "cpus, memory_gb, accelerator, like; resources and labels add to the "
+                    "cluster's), e.g. {3: {gpus: 4, accelerator: A100, gpu_memory_gb: 40}}")
     ready_timeout_s: float = Field(60.0, gt=0, le=DAY, description="bound on one node's "
                                    "(re)start; a whole cluster's start gets it once per node")
     ray_version: dict[int, str] = Field(
@@ -143,12 +169,27 @@ class ClusterShape(BaseModel):
                             "beside the head (Ray's GCS fault tolerance), so a head restarted "
                             "at its address recovers them (local backend)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_like(cls, data):
+        # the node type's figures fill what the cluster leaves out; what it gives wins (an
+        # unknown name is left to _like_ok, which names the field)
+        if isinstance(data, dict) and data.get("like") in NODE_TYPES:
+            data = {**NODE_TYPES[data["like"]].shape(), **data}
+        return data
+
+    @field_validator("like")
+    @classmethod
+    def _like_ok(cls, v: str | None) -> str | None:
+        if v is not None and (problem := node_type_problem(v)):
+            raise ValueError(problem)
+        return v
+
     @field_validator("accelerator")
     @classmethod
     def _accelerator_ok(cls, v: str | None) -> str | None:
-        if v is not None and not ACCELERATOR_RE.match(v):
-            raise ValueError(f"accelerator {v!r}: write an accelerator type as Ray names it, "
-                             "e.g. H100, A100-80G, L40S")
+        if problem := accelerator_problem(v):
+            raise ValueError(problem)
         return v
 
     @field_validator("resources", "labels")
@@ -160,24 +201,45 @@ class ClusterShape(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _accelerator_has_gpus(self) -> ClusterShape:
+    def _nodes_ok(self) -> ClusterShape:
+        bad = [i for i in self.node if not 0 <= i < self.nodes]
+        if bad:
+            raise ValueError(f"node {bad[0]} has a shape of its own, but the cluster has nodes "
+                             f"0..{self.nodes - 1} (nodes={self.nodes}): shape one of those or "
+                             "start more nodes")
         if self.accelerator is not None and self.gpus_per_node == 0:
             raise ValueError("an accelerator type needs GPUs: Ray reports one only on nodes that "
                              "have GPUs; give the nodes GPUs or drop the accelerator")
+        for n in self.node_shapes():
+            where = f"node {n.index}: " if n.index in self.node else ""
+            if self.node.get(n.index) and self.node[n.index].accelerator and not n.gpus:
+                raise ValueError(f"{where}an accelerator type needs GPUs: Ray reports one only "
+                                 "on nodes that have GPUs; give the node GPUs or drop its "
+                                 "accelerator")
+            # a node runs a worker per fake GPU and per CPU task at once, the driver and an agent
+            # beside them; each holds a port of the node's range, and with none left Ray cannot
+            # start a worker (the driver then prints "No available ports" and the task waits).
+            # CPUs count up to CPU_WORKER_ROOM (see there)
+            need = n.gpus + min(n.cpus, CPU_WORKER_ROOM) + 2
+            have = worker_ports(self.nodes)
+            if need > have:
+                gpus = "gpus" if where else "gpus_per_node"
+                raise ValueError(
+                    f"{where}nodes={self.nodes} with {gpus}={n.gpus}: each node may run {need} "
+                    f"Ray workers at once (one per GPU, up to {CPU_WORKER_ROOM} for CPU tasks, "
+                    f"the driver and an agent) but has {have} worker ports in a cluster of "
+                    f"{self.nodes} nodes; use fewer nodes or GPUs per node")
         return self
 
-    @model_validator(mode="after")
-    def _workers_fit_their_ports(self) -> ClusterShape:
-        # a node can run a worker per fake GPU and per CPU at once, the driver and an agent
-        # beside them; each holds a port of the node's range, and with none left Ray cannot start
-        # a worker (the actor then waits forever)
-        need, have = self.gpus_per_node + self.cpus_per_node + 2, worker_ports(self.nodes)
-        if need > have:
-            raise ValueError(f"nodes={self.nodes} with gpus_per_node={self.gpus_per_node} and "
-                             f"cpus_per_node={self.cpus_per_node}: each node may run {need} Ray "
-                             f"workers at once but has {have} worker ports in a cluster of "
-                             f"{self.nodes} nodes; use fewer nodes, GPUs or CPUs per node")
-        return self
+    def node_shapes(self) -> list[Node]:
+        """Each node's shape, node 0 (the head) first."""
+        fields = self.model_dump(include={"gpus_per_node", "gpu_memory_gb", "cpus_per_node",
+                                          "memory_gb", "accelerator", "resources", "labels"})
+        return [resolve(i, fields, self.node.get(i)) for i in range(self.nodes)]
+
+    def gpus(self) -> int:
+        """GPUs of the whole cluster."""
+        return sum(n.gpus for n in self.node_shapes())
 
     def shape(self) -> dict:
         """The shape's fields alone (what a subclass adds left out)."""
@@ -224,47 +286,6 @@ class ClusterSpec(ClusterShape):
         if problem:
             raise ValueError(problem)
         return self
-
-
-# Resource names Ray or rlsim set on every node: a custom resource of the same name would clash
-RESERVED_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory", "MOCK_GPU")
-RESERVED_RESOURCE_PREFIXES = ("accelerator_type:", "node:", "rlsim_node_")
-RESERVED_LABEL_PREFIXES = ("ray.io/", "rlsim-")
-ACCELERATOR_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-# A label key as Ray checks it (an optional DNS-name prefix and "/", then a name of up to 63
-# alphanumerics, '-', '_', '.'); values likewise, or empty
-LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?"
-                          r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-
-
-def resources_problem(resources: dict[str, float]) -> str | None:
-    """Why custom resources cannot be a node's (a name Ray or rlsim sets itself), or None."""
-    for name, amount in resources.items():
-        if name in RESERVED_RESOURCES or name.startswith(RESERVED_RESOURCE_PREFIXES):
-            return (f"{name!r} is set by Ray or rlsim on every node; give your resource another "
-                    f"name (e.g. custom_{name.split(':')[0]})")
-        if not name or len(name) > 128 or any(c.isspace() for c in name):
-            return f"{name!r}: a resource name is 1-128 characters without spaces"
-        if not 0 <= amount <= 1e9:
-            return f"{name}: {amount:g} must be between 0 and 1e9"
-    return None
-
-
-def labels_problem(labels: dict[str, str]) -> str | None:
-    """Why labels cannot be a node's (Ray's and rlsim's own prefixes, Ray's syntax), or None."""
-    for key, value in labels.items():
-        if key.startswith(RESERVED_LABEL_PREFIXES):
-            return (f"{key!r}: the prefixes {', '.join(RESERVED_LABEL_PREFIXES)} are Ray's and "
-                    "rlsim's own (an accelerator type is set as accelerator); use another key")
-        if not LABEL_KEY_RE.match(key):
-            return (f"{key!r} is not a label key: up to 63 letters, digits, '-', '_', '.' "
-                    "(starting and ending with a letter or digit), optionally after a DNS "
-                    "prefix and '/'")
-        if not LABEL_VALUE_RE.match(value):
-            return (f"{key}={value!r}: a label value is up to 63 letters, digits, '-', '_', "
-                    "'.', starting and ending with a letter or digit")
-    return None
 
 
 def per_node_problem(nodes: int, ray_version: dict[int, str], python: dict[int, str],

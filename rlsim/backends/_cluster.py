@@ -142,7 +142,7 @@ class StartedCluster:
         self, timeout: float | None = None, indices: list[int] | None = None,
         exclude_ids: frozenset[str] = frozenset(),
     ) -> list[NodeInfo]:
-        """Wait until the nodes (all, or ``indices``) are alive with ``gpus_per_node`` each, as
+        """Wait until the nodes (all, or ``indices``) are alive with the GPUs of their shape, as
         registrations other than ``exclude_ids`` (a killed node's old one, until Ray notices).
 
         Raises TimeoutError with the last state seen, the setting to tune and the log tail of the
@@ -153,9 +153,10 @@ class StartedCluster:
         # ready_timeout_s bounds one node's (re)start: a whole cluster gets it once per node
         timeout = st.spec.ready_timeout_s * len(want) if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        shapes = st.spec.node_shapes()
         while True:
             infos = self.nodes(exclude_ids)
-            ready = {n.index for n in infos if n.alive and n.gpus == st.spec.gpus_per_node}
+            ready = {n.index for n in infos if n.alive and n.gpus == shapes[n.index].gpus}
             if want <= ready:
                 return infos
             self._check_starting(infos, want - ready)
@@ -166,7 +167,7 @@ class StartedCluster:
                 raise TimeoutError(
                     f"cluster {st.spec.name!r} ({self.name}): node(s) {missing} not alive after "
                     f"{timeout:.0f} s (alive: {sorted(n.index for n in infos if n.alive)}, GPUs "
-                    f"seen {gpus} of {st.spec.nodes * st.spec.gpus_per_node}). Raise "
+                    f"seen {gpus} of {st.spec.gpus()}). Raise "
                     f"ready_timeout_s (--ready-timeout, per node) if the machine is just slow. "
                     f"Node {first} log tail:\n" + self.logs(first)
                 )
@@ -207,7 +208,7 @@ class StartedCluster:
         table = json.loads(path.read_text()) if path.exists() else {}
         table[address] = table.get(address, 0.0) + gb
         path.write_text(json.dumps(table))
-        return [{"gpu": g, "gb": gb} for g in range(self._st.spec.gpus_per_node)]
+        return [{"gpu": g, "gb": gb} for g in range(self._st.spec.node_shapes()[index].gpus)]
 
     def release_gpu(self, index: int, run_dir: Path) -> int:
         """Give back every GiB held on node ``index``; how many GPUs had some. Safe twice."""
@@ -219,4 +220,4 @@ class StartedCluster:
             path.write_text(json.dumps(table))
         else:
             path.unlink()
-        return self._st.spec.gpus_per_node
+        return self._st.spec.node_shapes()[index].gpus

@@ -69,17 +69,18 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
     p = node.ports
     address = addresses[index] if addresses else node.address
     gcs_address = f"{addresses[0]}:{plan.gcs_port}" if addresses else plan.gcs_address
+    shape = spec.node_shapes()[index]
     kwargs = dict(
         node_ip_address=address,
-        num_cpus=spec.cpus_per_node,
-        num_gpus=spec.gpus_per_node,
-        resources={**spec.resources, f"rlsim_node_{index}": 1.0,
-                   **({GPU_ALIAS: spec.gpus_per_node} if spec.gpus_per_node else {}),
-                   **({ACCELERATOR_RESOURCE + spec.accelerator: 1.0} if spec.accelerator
+        num_cpus=shape.cpus,
+        num_gpus=shape.gpus,
+        resources={**shape.resources, f"rlsim_node_{index}": 1.0,
+                   **({GPU_ALIAS: shape.gpus} if shape.gpus else {}),
+                   **({ACCELERATOR_RESOURCE + shape.accelerator: 1.0} if shape.accelerator
                       else {})},
-        labels={**spec.labels, "rlsim-node-index": str(index),
-                MEMORY_LABEL: f"{spec.gpu_memory_gb:g}"},
-        memory=int(spec.memory_gb * 2**30) if spec.memory_gb else None,
+        labels={**shape.labels, "rlsim-node-index": str(index),
+                MEMORY_LABEL: f"{shape.gpu_memory_gb:g}"},
+        memory=int(shape.memory_gb * 2**30) if shape.memory_gb else None,
         object_store_memory=spec.object_store_mb * 1024 * 1024,
         temp_dir=str(st.node_dir(index)),
         node_manager_port=p.node_manager,
@@ -117,8 +118,9 @@ def start_node(st: ClusterState, index: int, addresses: list[str] | None = None)
         cgroups.NodeGroup(st.session, index).enter()
     st.node_dir(index).mkdir(parents=True, exist_ok=True)
     params = ray_params(st, index, addresses)
-    if st.spec.accelerator:
-        os.environ[OVERRIDE_LABELS_VAR] = json.dumps({ACCELERATOR_LABEL: st.spec.accelerator})
+    accelerator = st.spec.node_shapes()[index].accelerator
+    if accelerator:
+        os.environ[OVERRIDE_LABELS_VAR] = json.dumps({ACCELERATOR_LABEL: accelerator})
     try:
         node = ray._private.node.Node(params, head=index == 0, shutdown_at_exit=False,
                                       spawn_reaper=False)

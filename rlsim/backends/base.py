@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from rlsim.net.iptables import Drop
+from rlsim.shape import describe
 from rlsim.spec import ClusterShape, ClusterSpec
+from trainer.contract import MEMORY_LABEL as GPU_MEMORY_LABEL
 
 
 @dataclass
@@ -26,10 +28,34 @@ class NodeInfo:
     alive: bool
     pids: list[int] = field(default_factory=list)
     node_id: str | None = None
+    resources: dict[str, float] = field(default_factory=dict)  # as Ray reports them (alive)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def seen(cls, index: int, address: str, entry: dict | None, gpus: int,
+             pids: list[int]) -> NodeInfo:
+        """Node ``index`` from its alive registration in Ray's node table (``entry``; None: not
+        alive, and ``gpus`` is what its shape gives it)."""
+        if entry is None:
+            return cls(index, address, gpus, False, pids)
+        resources = dict(entry.get("Resources") or {})
+        return cls(index, address, int(resources.get("GPU", 0)), True, pids, entry["NodeID"],
+                   resources, dict(entry.get("Labels") or {}))
 
     @property
     def role(self) -> str:
         return "head" if self.index == 0 else "worker"
+
+    def shape(self) -> str:
+        """What Ray reports the node offers, in one line (e.g. ``8x H100 80G, 192 CPU,
+        1862 GiB``); ``-`` for a node that is not alive."""
+        if not self.alive:
+            return "-"
+        r = self.resources
+        accelerator = next((k.split(":", 1)[1] for k in r if k.startswith("accelerator_type:")),
+                           None)
+        return describe(self.gpus, accelerator, self.labels.get(GPU_MEMORY_LABEL),
+                        r.get("CPU", 0), r.get("memory", 0) / 2**30)
 
 
 class ClusterStartError(RuntimeError):

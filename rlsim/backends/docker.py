@@ -257,18 +257,14 @@ class DockerCluster(StartedCluster):
     def nodes(self, exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
         st = self._st
         states = {i: self._state(i) for i in range(self.spec.nodes)}
-        alive: dict[str, tuple[int, str]] = {}
+        alive: dict[str, dict] = {}
         if states[0]["Running"] and not states[0]["Paused"]:
             with contextlib.suppress(Exception):  # a GCS that just went away: nobody is alive
                 alive = alive_nodes(self.address, str(state.auth_token_path()), exclude_ids)
-        infos = []
-        for i, addr in enumerate(self.addresses):
-            gpus, node_id = alive.get(addr, (0, None))
-            pid = states[i]["Pid"]
-            infos.append(NodeInfo(index=i, address=addr, alive=node_id is not None,
-                                  gpus=gpus if node_id else st.spec.gpus_per_node,
-                                  pids=[pid] if pid else [], node_id=node_id))
-        return infos
+        shapes = st.spec.node_shapes()
+        return [NodeInfo.seen(i, addr, alive.get(addr), shapes[i].gpus,
+                              [states[i]["Pid"]] if states[i]["Pid"] else [])
+                for i, addr in enumerate(self.addresses)]
 
     def _check_starting(self, infos: list[NodeInfo], missing: set[int]) -> None:
         """A missing node whose container has exited (its node refused to start) will not come

@@ -77,12 +77,8 @@ def leftovers(gcs_address: str, token_path: str) -> list[str]:
 
 
 def alive_nodes(gcs_address: str, token_path: str,
-                exclude_ids: frozenset[str] = frozenset()) -> dict[str, tuple[int, str]]:
-    """Alive registrations by node address: ``{address: (GPUs, node id)}``, leaving out
-    ``exclude_ids`` (a killed node the GCS has not declared dead yet)."""
-    alive = {}
-    for entry in node_table(gcs_address, token_path):
-        if entry["Alive"] and entry["NodeID"] not in exclude_ids:
-            alive[entry["NodeManagerAddress"]] = (int(entry["Resources"].get("GPU", 0)),
-                                                  entry["NodeID"])
-    return alive
+                exclude_ids: frozenset[str] = frozenset()) -> dict[str, dict]:
+    """Alive registrations in Ray's node table by node address, leaving out ``exclude_ids`` (a
+    killed node the GCS has not declared dead yet)."""
+    return {entry["NodeManagerAddress"]: entry for entry in node_table(gcs_address, token_path)
+            if entry["Alive"] and entry["NodeID"] not in exclude_ids}

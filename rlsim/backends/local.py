@@ -154,20 +154,10 @@ class LocalCluster(StartedCluster):
         # With the head gone there is no GCS to ask (Ray's client would retry for ~15 s).
         alive = alive_nodes(self.address, str(state.auth_token_path()), exclude_ids) \
             if pids[0] else {}
-        infos = []
-        for node in st.plan.nodes:
-            gpus, node_id = alive.get(node.address, (0, None))
-            infos.append(
-                NodeInfo(
-                    index=node.index,
-                    address=node.address,
-                    gpus=gpus if node_id else st.spec.gpus_per_node,
-                    alive=node_id is not None,
-                    pids=pids[node.index],
-                    node_id=node_id,
-                )
-            )
-        return infos
+        shapes = st.spec.node_shapes()
+        return [NodeInfo.seen(node.index, node.address, alive.get(node.address),
+                              shapes[node.index].gpus, pids[node.index])
+                for node in st.plan.nodes]
 
     def logs(self, index: int, lines: int = 40) -> str:
         logs_dir = self._st.node_dir(index) / "session_latest" / "logs"

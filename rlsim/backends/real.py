@@ -367,8 +367,7 @@ class RealCluster:
         import ray
 
         alive = {n["NodeID"]: n for n in ray.nodes() if n["Alive"]}
-        return [NodeInfo(index=i, address=self.ips[i], node_id=nid, alive=nid in alive,
-                         gpus=int(alive.get(nid, {}).get("Resources", {}).get("GPU", 0)))
+        return [NodeInfo.seen(i, self.ips[i], alive.get(nid), 0, [])
                 for i, nid in self._node_ids.items()]
 
     def index_of(self, ip: str) -> int:

@@ -38,6 +38,10 @@ WORKER_OFFSET = 10
 # Measured on a 2-core, 24 GB machine (bench/cluster.py --scale): 32 nodes x 8 fake GPUs come up
 # and detect a killed node; the port block would allow more, but each node needs worker ports
 MAX_NODES = 32
+# CPU-only Ray workers (task workers, a framework's controller and reward actors) a node must have
+# worker ports for beside one per GPU: the advertised CPUs count up to this many. A node type's
+# 192 CPUs are there for placement; this host could not run 192 task workers of one node at once
+CPU_WORKER_ROOM = 8
 NODE_DAEMONS = (
     "node_manager",
     "object_manager",

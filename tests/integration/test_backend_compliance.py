@@ -20,9 +20,11 @@ from rlsim.spec import ClusterSpec
 pytestmark = pytest.mark.integration
 NODES, GPUS = 3, 2
 # nodes shaped like a user's (what `rlsim cluster --memory-gb --accelerator --resources --label`
-# give), the same on every backend
-SHAPE = {"memory_gb": 2.5, "accelerator": "A100-80G", "resources": {"nvme": 1.0},
-         "labels": {"pool": "rlsim-b"}}
+# give), the same on every backend; the last node smaller, of another type (--node 2:...)
+SHAPE = {"memory_gb": 2.5, "accelerator": "A100", "resources": {"nvme": 1.0},
+         "labels": {"pool": "rlsim-b"},
+         "node": {2: {"gpus": 1, "accelerator": "L40S", "gpu_memory_gb": 48, "cpus": 2,
+                      "labels": {"tier": "small"}}}}
 
 
 def _docker_problem() -> str | None:
@@ -36,7 +38,7 @@ def cluster(request, tmp_path_factory):
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
     shared = tmp_path_factory.mktemp(f"shared-{request.param}")  # every node sees it
     spec = ClusterSpec(name=f"pt-comp-{request.param}-{worker}-{os.getpid()}", nodes=NODES,
-                       gpus_per_node=GPUS, dashboard=False, mounts=[str(shared)], **SHAPE)
+                       gpus_per_node=GPUS, mounts=[str(shared)], **SHAPE)
     if request.param == "docker":
         require(_docker_problem())
         from rlsim.backends.docker import DockerCluster
@@ -44,9 +46,29 @@ def cluster(request, tmp_path_factory):
         backend = DockerCluster(spec)
     else:
         backend = LocalCluster(spec)
+    # started from a shell whose PATH lacks the virtualenv (`.venv/bin/rlsim cluster` without
+    # activating it): the nodes' processes must still find its python (Ray Jobs below)
+    path = os.environ.get("PATH", "")
+    os.environ["PATH"] = os.pathsep.join(p for p in path.split(os.pathsep) if p != VENV_BIN)
+    try:
+        backend.start()
+    finally:
+        os.environ["PATH"] = path
     with backend:
         yield backend
     assert backend.leaks() == [], backend.leaks()
+
+
+VENV_BIN = str(Path(sys.executable).parent)
+
+
+def driver(cluster, code: str, env: dict | None = None) -> str:
+    """Run ``code`` as a driver of ``cluster`` (on the head for docker); its last line."""
+    out = subprocess.run(cluster.driver_command([sys.executable, "-c", code], env),
+                         env={**os.environ, **cluster.driver_env(), **(env or {})},
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    return out.stdout.strip().splitlines()[-1]
 
 
 def test_every_node_has_its_own_address_and_a_driver_sees_every_gpu_and_its_shape(cluster):
@@ -55,19 +77,59 @@ def test_every_node_has_its_own_address_and_a_driver_sees_every_gpu_and_its_shap
     assert len({n.address for n in nodes}) == NODES
     code = ("import ray, json; ray.init(logging_level='ERROR'); print(json.dumps(["
             "ray.cluster_resources()['GPU'], ray.cluster_resources()['MOCK_GPU'], "
-            "sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']), "
-            "[(n['Resources'], n['Labels']) for n in ray.nodes() if n['Alive']]]))")
-    out = subprocess.run(cluster.driver_command([sys.executable, "-c", code]),
-                         env={**os.environ, **cluster.driver_env()}, capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    gpus, alias, addrs, shapes = json.loads(out.stdout.strip().splitlines()[-1])
-    assert gpus == alias == NODES * GPUS  # MOCK_GPU: the fake GPUs for CPU-only frameworks
-    assert addrs == sorted(n.address for n in nodes)  # what Ray sees is what the backend made
-    for resources, labels in shapes:  # and each node is shaped as asked
+            "{n['NodeManagerAddress']: (n['Resources'], n['Labels']) for n in ray.nodes() "
+            "if n['Alive']}]))")
+    gpus, alias, seen = json.loads(driver(cluster, code))
+    assert gpus == alias == cluster.spec.gpus() == 2 * GPUS + 1  # MOCK_GPU: for CPU-only code
+    assert sorted(seen) == sorted(n.address for n in nodes)  # what Ray sees is what was made
+    for info, shape in zip(nodes, cluster.spec.node_shapes(), strict=True):
+        resources, labels = seen[info.address]  # each node is shaped as asked
+        assert (resources["GPU"], resources["CPU"]) == (shape.gpus, shape.cpus)
         assert resources["memory"] == SHAPE["memory_gb"] * 2**30 and resources["nvme"] == 1
-        assert resources["accelerator_type:A100-80G"] == 1
-        assert labels["ray.io/accelerator-type"] == "A100-80G" and labels["pool"] == "rlsim-b"
+        assert resources[f"accelerator_type:{shape.accelerator}"] == 1
+        assert labels["ray.io/accelerator-type"] == shape.accelerator
+        assert labels["pool"] == "rlsim-b" and labels.get("tier") == ("small" if shape.index == 2
+                                                                       else None)
+        assert info.shape() == shape.describe()  # what `rlsim status` shows
+    assert nodes[2].shape() == "1x L40S 48G, 2 CPU, 2 GiB"
+
+
+GPU_ACTORS = """
+import json, os, ray
+ray.init(logging_level="ERROR")
+@ray.remote(num_gpus=1)
+class Holder:
+    def seen(self):
+        return (ray.util.get_node_ip_address(), os.environ.get("CUDA_VISIBLE_DEVICES"),
+                [str(i) for i in ray.get_gpu_ids()])
+holders = [Holder.remote() for _ in range(%d)]
+print(json.dumps(ray.get([h.seen.remote() for h in holders])))
+"""
+
+
+def test_actors_holding_fake_gpus_see_them_as_on_a_real_node(cluster):
+    """Ray hands each actor its own GPU ids and sets CUDA_VISIBLE_DEVICES to them, as on a node
+    with real GPUs: one actor per GPU of the cluster, each on a GPU of its own."""
+    seen = json.loads(driver(cluster, GPU_ACTORS % cluster.spec.gpus()))
+    for _, visible, ids in seen:
+        assert visible is not None and visible.split(",") == ids and len(ids) == 1
+    per_node = {(ip, ids[0]) for ip, _, ids in seen}
+    assert len(per_node) == len(seen)  # no two actors share a GPU of one node
+    assert sorted(sum(ip == n.address for ip, _, _ in seen) for n in cluster.nodes()) == [1, 2, 2]
+
+
+def test_a_ray_job_with_plain_python_runs(cluster):
+    """`ray job submit -- python ...` as on a cluster started from an activated environment:
+    the entrypoint's python is the nodes' own, with Ray and the project importable; the
+    submitter finds the Jobs API from RAY_ADDRESS, as Ray's CLI does."""
+    entry = ["python", "-c", "import ray, sys, trainer; print('JOB-PYTHON', sys.executable)"]
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != VENV_BIN)
+    cmd = cluster.driver_command([f"{VENV_BIN}/ray", "job", "submit", "--", *entry],
+                                 {"PATH": path})
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
+                         env={**os.environ, **cluster.driver_env(), "PATH": path})
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert f"JOB-PYTHON {VENV_BIN}/python" in out.stdout, out.stdout[-2000:]
 
 
 def test_block_port_cuts_one_source_only_and_heals(cluster):

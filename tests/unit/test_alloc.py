@@ -57,8 +57,8 @@ def test_a_shape_whose_workers_outnumber_their_ports_is_refused_naming_the_fix()
     from rlsim.spec import ClusterShape
 
     ClusterShape(nodes=32, gpus_per_node=8, cpus_per_node=4)  # 14 workers, 20 ports
-    with pytest.raises(ValueError, match="may run 22 Ray workers at once but has 20 worker ports"
-                       ".*use fewer nodes, GPUs or CPUs per node"):
+    with pytest.raises(ValueError, match="may run 22 Ray workers at once .* but has 20 worker "
+                       "ports.*use fewer nodes or GPUs per node"):
         ClusterShape(nodes=32, gpus_per_node=16, cpus_per_node=4)
 
 

@@ -1,0 +1,71 @@
+"""Node shapes as data: the real node types (``like``), one node's own shape, what each node of a
+cluster ends up advertising, and the refusals that name the fix."""
+
+from __future__ import annotations
+
+import pytest
+from ray._private.accelerators.nvidia_gpu import NvidiaGPUAcceleratorManager
+
+from rlsim.scenario.schema import ClusterSection
+from rlsim.shape import NODE_TYPES, ray_memory_gib
+from rlsim.spec import ClusterSpec
+
+
+@pytest.mark.parametrize("node_type", NODE_TYPES.values(), ids=list(NODE_TYPES))
+def test_each_node_type_reports_the_accelerator_ray_derives_from_its_gpu_name(node_type):
+    # what Ray's own GPU detection makes of the name nvidia-smi shows on that node
+    derived = NvidiaGPUAcceleratorManager._gpu_name_to_accelerator_type(node_type.gpu_name)
+    assert derived == node_type.accelerator
+    assert node_type.source.startswith("https://")
+
+
+def test_ray_memory_is_the_memory_less_the_object_store_share():
+    assert ray_memory_gib(100) == 70.0  # 30% to the object store
+    assert ray_memory_gib(2048) == round(2048 - 200e9 / 2**30, 1)  # at most 200 GB
+
+
+def test_like_fills_the_shape_and_explicit_fields_win():
+    spec = ClusterSpec(nodes=2, like="p5.48xlarge", gpus_per_node=4)
+    (head, worker) = spec.node_shapes()
+    assert (worker.gpus, worker.accelerator, worker.gpu_memory_gb, worker.cpus) == (4, "H100",
+                                                                                   80, 192)
+    assert worker.memory_gb == ray_memory_gib(2048) and head == worker.__class__(
+        0, 4, 80, 192, worker.memory_gb, "H100")
+    assert ClusterSpec.model_validate_json(spec.model_dump_json()) == spec  # a state file
+
+
+def test_one_node_takes_its_own_fields_then_its_type_then_the_cluster():
+    spec = ClusterSection(nodes=4, gpus_per_node=8, accelerator="H100", labels={"a": "1"},
+                          node={3: {"gpus": 4, "accelerator": "A100", "gpu_memory_gb": 40,
+                                    "labels": {"b": "2"}},
+                                2: {"like": "g6e.12xlarge", "cpus": 6},
+                                0: {"gpus": 0}})
+    head, n1, n2, n3 = spec.node_shapes()
+    assert (head.gpus, head.accelerator) == (0, None)  # no GPUs: Ray reports no accelerator
+    assert (n1.gpus, n1.accelerator, n1.gpu_memory_gb, n1.cpus) == (8, "H100", 80.0, 4)
+    assert (n2.gpus, n2.accelerator, n2.gpu_memory_gb, n2.cpus) == (4, "L40S", 48, 6)
+    assert (n3.gpus, n3.accelerator, n3.gpu_memory_gb) == (4, "A100", 40)
+    assert n3.labels == {"a": "1", "b": "2"} and n1.labels == {"a": "1"}
+    assert spec.gpus() == 16 and n3.describe() == "4x A100 40G, 4 CPU"
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    ({"like": "p6"}, ["no node type 'p6'", "p5.48xlarge"]),
+    ({"node": {2: {"gpus": 1}}}, ["node 2 has a shape of its own", "nodes 0..1"]),
+    ({"node": {1: {"gpus": 0, "accelerator": "A100"}}}, ["node 1: an accelerator type needs"]),
+    ({"node": {1: {"like": "x"}}}, ["no node type 'x'"]),
+    ({"node": {1: {"gpu": 2}}}, ["Extra inputs"]),
+    ({"node": {1: {"resources": {"GPU": 1}}}}, ["'GPU' is set by Ray"]),
+    ({"nodes": 32, "node": {3: {"gpus": 16}}}, ["node 3: nodes=32 with gpus=16", "22 Ray workers",
+                                                "20 worker ports"]),
+])
+def test_a_shape_that_cannot_be_is_refused_naming_the_field_and_the_fix(fields, words):
+    with pytest.raises(ValueError) as e:
+        ClusterSpec(**{"nodes": 2, **fields})
+    for word in words:
+        assert word in str(e.value)
+
+
+def test_a_node_types_cpus_count_for_placement_not_for_worker_ports():
+    # 192 CPUs a node would need 202 worker ports if each ran a task at once; 32 nodes have 20
+    ClusterSpec(nodes=32, like="p5.48xlarge")
