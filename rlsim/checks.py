@@ -206,6 +206,28 @@ def restarts(o: Outcome, p) -> Verdict:
     return Verdict("restarts", ok, f"{n} restart(s){what}, expected {want}", n, _interesting(o))
 
 
+class PlacedOn(Strict):
+    """Every placement of the trainer's workers (those holding ``role``, or all) lands on the
+    nodes ``nodes`` (indices) only: e.g. never on a smaller spare node of a mixed cluster."""
+
+    nodes: list[int] = Field(min_length=1)
+    role: str | None = Field(None, description="actor, critic, ref, reward or rollout")
+
+
+@check(PlacedOn, needs=("placement",))
+def placed_on(o: Outcome, p) -> Verdict:
+    ready = o.rlsim("cluster_ready")
+    index = {address: i for i, address in enumerate(ready[-1]["nodes"])} if ready else {}
+    landed = [[index.get(w["ip"], w["ip"]) for w in e["workers"]
+               if p.role is None or p.role in w["roles"]] for e in o.trainer("placement")]
+    used = sorted({n for nodes in landed for n in nodes}, key=str)
+    ok = bool(landed) and set(used) <= set(p.nodes)
+    who = f"{p.role} workers" if p.role else "the workers"
+    msg = (f"{who} landed on node(s) {used} in {len(landed)} placement(s), expected only on "
+           f"{p.nodes}" if landed else "the trainer logged no placement")
+    return Verdict("placed_on", ok, msg, evidence=_interesting(o))
+
+
 class FinalStep(Strict):
     step: int = Field(ge=0)
 
