@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,8 +24,7 @@ NODES, GPUS = 3, 2
 # give), the same on every backend; the last node smaller, of another type (--node 2:...)
 SHAPE = {"memory_gb": 2.5, "accelerator": "A100", "resources": {"nvme": 1.0},
          "labels": {"pool": "rlsim-b"},
-         "node": {2: {"gpus": 1, "accelerator": "L40S", "gpu_memory_gb": 48, "cpus": 2,
-                      "labels": {"tier": "small"}}}}
+         "node": {2: {"like": "g6e.12xlarge", "gpus": 1, "labels": {"tier": "small"}}}}
 
 
 def _docker_problem() -> str | None:
@@ -85,13 +85,21 @@ def test_every_node_has_its_own_address_and_a_driver_sees_every_gpu_and_its_shap
     for info, shape in zip(nodes, cluster.spec.node_shapes(), strict=True):
         resources, labels = seen[info.address]  # each node is shaped as asked
         assert (resources["GPU"], resources["CPU"]) == (shape.gpus, shape.cpus)
-        assert resources["memory"] == SHAPE["memory_gb"] * 2**30 and resources["nvme"] == 1
+        assert resources["memory"] == int(shape.memory_gb * 2**30) and resources["nvme"] == 1
         assert resources[f"accelerator_type:{shape.accelerator}"] == 1
         assert labels["ray.io/accelerator-type"] == shape.accelerator
         assert labels["pool"] == "rlsim-b" and labels.get("tier") == ("small" if shape.index == 2
                                                                        else None)
         assert info.shape() == shape.describe()  # what `rlsim status` shows
-    assert nodes[2].shape() == "1x L40S 48G, 2 CPU, 2 GiB"
+    assert nodes[2].shape() == "1x L40S 48G, 48 CPU, 269 GiB"  # like g6e.12xlarge, 1 GPU
+
+    def ray_status_totals() -> bool:  # Ray's autoscaler state lags a node's join by seconds
+        out = subprocess.run(cluster.driver_command([f"{VENV_BIN}/ray", "status"]),
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, **cluster.driver_env()})
+        return re.search(r"/56\.0 CPU\b.*/5\.0 GPU\b", out.stdout, re.S) is not None
+
+    wait_until(ray_status_totals, 60, "`ray status` totalling 4 + 4 + 48 CPUs and 5 GPUs")
 
 
 GPU_ACTORS = """
