@@ -126,7 +126,34 @@ def accelerator_problem(accelerator: str | None) -> str | None:
     return None
 
 
-class NodeShape(BaseModel):
+class ShapeChecks(BaseModel):
+    """What a shape's ``like``, ``accelerator``, ``resources`` and ``labels`` must be, wherever
+    they are given: a cluster's (:class:`rlsim.spec.ClusterShape`) or one node's."""
+
+    @field_validator("like", check_fields=False)
+    @classmethod
+    def _like_ok(cls, v: str | None) -> str | None:
+        if v is not None and (problem := node_type_problem(v)):
+            raise ValueError(problem)
+        return v
+
+    @field_validator("accelerator", check_fields=False)
+    @classmethod
+    def _accelerator_ok(cls, v: str | None) -> str | None:
+        if problem := accelerator_problem(v):
+            raise ValueError(problem)
+        return v
+
+    @field_validator("resources", "labels", check_fields=False)
+    @classmethod
+    def _names_ok(cls, v: dict, info: ValidationInfo) -> dict:
+        check = resources_problem if info.field_name == "resources" else labels_problem
+        if problem := check(v):
+            raise ValueError(problem)
+        return v
+
+
+class NodeShape(ShapeChecks):
     """One node's own shape, where it differs from the cluster's: what it leaves out, the node
     takes from its ``like`` node type, then from the cluster."""
 
@@ -143,28 +170,6 @@ class NodeShape(BaseModel):
                                         description="custom resources, added to the cluster's")
     labels: dict[str, str] = Field(default_factory=dict,
                                    description="labels, added to the cluster's")
-
-    @field_validator("like")
-    @classmethod
-    def _like_ok(cls, v: str | None) -> str | None:
-        if v is not None and (problem := node_type_problem(v)):
-            raise ValueError(problem)
-        return v
-
-    @field_validator("accelerator")
-    @classmethod
-    def _accelerator_ok(cls, v: str | None) -> str | None:
-        if problem := accelerator_problem(v):
-            raise ValueError(problem)
-        return v
-
-    @field_validator("resources", "labels")
-    @classmethod
-    def _names_ok(cls, v: dict, info: ValidationInfo) -> dict:
-        check = resources_problem if info.field_name == "resources" else labels_problem
-        if problem := check(v):
-            raise ValueError(problem)
-        return v
 
 
 @dataclass(frozen=True)

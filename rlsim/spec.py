@@ -14,7 +14,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -32,11 +31,8 @@ from rlsim.shape import (
     NODE_TYPES,
     Node,
     NodeShape,
-    accelerator_problem,
-    labels_problem,
-    node_type_problem,
+    ShapeChecks,
     resolve,
-    resources_problem,
 )
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
@@ -117,7 +113,7 @@ class HealthChecks(BaseModel):
         }
 
 
-class ClusterShape(BaseModel):
+class ClusterShape(ShapeChecks):
     """How many nodes and what each offers: the one model of a cluster's shape, with its one set
     of defaults and limits. The CLI's options, the pytest fixture, a scenario's ``cluster``
     section and the cluster spec the runner starts all are this model (or extend it)."""
@@ -177,28 +173,6 @@ class ClusterShape(BaseModel):
         if isinstance(data, dict) and data.get("like") in NODE_TYPES:
             data = {**NODE_TYPES[data["like"]].shape(), **data}
         return data
-
-    @field_validator("like")
-    @classmethod
-    def _like_ok(cls, v: str | None) -> str | None:
-        if v is not None and (problem := node_type_problem(v)):
-            raise ValueError(problem)
-        return v
-
-    @field_validator("accelerator")
-    @classmethod
-    def _accelerator_ok(cls, v: str | None) -> str | None:
-        if problem := accelerator_problem(v):
-            raise ValueError(problem)
-        return v
-
-    @field_validator("resources", "labels")
-    @classmethod
-    def _names_ok(cls, v: dict, info: ValidationInfo) -> dict:
-        check = resources_problem if info.field_name == "resources" else labels_problem
-        if problem := check(v):
-            raise ValueError(problem)
-        return v
 
     @model_validator(mode="after")
     def _nodes_ok(self) -> ClusterShape:
