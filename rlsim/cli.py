@@ -518,6 +518,10 @@ def _scenario_commands() -> None:
     app.command(name="run")(scenario_cli.run)
     app.command(name="validate")(scenario_cli.validate)
     app.command(name="report")(scenario_cli.report)
+    from rlsim.plan import cli as plan_cli
+
+    app.command(name="plan", context_settings={"allow_extra_args": True,
+                                                "ignore_unknown_options": True})(plan_cli.plan)
 
 
 _scenario_commands()

@@ -1,0 +1,131 @@
+"""``rlsim plan FRAMEWORK``: will this launch fit this cluster, and where does each role land.
+
+    rlsim plan openrlhf --cluster 4x8 -- <the launch command as typed>
+    rlsim plan verl --cluster 2x8 -- python3 -m verl.trainer.main_ppo trainer.nnodes=2 ...
+    rlsim plan roll --cluster 2x2 CONFIG.yaml
+    rlsim plan rlinf --cluster 4x8 CONFIG.yaml
+
+Exit 0: it fits; 1: it does not; 2: bad input (the command or file cannot be read).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from rlsim.plan import openrlhf, rlinf, roll, verl
+from rlsim.plan.model import Layout, Node, PlanInputError, parse_cluster, place, render
+
+console = Console(soft_wrap=True, highlight=False)
+FRAMEWORKS = {"openrlhf": "command", "verl": "command", "roll": "file", "rlinf": "file"}
+
+
+def _layout(framework: str, args: list[str], nodes: list[Node]) -> Layout:
+    if FRAMEWORKS[framework] == "command":
+        if not args:
+            raise PlanInputError(f"give the launch command after --, e.g. rlsim plan {framework} "
+                                 "--cluster 2x8 -- python3 -m ...")
+        return (openrlhf if framework == "openrlhf" else verl).layout(args)
+    if len(args) != 1:
+        raise PlanInputError(f"give one {framework} config file, e.g. rlsim plan {framework} "
+                             "--cluster 2x8 config.yaml")
+    return (roll if framework == "roll" else rlinf).layout(args[0], nodes)
+
+
+def live_nodes(address: str) -> list[Node]:
+    """The alive nodes with GPUs of the Ray cluster at ``address``, each with its free GPUs and
+    CPUs (read from its GCS, no driver)."""
+    from rlsim.backends.gcs import global_state
+    from rlsim.doctor import gcs_silence, parse_address
+    from rlsim.state import auth_token_path
+
+    try:
+        host, port = parse_address(address)
+    except ValueError as e:
+        raise PlanInputError(str(e)) from None
+    if silence := gcs_silence(host, port):
+        raise PlanInputError(f"no Ray cluster answers at {address} ({silence}); fix: give the "
+                             "head's GCS address (HOST:PORT)")
+    token = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(auth_token_path())
+    with global_state(address, token) as gs:
+        free = gs.available_resources_per_node()
+        alive = {n["NodeID"]: n["NodeManagerAddress"] for n in gs.node_table() if n["Alive"]}
+    nodes = sorted(((alive[i], r) for i, r in free.items() if i in alive and r.get("GPU")),
+                   key=lambda x: x[0])
+    if not nodes:
+        raise PlanInputError(f"the Ray cluster at {address} has no alive node with free GPUs")
+    return [Node(int(r["GPU"]), r.get("CPU")) for _, r in nodes]
+
+
+def plan(
+    ctx: typer.Context,
+    framework: str = typer.Argument(..., help="openrlhf, verl, roll or rlinf."),
+    cluster: str | None = typer.Option(None, help="NODESxGPUS (e.g. 4x8) or each node's GPUs "
+                                       "(e.g. 8,8,4)."),
+    ray_address: str | None = typer.Option(None, help="Judge against a live cluster's alive "
+                                           "nodes and free GPUs (HOST:PORT) instead."),
+    cpus_per_node: float | None = typer.Option(None, help="CPUs of each node (--cluster); "
+                                               "unset, CPUs are not judged."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    rehearse: bool = typer.Option(False, help="Create the framework's placement groups on a "
+                                  "simulated cluster of that shape and report which Ray places."),
+    rehearse_timeout: float = typer.Option(10.0, help="Seconds --rehearse waits for each group."),
+    emit_scenario: Annotated[Path | None, typer.Option(
+        help="Write a scenario whose reference trainer mirrors this layout on fake GPUs.")] = None,
+) -> None:
+    """Will a verl, OpenRLHF, ROLL or RLinf launch fit, and where does each role land?
+    Exit 0: fits; 1: does not fit; 2: bad input."""
+    try:
+        if framework not in FRAMEWORKS:
+            raise PlanInputError(f"{framework!r}: rlsim plans {', '.join(FRAMEWORKS)}")
+        if (cluster is None) == (ray_address is None):
+            raise PlanInputError("give one of --cluster NODESxGPUS or --ray-address HOST:PORT")
+        if rehearse and ray_address:
+            raise PlanInputError("--rehearse starts a simulated cluster of the --cluster shape; "
+                                 "give --cluster instead of --ray-address")
+        nodes = parse_cluster(cluster) if cluster else live_nodes(ray_address)
+        if cpus_per_node is not None:
+            nodes = [Node(n.gpus, cpus_per_node) for n in nodes]
+        placement = place(_layout(framework, list(ctx.args), nodes), nodes)
+        if emit_scenario is not None:
+            from rlsim.plan.emit import write_scenario
+
+            write_scenario(placement, emit_scenario)
+    except PlanInputError as e:
+        console.print(f"rlsim plan: {e}", style="red", markup=False)
+        raise typer.Exit(2) from None
+    rehearsal = None
+    if rehearse:
+        from rlsim.plan.rehearse import rehearse as run_rehearsal
+
+        rehearsal = run_rehearsal(placement, rehearse_timeout)
+    if as_json:
+        out = placement.to_json()
+        if rehearsal is not None:
+            out["rehearsal"] = rehearsal
+        print(json.dumps(out, indent=2))
+    else:
+        console.print(render(placement), markup=False)
+        if rehearsal is not None:
+            console.print(_rehearsal_text(rehearsal), markup=False)
+        if emit_scenario is not None:
+            console.print(f"scenario written: {emit_scenario} (rlsim run {emit_scenario})")
+    placed_all = rehearsal is None or all(g["placed"] for g in rehearsal["groups"])
+    raise typer.Exit(0 if placement.fits and placed_all else 1)
+
+
+def _rehearsal_text(r: dict) -> str:
+    lines = [f"rehearsal on a simulated cluster ({r['cluster']}), each group waited at most "
+             f"{r['timeout_s']:g} s:"]
+    for g in r["groups"]:
+        if g["placed"]:
+            lines.append(f"  {g['name']}: placed in {g['seconds']:.2f} s on node(s) {g['nodes']}")
+        else:
+            lines.append(f"  {g['name']}: NOT placed after {g['seconds']:.1f} s (Ray: "
+                         f"{g['state']}); free then: {g['free']}")
+    return "\n".join(lines)

@@ -1,0 +1,92 @@
+"""``rlsim plan --emit-scenario FILE``: a scenario whose reference trainer places its roles the way
+the planned framework would (the same GPUs per role, colocated where the framework colocates),
+on fake GPUs, with a node lost mid-run, so the fault catalogue can be rehearsed on that topology.
+
+The reference trainer's roles stand in for the framework's: actor, ref, critic as they are,
+vLLM engines and verl's rollout as ``rollout``; a reward model rides with the rollout (the
+reference trainer's reward is rule-based). A spare node of the same shape is added so the run
+can rebuild after the node loss.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from rlsim.plan.model import Placement, PlanInputError
+
+# the framework's role names -> the reference trainer's
+STAND_INS = {"actor": "actor", "ref": "ref", "critic": "critic", "vllm": "rollout",
+             "rollout": "rollout", "actor_train": "actor", "actor_infer": "rollout",
+             "reference": "ref"}
+
+
+def role_gpus(p: Placement) -> dict[str, list[int]]:
+    """Reference-trainer role -> the global GPU ids (node x GPUs per node + GPU) the framework's
+    stand-in role holds. A worker's label is its role(s), ``+``-joined, then its rank."""
+    per_node = p.nodes[0].gpus
+    out: dict[str, set[int]] = {}
+    for node, gpus in p.gpu_map().items():
+        for gpu, workers in gpus.items():
+            for worker in workers:
+                for part in worker.split()[0].split("+"):
+                    role = STAND_INS.get(re.match(r"[a-z_]*", part).group())
+                    if role:
+                        out.setdefault(role, set()).add(node * per_node + gpu)
+    return {r: sorted(g) for r, g in out.items()}
+
+
+def scenario(p: Placement, name: str) -> dict:
+    if not p.fits:
+        raise PlanInputError("the launch does not fit this cluster: fix the findings first; a "
+                             "scenario is written for a layout that fits")
+    if len({n.gpus for n in p.nodes}) > 1:
+        raise PlanInputError("--emit-scenario needs nodes of one size (the reference trainer "
+                             "indexes GPUs as node x GPUs per node)")
+    gpus = role_gpus(p)
+    if "actor" not in gpus or "rollout" not in gpus:
+        raise PlanInputError("the layout has no actor or rollout GPUs to mirror")
+    per_node = p.nodes[0].gpus
+    used = max(max(g) for g in gpus.values()) + 1
+    nnodes = -(-used // per_node)
+    algorithm = "ppo" if "critic" in gpus else "grpo"
+    gpus.setdefault("ref", gpus["actor"])
+    same = all(g == gpus["actor"] for g in gpus.values())
+    placement = {"nnodes": nnodes, "gpus_per_node": per_node,
+                 "mode": "colocated" if same else "disaggregated"}
+    on_each = {n: [g % per_node for g in gpus["actor"] if g // per_node == n]
+               for n in range(nnodes)}
+    if same and all(v == list(range(len(on_each[0]))) for v in on_each.values()):
+        placement["gpus_per_node"] = len(on_each[0])  # the same first GPUs of every node
+    if not same:
+        for role, g in gpus.items():
+            if g != list(range(g[0], g[-1] + 1)):
+                raise PlanInputError(f"{role} holds GPUs {g}, not one range: the reference "
+                                     "trainer gives each role an inclusive range")
+        placement["roles"] = {r: f"{g[0]}-{g[-1]}" for r, g in gpus.items()}
+    lost = gpus["actor"][-1] // per_node + 1  # node 0 is a GPU-less head, as on many clusters
+    layout = ", ".join(f"{r} GPUs {g[0]}-{g[-1]}" for r, g in gpus.items())
+    return {
+        "name": name,
+        "tags": ["plan", p.layout.framework.lower(), "node_failure"],
+        "description": (
+            f"{p.layout.framework}'s layout ({p.layout.version}) mirrored by the reference "
+            f"trainer on fake GPUs: {layout}"
+            f" of {nnodes} node(s) x {per_node}, beside a head without GPUs and one spare "
+            f"node. Node {lost} (the last actor rank's) is lost at step 6: the run rebuilds "
+            "from its step-4 checkpoint."),
+        "cluster": {"nodes": nnodes + 2, "gpus_per_node": per_node, "node": {0: {"gpus": 0}}},
+        "trainer": {"config": f"fixtures/trainer/{algorithm}_tiny.yaml",
+                    "overrides": {"save_freq": 4, "total_steps": 12, "placement": placement}},
+        "faults": [{"at": {"step": 6}, "kill_node": {"node": lost}}],
+        "expect": [{"completes": {}}, {"restarts": {"min": 1}},
+                   {"resumed_from_step": {"step": 4}}, {"no_leaks": {}}],
+    }
+
+
+def write_scenario(p: Placement, path: Path) -> None:
+    name = path.stem.replace("-", "_")
+    text = yaml.safe_dump(scenario(p, name), sort_keys=False, width=100)
+    path.write_text(f"# written by rlsim plan --emit-scenario\n{text}")

@@ -1,0 +1,304 @@
+"""OpenRLHF's Ray PPO/GRPO launch (``python -m openrlhf.cli.train_ppo_ray ...``) as it places
+itself. Rules from OpenRLHF's own code, the same in v0.8.11 through v0.11.0 (only the flag names
+changed, flat ``--actor_num_nodes`` up to v0.10.1, dotted ``--actor.num_nodes`` from v0.10.2):
+
+- openrlhf/cli/train_ppo_ray.py ``train()``: the placement groups in creation order: actor+ref
+  (``--colocate_actor_ref`` / ``--colocate_all_models``), the vLLM engines (``--vllm_num_engines``
+  x ``--vllm_tensor_parallel_size``; in the actor's group when all models are colocated and
+  training is not async, asserting the sizes are equal), actor, ref (when the KL coefficient is
+  above 0), critic+reward (``--colocate_critic_reward``), critic (GAE only), reward (unless a
+  remote reward URL or agent function replaces it); its asserts on shapes and sample batches.
+- openrlhf/trainer/ray/launcher.py ``RayActorGroup``: a role's own group is N x G bundles of
+  ``{"GPU": 1, "CPU": 1}``, strategy PACK (no group at all with 1 GPU per node); colocated roles
+  take 0.2 of each bundle, rank r on bundle r.
+- openrlhf/trainer/ray/vllm_engine.py ``create_vllm_engines`` and utils ``get_bundle_indices``:
+  engine i holds the node-sorted bundles [i*tp, (i+1)*tp).
+- openrlhf/utils/deepspeed/deepspeed.py: every role's DeepSpeed config, whose batch assertion
+  needs train_batch_size = micro_train_batch_size x accumulation x data-parallel ranks.
+
+The flag lists (every flag of train_ppo_ray.py with its kind and default) are read from the
+source of v0.8.11, v0.10.1.post2 and v0.11.0 by ci/extract_openrlhf_flags.py into
+rlsim/plan/data/openrlhf-*.json.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+
+from rlsim.plan.model import Finding, Group, Layout, PlanInputError, launch_argv
+
+DATA = Path(__file__).parent / "data"
+VERSIONS = ("v0.11.0", "v0.10.1.post2", "v0.8.11")  # newest first
+ENTRY = ("openrlhf.cli.train_ppo_ray", "train_ppo_ray.py")
+# dotted name (v0.10.2+) -> flat name (up to v0.10.1), for the flags placement reads
+FLAT = {
+    "actor.num_nodes": "actor_num_nodes", "actor.num_gpus_per_node": "actor_num_gpus_per_node",
+    "ref.num_nodes": "ref_num_nodes", "ref.num_gpus_per_node": "ref_num_gpus_per_node",
+    "critic.num_nodes": "critic_num_nodes", "critic.num_gpus_per_node": "critic_num_gpus_per_node",
+    "reward.num_nodes": "reward_num_nodes", "reward.num_gpus_per_node": "reward_num_gpus_per_node",
+    "train.colocate_actor_ref": "colocate_actor_ref",
+    "train.colocate_critic_reward": "colocate_critic_reward",
+    "train.colocate_all": "colocate_all_models", "train.async_enable": "async_train",
+    "vllm.num_engines": "vllm_num_engines",
+    "vllm.tensor_parallel_size": "vllm_tensor_parallel_size",
+    "algo.kl.init_coef": "init_kl_coef", "algo.advantage.estimator": "advantage_estimator",
+    "reward.remote_url": "remote_rm_url", "train.agent_func_path": "agent_func_path",
+    "reward.model_name_or_path": "reward_pretrain", "ds.ring_attn_size": "ring_attn_size",
+    "ds.tensor_parallel_size": "ds_tensor_parallel_size", "train.batch_size": "train_batch_size",
+    "train.micro_batch_size": "micro_train_batch_size", "rollout.batch_size": "rollout_batch_size",
+    "rollout.micro_batch_size": "micro_rollout_batch_size",
+    "rollout.n_samples_per_prompt": "n_samples_per_prompt",
+    "train.dynamic_batch_enable": "use_dynamic_batch",
+}
+
+
+def _flags(version: str) -> dict[str, list]:
+    return json.loads((DATA / f"openrlhf-{version}.json").read_text())["flags"]
+
+
+def command_args(argv: list[str]) -> list[str]:
+    """The flags of the launch (see :func:`rlsim.plan.model.launch_argv`)."""
+    return launch_argv(argv, ENTRY, "python3 -m openrlhf.cli.train_ppo_ray "
+                                    "--actor.num_gpus_per_node 8 ...")
+
+
+def parse(args: list[str]) -> tuple[str, dict]:
+    """The newest OpenRLHF version whose flags read ``args``, and every flag's value (defaults
+    included), as its argparse would give them."""
+    given: dict[str, object] = {}
+    kinds = {flag: spec[0] for v in VERSIONS for flag, spec in _flags(v).items()}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        name, eq, value = token.partition("=")
+        if not name.startswith("--"):
+            raise PlanInputError(f"{token!r}: not a flag (OpenRLHF takes --name value pairs); "
+                                 "fix: quote the value that belongs to the flag before it")
+        if name not in kinds:
+            close = difflib.get_close_matches(name, kinds, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise PlanInputError(f"{name}: not a flag of OpenRLHF's train_ppo_ray "
+                                 f"({', '.join(VERSIONS)}){hint}")
+        if kinds[name] == "switch":
+            given[name], i = True, i + 1
+        elif eq:
+            given[name], i = value, i + 1
+        elif kinds[name].startswith("n") and kinds[name][1:].isdigit():
+            n = int(kinds[name][1:])
+            given[name], i = args[i + 1:i + 1 + n], i + 1 + n
+        elif kinds[name] == "many":
+            j = i + 1
+            while j < len(args) and not args[j].startswith("--"):
+                j += 1
+            given[name], i = args[i + 1:j], j
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            given[name], i = args[i + 1], i + 2
+        else:
+            raise PlanInputError(f"{name} needs a value; fix: give it one, e.g. {name} 8")
+    for version in VERSIONS:
+        flags = _flags(version)
+        if set(given) <= set(flags):
+            values = {k: spec[1] for k, spec in flags.items()}
+            values.update(given)
+            return version, values
+    dotted = [k for k in given if "." in k]
+    flat = [k for k in given if "." not in k and any("." in f for f in _flags(VERSIONS[0]))]
+    raise PlanInputError(f"the flags mix OpenRLHF's dotted names (e.g. {dotted[0]}, v0.10.2 and "
+                         f"later) with flat ones no version has beside them (e.g. {flat[0]}); "
+                         "fix: write every flag in one version's names" if dotted and flat else
+                         "no OpenRLHF version has all of these flags together")
+
+
+class Read:
+    """Typed access to the parsed flags under their dotted names, whatever the version."""
+
+    def __init__(self, version: str, values: dict) -> None:
+        self.version, self.values = version, values
+        self.dotted = any("." in k for k in values)
+
+    def flag(self, name: str) -> str:
+        return f"--{name}" if self.dotted else f"--{FLAT.get(name, name)}"
+
+    def raw(self, name: str):
+        return self.values.get(self.flag(name))
+
+    def int(self, name: str) -> int:
+        value = self.raw(name)
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise PlanInputError(f"{self.flag(name)} {value}: not a whole number") from None
+
+    def float(self, name: str) -> float:
+        value = self.raw(name)
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise PlanInputError(f"{self.flag(name)} {value}: not a number") from None
+
+    def on(self, name: str) -> bool:
+        return bool(self.raw(name))
+
+
+def layout(argv: list[str]) -> Layout:
+    version, values = parse(command_args(argv))
+    f = Read(version, values)
+    roles = _roles(f)
+    findings = _asserts(f, roles)
+    groups = _groups(f, roles, findings)
+    findings += _batches(f, roles)
+    return Layout("OpenRLHF", f"flags of {version}" + (" (dotted)" if f.dotted else " (flat)"),
+                  [f"openrlhf/cli/train_ppo_ray.py @ {version}",
+                   "openrlhf/trainer/ray/launcher.py", "openrlhf/trainer/ray/vllm_engine.py",
+                   "openrlhf/utils/deepspeed/deepspeed.py"],
+                  groups, findings, _notes(roles))
+
+
+def _roles(f: Read) -> dict[str, int]:
+    """The roles this launch creates and each one's GPUs (num_nodes x num_gpus_per_node)."""
+    size = {r: f.int(f"{r}.num_nodes") * f.int(f"{r}.num_gpus_per_node")
+            for r in ("actor", "ref", "critic", "reward")}
+    remote = f.raw("reward.remote_url") or f.raw("train.agent_func_path")
+    roles = {"actor": size["actor"]}
+    if f.float("algo.kl.init_coef") > 0:
+        roles["ref"] = size["ref"]
+    if f.raw("algo.advantage.estimator") == "gae":
+        roles["critic"] = size["critic"]
+    if not remote:
+        roles["reward"] = size["reward"]
+    engines = f.int("vllm.num_engines") if f.raw("vllm.num_engines") is not None else 0
+    if engines > 0:
+        roles["vllm"] = engines * f.int("vllm.tensor_parallel_size")
+    return roles
+
+
+def _asserts(f: Read, roles: dict[str, int]) -> list[Finding]:
+    """What train_ppo_ray.py asserts about shapes before it creates anything."""
+    out = []
+    colocate_all, sync = f.on("train.colocate_all"), not f.on("train.async_enable")
+    if (f.on("train.colocate_actor_ref") or colocate_all) and "ref" in roles:
+        a = (f.int("actor.num_nodes"), f.int("actor.num_gpus_per_node"))
+        r = (f.int("ref.num_nodes"), f.int("ref.num_gpus_per_node"))
+        if a != r:
+            out.append(Finding("error", f"actor {a[0]}x{a[1]} and ref {r[0]}x{r[1]} are colocated "
+                               "but differ: OpenRLHF asserts \"num_nodes and num_gpus_per_node "
+                               "must be the same when colocate actor and ref model\".",
+                               f"{f.flag('ref.num_nodes')} {a[0]} "
+                               f"{f.flag('ref.num_gpus_per_node')} {a[1]}"))
+    if "vllm" in roles and colocate_all and sync and roles["vllm"] != roles["actor"]:
+        engines = roles["actor"] // max(1, f.int("vllm.tensor_parallel_size"))
+        out.append(Finding("error", f"with {f.flag('train.colocate_all')} the vLLM engines share "
+                           f"the actor's GPUs: OpenRLHF asserts actor GPUs ({roles['actor']}) == "
+                           f"vllm_num_engines x vllm_tensor_parallel_size ({roles['vllm']}).",
+                           f"{f.flag('vllm.num_engines')} {engines}"))
+    if "critic" in roles and "reward" in roles and f.on("train.colocate_critic_reward"):
+        c = (f.int("critic.num_nodes"), f.int("critic.num_gpus_per_node"))
+        w = (f.int("reward.num_nodes"), f.int("reward.num_gpus_per_node"))
+        if c != w:
+            out.append(Finding("error", f"critic {c[0]}x{c[1]} and reward {w[0]}x{w[1]} are "
+                               "colocated but differ: OpenRLHF asserts \"num_nodes and "
+                               "num_gpus_per_node must be the same when colocate critic and "
+                               "reward model\".", f"{f.flag('reward.num_gpus_per_node')} {c[1]}"))
+    return out
+
+
+def _groups(f: Read, roles: dict[str, int], findings: list[Finding]) -> list[Group]:
+    """The placement groups of ``train()``, in its order."""
+    groups: list[Group] = []
+    shared: Group | None = None
+    colocate_all, sync = f.on("train.colocate_all"), not f.on("train.async_enable")
+    if f.on("train.colocate_actor_ref") or colocate_all:
+        shared = Group("actor+ref", "PACK", [[] for _ in range(roles["actor"])],
+                       f"{f.flag('actor.num_nodes')} x {f.flag('actor.num_gpus_per_node')}")
+        groups.append(shared)
+    if "vllm" in roles:
+        tp = f.int("vllm.tensor_parallel_size")
+        holders = [[f"vllm{k // tp}" + (f".tp{k % tp}" if tp > 1 else "")]
+                   for k in range(roles["vllm"])]
+        engines = {f"vllm{e} (tp {tp})": list(range(e * tp, (e + 1) * tp))
+                   for e in range(roles["vllm"] // tp)} if tp > 1 else {}
+        if shared is not None and colocate_all and sync:
+            _join(shared, holders, "vllm", findings, f.flag("vllm.num_engines"))
+            shared.together.update(engines)
+        else:
+            groups.append(Group("vllm", "PACK", holders, f"{f.flag('vllm.num_engines')} x "
+                                f"{f.flag('vllm.tensor_parallel_size')}", together=engines))
+    for role in ("actor", "ref"):
+        if role in roles:
+            _role(f, role, roles[role], shared, groups, findings)
+    if not colocate_all:
+        shared = None
+    if "critic" in roles and "reward" in roles and f.on("train.colocate_critic_reward"):
+        shared = Group("critic+reward", "PACK", [[] for _ in range(roles["critic"])],
+                       f"{f.flag('critic.num_nodes')} x {f.flag('critic.num_gpus_per_node')}")
+        groups.append(shared)
+    for role in ("critic", "reward"):
+        if role in roles:
+            _role(f, role, roles[role], shared, groups, findings)
+    return groups
+
+
+def _role(f: Read, role: str, gpus: int, shared: Group | None, groups: list[Group],
+          findings: list[Finding]) -> None:
+    holders = [[f"{role}{r}"] for r in range(gpus)]
+    sized = f"{f.flag(role + '.num_nodes')} x {f.flag(role + '.num_gpus_per_node')}"
+    if shared is not None:
+        _join(shared, holders, role, findings, sized)
+    elif f.int(f"{role}.num_gpus_per_node") > 1:
+        groups.append(Group(role, "PACK", holders, sized))
+    else:  # RayActorGroup makes no group for 1 GPU a node: each rank is a 1-GPU actor
+        groups.append(Group(f"{role} (1-GPU actors, no group)", "SPREAD", holders, sized))
+
+
+def _join(shared: Group, holders: list[list[str]], role: str, findings: list[Finding],
+          sized: str) -> None:
+    """Put a role's ranks on a shared group's bundles, rank r on bundle r."""
+    for r, h in enumerate(holders[: shared.gpus]):
+        shared.holders[r].extend(h)
+    if len(holders) > shared.gpus:
+        findings.append(Finding("error", f"{role} has {len(holders)} ranks but shares the "
+                                f"{shared.gpus}-bundle group {shared.name}: rank {shared.gpus} "
+                                "asks for a bundle index the group does not have (Ray raises "
+                                "\"invalid placement group bundle index\").",
+                                f"{sized} = {shared.gpus}"))
+
+
+def _batches(f: Read, roles: dict[str, int]) -> list[Finding]:
+    """The sample-batch assert of train_ppo_ray.py and each role's DeepSpeed batch equation."""
+    out = []
+    ring, tp = f.int("ds.ring_attn_size"), f.int("ds.tensor_parallel_size")
+    train, micro = f.int("train.batch_size"), f.int("train.micro_batch_size")
+    samples = (f.int("rollout.n_samples_per_prompt") * f.int("rollout.batch_size")
+               // max(1, f.int("rollout.micro_batch_size")))
+    if samples < roles["actor"] // ring // tp:
+        out.append(Finding("error", f"{samples} sample batches for {roles['actor'] // ring // tp} "
+                           "actor processes: OpenRLHF asserts \"The number of sample batches must "
+                           "be greater than or equal to the effective number of actor "
+                           "processes\".", f"raise {f.flag('rollout.batch_size')} or lower "
+                                           f"{f.flag('rollout.micro_batch_size')}"))
+    dynamic = f.on("train.dynamic_batch_enable")
+    for role in ("actor", "ref", "critic", "reward"):
+        if role not in roles or (dynamic and role in ("actor", "critic")):
+            continue
+        if roles[role] % (ring * tp):
+            out.append(Finding("error", f"{role}: {roles[role]} GPUs do not divide by ring "
+                               f"attention x tensor parallel = {ring * tp} (its device mesh).",
+                               f"{f.flag(role + '.num_gpus_per_node')}"))
+            continue
+        dp = roles[role] // (ring * tp)
+        if train % (micro * dp) or train < micro * dp:
+            fix = (f"{f.flag('train.batch_size')} a multiple of {micro * dp}, or "
+                   f"{f.flag('train.micro_batch_size')}")
+            out.append(Finding("error", f"{role}: train batch {train} is not a multiple of micro "
+                               f"batch {micro} x {dp} data-parallel ranks: DeepSpeed asserts "
+                               "train_batch_size == micro_batch_per_gpu * gradient_acc_step * "
+                               "world_size.", fix))
+    return out
+
+
+def _notes(roles: dict[str, int]) -> list[str]:
+    made = ", ".join(f"{r} {n}" for r, n in roles.items())
+    return [f"roles created (GPUs): {made}",
+            "colocated roles take 0.2 of a GPU each; vLLM engine i holds bundles [i*tp, (i+1)*tp)"]

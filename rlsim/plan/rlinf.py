@@ -1,0 +1,180 @@
+"""An RLinf config (YAML) as RLinf places it. Rules from RLinf/RLinf (commit a3816b59):
+
+- rlinf/scheduler/cluster/config.py: ``cluster.num_nodes`` (a positive integer; the driver waits
+  until that many Ray nodes are alive), ``cluster.component_placement``; GPUs per node are
+  detected, not configured (``num_gpus_per_node`` was removed in 2025 and is ignored).
+- rlinf/scheduler/placement/placement.py ``ComponentPlacement``: keys are comma-joined component
+  names sharing one placement; values are ``all`` or comma-joined inclusive ranks ``a-b``, each
+  optionally ``:process ranks``; GPU index i is GPU i % G of node i // G; a process never spans
+  nodes (rlinf/scheduler/placement/packed.py).
+- rlinf/utils/placement.py ``ModelParallelComponentPlacement`` (reasoning): actor, rollout and
+  reward are required and contiguous; collocated when actor and rollout GPUs are identical,
+  disaggregated when actor, rollout, inference and critic are pairwise disjoint (reward may
+  overlap), an error otherwise; a rollout engine holds tensor x pipeline parallel GPUs.
+  ``HybridComponentPlacement`` (embodied: configs with an ``env`` component) allows any overlap.
+
+RLinf pins each worker to its node (no placement groups); rlsim rehearses each node's GPUs as one
+placement group pinned there.
+"""
+
+from __future__ import annotations
+
+from rlsim.plan.model import Finding, Group, Layout, Node, PlanInputError
+from rlsim.plan.roll import load
+
+REASONING = ("actor", "rollout", "reward")
+DISJOINT = (("actor", "rollout"), ("actor", "inference"), ("rollout", "inference"),
+            ("critic", "actor"), ("critic", "rollout"))
+
+
+def ranks(value, total: int, where: str) -> list[list[int]]:
+    """A placement value's processes, each the GPU indices it holds (one GPU a process unless
+    ``:processes`` says otherwise)."""
+    text = str(value).strip()
+    if text == "all":
+        return [[g] for g in range(total)]
+    procs: list[list[int]] = []
+    for segment in text.split(","):
+        gpus_text, _, procs_text = segment.partition(":")
+        gpus = _span(gpus_text, where)
+        if any(g >= total for g in gpus):
+            raise PlanError(f"{where}: GPU {max(gpus)} is past the {total} GPUs of cluster."
+                            "num_nodes; fix: lower the rank or raise num_nodes")
+        count = len(_span(procs_text, where)) if procs_text else len(gpus)
+        if count < len(gpus):
+            if len(gpus) % count:
+                raise PlanInputError(f"{where}: {len(gpus)} GPUs over {count} processes is not "
+                                     "a whole number each")
+            k = len(gpus) // count
+            procs += [gpus[i * k:(i + 1) * k] for i in range(count)]
+        else:
+            procs += [[g] for g in gpus for _ in range(count // len(gpus))]
+    return procs
+
+
+class PlanError(PlanInputError):
+    """A rank past the cluster: a finding, not bad input (raised while reading, caught)."""
+
+
+def _span(text: str, where: str) -> list[int]:
+    a, dash, b = text.strip().partition("-")
+    try:
+        lo, hi = int(a), int(b) if dash else int(a)
+    except ValueError:
+        raise PlanInputError(f"{where}: {text!r} is not a rank or an inclusive range a-b; fix: "
+                             "e.g. 0-7 or all") from None
+    if hi < lo or lo < 0:
+        raise PlanInputError(f"{where}: {text!r}: a range goes from low to high, from 0")
+    return list(range(lo, hi + 1))
+
+
+def layout(path: str, nodes: list[Node]) -> Layout:
+    data = load(path)
+    cluster = data.get("cluster") or {}
+    num = cluster.get("num_nodes")
+    if type(num) is not int or num <= 0:
+        raise PlanInputError(f"{path}: cluster.num_nodes: 'num_nodes' must be a positive "
+                             f"integer. But got {num!r}")
+    placement = cluster.get("component_placement")
+    if not isinstance(placement, dict) or not placement:
+        raise PlanInputError(f"{path}: cluster.component_placement is missing; fix: e.g. "
+                             "actor,rollout,reward: all")
+    per_node = nodes[0].gpus if nodes else 0
+    total = num * per_node
+    findings: list[Finding] = []
+    procs: dict[str, list[list[int]]] = {}
+    for key, value in placement.items():
+        names = [n.strip() for n in str(key).split(",")]
+        if isinstance(value, dict):
+            group = str(value.get("node_group", "cluster"))
+            if group != "cluster":
+                findings.append(Finding("warning", f"{key}: node group {group!r} is not judged "
+                                        "(rlsim reads the default group of all GPUs).", ""))
+                continue
+            value = value.get("placement")
+        where = f"{path}: cluster.component_placement.{key}"
+        try:
+            got = ranks(value, total, where)
+        except PlanError as e:
+            findings.append(Finding("error", str(e).split(": ", 1)[1] + f" ({key})",
+                                    "raise cluster.num_nodes or lower the ranks"))
+            continue
+        for name in names:
+            if name in procs:
+                raise PlanInputError(f"{where}: Component {name} has multiple placements "
+                                     "defined.")
+            procs[name] = got
+    gpus = {n: sorted({g for p in ps for g in p}) for n, ps in procs.items()}
+    # the runner's task type picks the placement class, as RLinf's entry scripts do
+    task = str((data.get("runner") or {}).get("task_type", ""))
+    reasoning = task in ("reasoning", "coding_online_rl") or (not task and "env" not in gpus)
+    if reasoning:
+        findings += _reasoning(data, gpus, procs, per_node)
+    for name, ps in procs.items():
+        for p in ps:
+            if len({g // per_node for g in p}) > 1:
+                findings.append(Finding("error", f"{name}: a process holds GPUs {p} on two "
+                                        "nodes; RLinf places a process on one node.", name))
+    if num > len(nodes):
+        findings.append(Finding("error", f"cluster.num_nodes is {num} but the cluster has "
+                                f"{len(nodes)} nodes: RLinf's driver waits until {num} Ray nodes "
+                                "are alive, forever.", "cluster.num_nodes"))
+    groups = [Group(f"node {n}", "NODE",
+                    [[c for c, gs in gpus.items() if n * per_node + g in gs]
+                     for g in range(per_node)], "cluster.num_nodes", node=n, cpus=0)
+              for n in range(num)]
+    mode = ("ModelParallelComponentPlacement" if reasoning else "HybridComponentPlacement") + \
+        f" (runner.task_type: {task or 'unset'})"
+    notes = [f"placement rules: {mode}"] + [f"{c}: {len(procs[c])} processes on GPUs "
+                                            f"{g[0]}-{g[-1]}" for c, g in gpus.items() if g]
+    return Layout("RLinf", "RLinf/RLinf a3816b59 rules", [
+        "rlinf/scheduler/cluster/config.py", "rlinf/scheduler/placement/placement.py",
+        "rlinf/scheduler/placement/packed.py", "rlinf/utils/placement.py"],
+        groups, findings, notes)
+
+
+def _reasoning(data: dict, gpus: dict[str, list[int]], procs: dict, per_node: int) -> list:
+    out = []
+    for name in REASONING:
+        if not gpus.get(name):
+            out.append(Finding("error", f"{name.capitalize()} GPUs must be specified in the "
+                               "component_placement config.", f"component_placement.{name}"))
+    for name in ("actor", "rollout", "inference", "critic"):
+        g = gpus.get(name)
+        if g and g != list(range(g[0], g[-1] + 1)):
+            out.append(Finding("error", f"{name.capitalize()} GPUs {g} must be continuous.",
+                               f"component_placement.{name}"))
+    if out:
+        return out
+    rollout = data.get("rollout") or {}
+    tp = int(rollout.get("tensor_parallel_size", 1)) * int(rollout.get("pipeline_parallel_size",
+                                                                       1))
+    if gpus["actor"] == gpus["rollout"]:
+        mode = "collocated"
+        for name in ("inference", "critic_inference"):
+            if gpus.get(name):
+                out.append(Finding("error", f"{name.replace('_', ' ').capitalize()} GPUs must "
+                                   "not be specified in collocated mode.",
+                                   f"component_placement.{name}"))
+    elif all(not set(gpus.get(a, [])) & set(gpus.get(b, [])) for a, b in DISJOINT):
+        mode = "disaggregated"
+    else:
+        return [Finding("error", "The specified placement does not match either the collocated "
+                        "mode (all the components use the same GPUs) or the disaggregated mode "
+                        f"(all the components use completely different GPUs), but got "
+                        f"{ {k: f'{v[0]}-{v[-1]}' for k, v in gpus.items() if v} }.",
+                        "give actor and rollout the same GPUs, or disjoint ones")]
+    n = len(gpus["rollout"])
+    if n % tp:
+        out.append(Finding("error", f"{n} rollout GPUs do not divide into engines of tensor x "
+                           f"pipeline parallel {tp} ({mode}).",
+                           "rollout.tensor_parallel_size"))
+    elif tp > per_node:
+        out.append(Finding("error", f"a rollout engine of {tp} GPUs cannot sit on one node of "
+                           f"{per_node}; RLinf places a process on one node.",
+                           "rollout.tensor_parallel_size"))
+    elif (gpus["rollout"][0] % per_node) % tp or per_node % tp:
+        out.append(Finding("error", f"rollout GPUs {gpus['rollout'][0]}-{gpus['rollout'][-1]} in "
+                           f"engines of {tp} put some engine across two nodes of {per_node}.",
+                           "component_placement.rollout aligned to the engines"))
+    return out

@@ -1,0 +1,190 @@
+"""A ROLL pipeline config (YAML) as ROLL places it. Rules from alibaba/ROLL (commit 8eb27cc2):
+
+- roll/configs/worker_config.py ``WorkerConfig.__post_init__``: a role's ``device_mapping`` is a
+  string ROLL passes to Python's ``eval`` (``list(range(0,8))``): global GPU indices; its GPUs per
+  worker are 1 for megatron and fsdp2 strategies, tensor x pipeline parallel for vllm, the YAML
+  ``num_gpus_per_worker`` for sglang and hf_infer; the mapping's length must divide by it.
+- roll/configs/base_config.py: ``num_gpus_per_node`` is replaced by the GPUs the driver sees and
+  ``num_nodes`` by ceil((largest index + 1) / GPUs per node).
+- roll/distributed/scheduler/resource_manager.py: one placement group per node, one bundle of
+  the whole node's GPUs; index i is GPU i % G of node i // G; its asserts on node and GPU counts.
+- roll/third_party/*/model_update.py: the training and inference mappings must each be
+  contiguous; roll/utils/config_utils.py: megatron's model-parallel and batch divisibility.
+
+rlsim evaluates ``device_mapping`` itself, never with ``eval``: list literals, ``list(...)``,
+``range(...)`` with whole numbers and ``+`` between lists.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import yaml
+
+from rlsim.plan.model import Finding, Group, Layout, Node, PlanInputError
+
+ROLES = ("actor_train", "actor_infer", "reference", "critic", "reward", "reward_model",
+         "validation", "teacher", "student_train", "student_infer")
+ONE_GPU = ("megatron_train", "megatron_infer", "fsdp2_train", "fsdp2_infer")
+
+
+def device_indices(text, where: str) -> list[int]:
+    """A ``device_mapping`` string's GPU indices, evaluated safely (PlanInputError otherwise)."""
+    if not isinstance(text, str):
+        raise PlanInputError(f"{where}: {text!r} is not a string; ROLL evaluates device_mapping "
+                             "as Python and fails on a YAML list; fix: quote it, e.g. "
+                             "device_mapping: \"[0, 1]\" or list(range(0,8))")
+    try:
+        value = _eval(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError) as e:
+        raise PlanInputError(f"{where}: {text!r} is not a list of GPU indices ({e}); fix: write "
+                             "e.g. list(range(0,8)) or \"[0, 1, 2, 3]\"") from None
+    if not all(isinstance(i, int) and i >= 0 for i in value):
+        raise PlanInputError(f"{where}: {text!r} must give whole GPU indices >= 0")
+    return value
+
+
+def _eval(node: ast.AST) -> list[int]:
+    if isinstance(node, ast.List | ast.Tuple):
+        return [_int(e) for e in node.elts]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _eval(node.left) + _eval(node.right)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+        if node.func.id == "list" and len(node.args) == 1:
+            return _eval(node.args[0])
+        if node.func.id == "range" and 1 <= len(node.args) <= 3:
+            return list(range(*(_int(a) for a in node.args)))
+    raise ValueError("only list literals, list(...), range(...) and + are read")
+
+
+def _int(node: ast.AST) -> int:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    raise ValueError("only whole numbers are read")
+
+
+def load(path: str) -> dict:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise PlanInputError(f"{path}: cannot read it ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise PlanInputError(f"{path}: not YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise PlanInputError(f"{path}: a ROLL or RLinf config is a YAML mapping")
+    return data
+
+
+def _workers(data: dict) -> dict[str, dict]:
+    """Every role config with a device mapping, ``rewards.<name>`` included."""
+    found = {r: data[r] for r in ROLES if isinstance(data.get(r), dict)}
+    for name, reward in (data.get("rewards") or {}).items():
+        if isinstance(reward, dict):
+            found[f"rewards.{name}"] = reward
+    return {r: c for r, c in found.items() if c.get("device_mapping") not in (None, "", "[]")}
+
+
+def _per_worker(role: str, cfg: dict) -> int:
+    args = cfg.get("strategy_args") or {}
+    strategy, conf = args.get("strategy_name"), args.get("strategy_config") or {}
+    if strategy in ONE_GPU:
+        return 1
+    if strategy == "vllm":
+        return int(conf.get("tensor_parallel_size", 1)) * int(conf.get("pipeline_parallel_size", 1))
+    return int(cfg.get("num_gpus_per_worker", 1))
+
+
+def layout(path: str, nodes: list[Node]) -> Layout:
+    data = load(path)
+    per_node = nodes[0].gpus if nodes else 0
+    if per_node <= 0:
+        raise PlanInputError("ROLL indexes GPUs node by node: the cluster's nodes need GPUs")
+    findings: list[Finding] = []
+    mapped: dict[str, list[int]] = {}
+    workers = _workers(data)
+    if data.get("adv_estimator", "gae") != "gae":
+        workers.pop("critic", None)  # the pipeline makes a critic for GAE only
+    for role, cfg in workers.items():
+        mapped[role] = device_indices(cfg["device_mapping"], f"{path}: {role}.device_mapping")
+        k = _per_worker(role, cfg)
+        if k and len(mapped[role]) % k:
+            findings.append(Finding("error", f"{role}: len(device_mapping)={len(mapped[role])} "
+                                    f"must be divisible by num_gpus_per_worker={k} (ROLL asserts "
+                                    "it).", f"{role}.device_mapping"))
+        elif k > 1:
+            findings += _spans(role, mapped[role], k, per_node)
+    if not mapped:
+        raise PlanInputError(f"{path}: no role has a device_mapping (actor_train, actor_infer, "
+                             "reference, ...); is this a ROLL pipeline config?")
+    for role in ("actor_train", "actor_infer"):
+        m = mapped.get(role)
+        if m and m != list(range(min(m), max(m) + 1)):
+            findings.append(Finding("error", f"{role}: train_devices/infer_devices {m} must be "
+                                    "continuous (ROLL's model update between them asserts it).",
+                                    f"{role}.device_mapping"))
+    findings += _megatron(data, mapped.get("actor_train"))
+    need = max(1, math.ceil((max(max(m) for m in mapped.values()) + 1) / per_node))
+    declared = data.get("num_gpus_per_node")
+    notes = [f"{r}: GPUs {_ranges(m)}" for r, m in mapped.items()]
+    if declared not in (None, per_node):
+        notes.append(f"num_gpus_per_node: {declared} in the YAML is replaced by the GPUs the "
+                     f"driver's node has ({per_node} here), as ROLL does")
+    groups = [Group(f"node {n}", "NODE",
+                    [[r for r, m in mapped.items() if n * per_node + g in m]
+                     for g in range(per_node)],
+                    "the largest device_mapping index", node=n,
+                    ray_bundles=[{"GPU": float(per_node)}])
+              for n in range(need)]
+    if need > len(nodes):
+        findings.append(Finding("error", f"the mappings reach GPU {need * per_node - 1}: ROLL "
+                                f"needs {need} nodes of {per_node} GPUs; \"The Ray clusters"
+                                f"(ray_num_nodes: {len(nodes)}) cannot meet the required number "
+                                f"of nodes (`num_nodes`{need}).\"",
+                                "lower the device_mapping indices, or add nodes"))
+    return Layout("ROLL", "alibaba/ROLL 8eb27cc2 rules", [
+        "roll/configs/worker_config.py", "roll/configs/base_config.py",
+        "roll/distributed/scheduler/resource_manager.py", "roll/utils/config_utils.py"],
+        groups, findings, notes)
+
+
+def _spans(role: str, m: list[int], k: int, per_node: int) -> list[Finding]:
+    out = []
+    for w in range(len(m) // k):
+        gpus = m[w * k:(w + 1) * k]
+        nodes = sorted({g // per_node for g in gpus})
+        if len(nodes) > 1 and k <= per_node:
+            out.append(Finding("warning", f"{role} worker {w} (GPUs {gpus}) spans nodes "
+                               f"{nodes}: its tensor-parallel traffic crosses the network.",
+                               f"{role}.device_mapping aligned to nodes of {per_node}"))
+    return out
+
+
+def _megatron(data: dict, m: list[int] | None) -> list[Finding]:
+    cfg = data.get("actor_train") or {}
+    args = cfg.get("strategy_args") or {}
+    if not m or args.get("strategy_name") != "megatron_train":
+        return []
+    conf = args.get("strategy_config") or {}
+    tp, pp, cp = (int(conf.get(k, 1)) for k in ("tensor_model_parallel_size",
+                                                 "pipeline_model_parallel_size",
+                                                 "context_parallel_size"))
+    if len(m) % (tp * pp * cp):
+        return [Finding("error", f"Total GPUs ({len(m)}) must be divisible by model parallel size "
+                        f"({tp * pp * cp} = TP:{tp} x PP:{pp} x CP:{cp}) (ROLL's megatron "
+                        "check).", "actor_train.device_mapping or its strategy_config")]
+    dp, batch = len(m) // (tp * pp * cp), data.get("rollout_batch_size")
+    if isinstance(batch, int) and batch % dp:
+        return [Finding("error", f"Rollout Batch Size ({batch}) must be divisible by data "
+                        f"parallel size ({dp}) (ROLL's megatron check).", "rollout_batch_size")]
+    return []
+
+
+def _ranges(m: list[int]) -> str:
+    runs, start = [], m[0]
+    for a, b in zip(m, m[1:] + [None], strict=True):
+        if b != a + 1:
+            runs.append(f"{start}-{a}" if a != start else str(a))
+            start = b
+    return ",".join(runs)

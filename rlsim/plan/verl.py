@@ -1,0 +1,236 @@
+"""verl's PPO/GRPO launch (``python3 -m verl.trainer.main_ppo key=value ...``) as it places
+itself. Rules from verl 0.8.0.dev (commit b178a3cd, the same since the resource-pool design of
+2025):
+
+- verl/trainer/main_ppo.py ``init_resource_pool_mgr``: one pool ``global_pool = [n_gpus_per_node]
+  * nnodes`` for actor, rollout, ref, critic and (unless it has its own) the reward model, all in
+  one process per GPU; ``reward_pool`` only with ``reward_model.enable_resource_pool``.
+- verl/single_controller/ray/base.py ``RayResourcePool.get_placement_groups``: one placement group
+  per pool entry, ``n_gpus_per_node`` bundles of ``{"CPU": 3, "GPU": 1}``, strategy STRICT_PACK
+  (every bundle on one node); ``_check_resource_available`` checks only the cluster's total GPUs.
+- verl/utils/config.py ``validate_config`` and verl/workers/config/actor.py, critic.py: the batch
+  size asserts; verl/workers/fsdp_workers.py: the rollout's tensor x data x pipeline parallel
+  world must divide the GPUs; verl/workers/rollout/replica.py: a replica larger than a node
+  must fill whole nodes.
+
+The defaults are verl's own flattened configs (verl/trainer/config/_generated_ppo_trainer.yaml
+and _generated_ppo_megatron_trainer.yaml), shipped in rlsim/plan/data; overrides are applied to
+them as Hydra does (an unknown key needs ``+``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from rlsim.plan.model import Finding, Group, Layout, PlanInputError, launch_argv
+
+DATA = Path(__file__).parent / "data"
+ENTRY = ("verl.trainer.main_ppo", "verl/trainer/main_ppo.py")
+CONFIGS = ("ppo_trainer", "ppo_megatron_trainer")
+BUNDLE_CPUS = 3  # RayResourcePool(max_colocate_count=3): {"CPU": 3, "GPU": 1} per GPU
+
+
+def config(argv: list[str]):
+    """verl's config for the command, as Hydra composes it: the named config's defaults with
+    the overrides applied (PlanInputError naming an unknown key or a bad value)."""
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    args = launch_argv(argv, ENTRY, "python3 -m verl.trainer.main_ppo trainer.nnodes=2 ...")
+    name = "ppo_trainer"
+    overrides = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token in ("--config-name", "-cn", "--config-path", "-cp"):
+            name = args[i + 1] if token in ("--config-name", "-cn") else name
+            i += 2
+            continue
+        if token.startswith(("--config-name=", "--config-path=")):
+            name = token.split("=", 1)[1] if token.startswith("--config-name=") else name
+        elif token.startswith("-"):
+            raise PlanInputError(f"{token}: verl's main_ppo takes Hydra overrides (key=value); "
+                                 "fix: drop it or write it as key=value")
+        else:
+            overrides.append(token)
+        i += 1
+    name = name.removesuffix(".yaml")
+    if name not in CONFIGS:
+        raise PlanInputError(f"--config-name {name}: rlsim reads verl's own {' and '.join(CONFIGS)}"
+                             "; fix: give your overrides against one of them")
+    cfg = OmegaConf.create(yaml.safe_load((DATA / f"verl-{name}.yaml").read_text()))
+    OmegaConf.set_struct(cfg, True)
+    for override in overrides:
+        key, eq, value = override.partition("=")
+        if key.startswith("~"):
+            with open_dict(cfg):
+                _drop(cfg, key[1:])
+            continue
+        if not eq or not key.lstrip("+"):
+            raise PlanInputError(f"{override!r}: a Hydra override is key=value; fix: e.g. "
+                                 "trainer.nnodes=2")
+        try:
+            parsed = yaml.safe_load(value) if value else None
+        except yaml.YAMLError:
+            parsed = value
+        try:
+            if key.startswith("+"):
+                with open_dict(cfg):
+                    OmegaConf.update(cfg, key.lstrip("+"), parsed, force_add=True)
+            else:
+                if not _has(cfg, key):
+                    raise PlanInputError(f"Could not override '{key}': no such key in verl's "
+                                         f"{name}; fix: check the spelling, or append it with "
+                                         f"+{key}={value}")
+                OmegaConf.update(cfg, key, parsed, merge=True)
+        except OmegaConfBaseException as e:
+            raise PlanInputError(f"{override}: {str(e).splitlines()[0]}") from None
+    return name, cfg
+
+
+def _has(cfg, key: str) -> bool:
+    """Whether ``key`` is in the config (a value still ``???`` counts: Hydra overrides it)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    return isinstance(node, DictConfig) and leaf in node.keys()  # noqa: SIM118 (`in` skips ???)
+
+
+def _drop(cfg, key: str) -> None:
+    parent, _, leaf = key.rpartition(".")
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    if node is None or leaf not in node:
+        raise PlanInputError(f"~{key}: no such key to delete in verl's config")
+    del node[leaf]
+
+
+def layout(argv: list[str]) -> Layout:
+    name, cfg = config(argv)
+    try:
+        return _layout(name, cfg)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, PlanInputError):
+            raise
+        raise PlanInputError(f"a placement value is not a number: {e}") from None
+
+
+def _layout(name: str, cfg) -> Layout:
+    t, arr = cfg.trainer, cfg.actor_rollout_ref
+    nnodes, per_node = int(t.nnodes), int(t.n_gpus_per_node)
+    kl = bool(cfg.algorithm.use_kl_in_reward or arr.actor.use_kl_loss)
+    critic = bool(cfg.critic.enable) if cfg.critic.enable is not None else \
+        cfg.algorithm.adv_estimator == "gae"
+    rm = cfg.reward_model
+    own_rm_pool = bool(rm.get("enable_resource_pool", False))
+    roles = ["actor", "rollout"] + ["ref"] * kl + ["critic"] * critic + \
+        ["reward"] * (bool(rm.enable) and not own_rm_pool)
+    findings: list[Finding] = []
+    groups = [Group(f"global_pool:{k}", "STRICT_PACK",
+                    [[f"{'+'.join(roles)} {k * per_node + b}"] for b in range(per_node)],
+                    "trainer.nnodes x trainer.n_gpus_per_node", cpus=BUNDLE_CPUS)
+              for k in range(nnodes)]
+    if own_rm_pool:
+        rm_nodes, rm_gpus = int(rm.get("nnodes", 0)), int(rm.get("n_gpus_per_node", 0))
+        for key, v in (("n_gpus_per_node", rm_gpus), ("nnodes", rm_nodes)):
+            if v <= 0:
+                findings.append(Finding("error", f"reward_model.enable_resource_pool needs its "
+                                        f"own pool: verl raises \"config.reward_model.{key} must "
+                                        "be greater than 0\".", f"reward_model.{key}=1 or more"))
+        groups += [Group(f"reward_pool:{k}", "STRICT_PACK",
+                         [[f"reward {k * rm_gpus + b}"] for b in range(rm_gpus)],
+                         "reward_model.nnodes x reward_model.n_gpus_per_node", cpus=BUNDLE_CPUS)
+                   for k in range(max(0, rm_nodes))]
+    findings += _rollout(cfg, nnodes, per_node) + _batches(name, cfg, nnodes * per_node, critic)
+    notes = [f"roles on every GPU of global_pool (one process per GPU): {', '.join(roles)}",
+             f"each placement group asks for {per_node} GPUs and {BUNDLE_CPUS * per_node} CPUs "
+             "on one node (STRICT_PACK)"]
+    return Layout("verl", f"verl 0.8.0.dev defaults ({name})",
+                  ["verl/trainer/main_ppo.py", "verl/single_controller/ray/base.py",
+                   "verl/utils/config.py", "verl/workers/fsdp_workers.py",
+                   "verl/workers/rollout/replica.py"], groups, findings, notes)
+
+
+def _rollout(cfg, nnodes: int, per_node: int) -> list[Finding]:
+    """The rollout engines' world (tensor x data x pipeline parallel) against the GPUs."""
+    r = cfg.actor_rollout_ref.rollout
+    tp, dp, pp = int(r.tensor_model_parallel_size), int(r.data_parallel_size), \
+        int(r.pipeline_model_parallel_size)
+    world, total = tp * dp * pp, nnodes * per_node
+    key = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+    if total % world:
+        return [Finding("error", f"rollout world_size {total} is not divisible by "
+                        f"infer_world_size {world} (tp {tp} x dp {dp} x pp {pp}): verl's worker "
+                        "asserts it.", f"{key} a divisor of {total}")]
+    if world > per_node and world % per_node:
+        return [Finding("error", f"a rollout replica of {world} GPUs is larger than a node of "
+                        f"{per_node} but not whole nodes: verl asserts \"world_size {world} must "
+                        f"be divisible by gpus_per_node {per_node}\".", key)]
+    if world < per_node and per_node % world:
+        return [Finding("warning", f"rollout replicas of {world} GPUs do not divide a node of "
+                        f"{per_node}: some replica spans two nodes (its tensor-parallel traffic "
+                        "crosses the network); verl does not check this.",
+                        f"{key} a divisor of trainer.n_gpus_per_node")]
+    return []
+
+
+def _batches(name: str, cfg, n_gpus: int, critic: bool) -> list[Finding]:
+    """validate_config's and the actor/critic configs' batch asserts (skipped with dynamic
+    batch sizes, as verl skips them)."""
+    a, out = cfg.actor_rollout_ref.actor, []
+    if a.use_dynamic_bsz:
+        return out
+    n = int(cfg.actor_rollout_ref.rollout.n)
+    real = int(cfg.data.train_batch_size) * n
+    minimal, why = n_gpus, f"{n_gpus} GPUs"
+    if a.strategy == "megatron":
+        m = a.megatron
+        mp = int(m.tensor_model_parallel_size) * int(m.pipeline_model_parallel_size)
+        cp = int(m.context_parallel_size)
+        if n_gpus % (mp * cp):
+            out.append(Finding("error", f"n_gpus ({n_gpus}) must be divisible by "
+                               f"model_parallel_size ({mp}) times context_parallel_size ({cp}) "
+                               "(verl's validate_config).",
+                               "actor_rollout_ref.actor.megatron.tensor_model_parallel_size"))
+            return out
+        micro = int(a.ppo_micro_batch_size_per_gpu or 1)
+        minimal, why = n_gpus // (mp * cp) * micro, "megatron data-parallel x micro batch"
+    if real % minimal:
+        out.append(Finding("error", f"real_train_batch_size ({real} = data.train_batch_size x "
+                           f"rollout.n) must be divisible by minimal possible batch size "
+                           f"({minimal}: {why}) (verl's validate_config).",
+                           f"data.train_batch_size a multiple of {minimal // _gcd(minimal, n)}"))
+    for role, cfg_part, on in (("actor", a, True), ("critic", cfg.critic, critic)):
+        mini = cfg_part.get("ppo_mini_batch_size")
+        if on and mini is not None and int(cfg.data.train_batch_size) < int(mini):
+            out.append(Finding("error", f"train_batch_size ({cfg.data.train_batch_size}) must be "
+                               f">= {role}.ppo_mini_batch_size ({mini}).",
+                               f"{'actor_rollout_ref.' if role == 'actor' else ''}{role}."
+                               "ppo_mini_batch_size"))
+    per_gpu = a.ppo_micro_batch_size_per_gpu
+    sp = int(a.get("ulysses_sequence_parallel_size", 1) or 1)
+    if per_gpu and a.strategy != "megatron":
+        normalized = int(a.ppo_mini_batch_size) * n // (n_gpus // sp)
+        if normalized <= 0 or normalized % int(per_gpu):
+            out.append(Finding("error", f"normalized ppo_mini_batch_size {normalized} (= "
+                               f"{a.ppo_mini_batch_size} x n {n} / {n_gpus // sp} data-parallel "
+                               f"ranks) should be divisible by ppo_micro_batch_size_per_gpu "
+                               f"{per_gpu} and above 0 (verl's FSDP worker).",
+                               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"))
+    workers = int(cfg.actor_rollout_ref.rollout.agent.num_workers)
+    if real % workers:
+        out.append(Finding("error", f"the first step splits {real} samples over {workers} agent "
+                           "loop workers: verl asserts \"only support equal chunk\".",
+                           "actor_rollout_ref.rollout.agent.num_workers a divisor of "
+                           f"{real}"))
+    return out
+
+
+def _gcd(a: int, b: int) -> int:
+    import math
+
+    return math.gcd(a, b)

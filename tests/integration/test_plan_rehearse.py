@@ -1,0 +1,32 @@
+"""`rlsim plan --rehearse` against a live simulated cluster: the framework's placement groups are
+created in its order and shapes; one Ray cannot place is reported within the bound, not waited
+for forever, and the cluster is gone after."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from rlsim import cli, state
+
+pytestmark = pytest.mark.integration
+
+
+def test_an_unplaceable_group_is_reported_within_its_bound_and_nothing_is_left():
+    # verl asks for 3 placement groups of 2 GPUs (STRICT_PACK, 3 CPUs a GPU) on 2 nodes of 2
+    command = ("python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo trainer.nnodes=3 "
+               "trainer.n_gpus_per_node=2 data.train_batch_size=48 "
+               "actor_rollout_ref.actor.ppo_mini_batch_size=12 "
+               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 "
+               "actor_rollout_ref.rollout.tensor_model_parallel_size=2")
+    before = {e.spec.name for e in state.scan() if not isinstance(e, state.Corrupt)}
+    result = CliRunner().invoke(cli.app, ["plan", "verl", "--cluster", "2x2", "--rehearse",
+                                          "--rehearse-timeout", "3", "--", command])
+    out = result.output
+    assert result.exit_code == 1, out
+    assert "global_pool:2: 2 bundle(s) of {\"GPU\": 1, \"CPU\": 3} (STRICT_PACK)" in out
+    assert "global_pool:0: placed in" in out and "global_pool:1: placed in" in out
+    assert "global_pool:2: NOT placed after 3.0 s (Ray: PENDING)" in out
+    assert "node 0: 0 GPUs" in out and "node 1: 0 GPUs" in out  # what was free then
+    after = {e.spec.name for e in state.scan() if not isinstance(e, state.Corrupt)}
+    assert after == before  # the rehearsal's cluster is gone
