@@ -4,8 +4,11 @@ for forever, and the cluster is gone after."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
+from waits import wait_until
 
 from rlsim import cli, state
 
@@ -30,3 +33,19 @@ def test_an_unplaceable_group_is_reported_within_its_bound_and_nothing_is_left()
     assert "node 0: 0 GPUs" in out and "node 1: 0 GPUs" in out  # what was free then
     after = {e.spec.name for e in state.scan() if not isinstance(e, state.Corrupt)}
     assert after == before  # the rehearsal's cluster is gone
+
+
+@pytest.mark.rlsim_cluster(nodes=2, gpus_per_node=2, dashboard=False, forward_logs=False)
+def test_a_live_cluster_is_read_for_its_alive_nodes_and_free_gpus(rlsim_cluster):
+    demo = "tests/fixtures/plan/roll-agent_val_frozen_lake_multi_nodes_demo.yaml"  # 2 x 2 GPUs
+    result = CliRunner().invoke(cli.app, ["plan", "roll", "--ray-address",
+                                          rlsim_cluster.address, "--json", demo])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["cluster"] == [{"gpus": 2, "cpus": 4.0}, {"gpus": 2, "cpus": 4.0}]
+    assert rlsim_cluster.kill_node(1)
+    wait_until(lambda: [n.index for n in rlsim_cluster.nodes() if n.alive] == [0], 20,
+               "node 1 declared dead")
+    result = CliRunner().invoke(cli.app, ["plan", "roll", "--ray-address",
+                                          rlsim_cluster.address, demo])
+    assert result.exit_code == 1 and "ray_num_nodes: 1" in result.output, result.output
