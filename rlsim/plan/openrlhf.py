@@ -125,18 +125,17 @@ class Read:
         return self.values.get(self.flag(name))
 
     def int(self, name: str) -> int:
-        value = self.raw(name)
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise PlanInputError(f"{self.flag(name)} {value}: not a whole number") from None
+        return self._number(name, int, "a whole number")
 
     def float(self, name: str) -> float:
+        return self._number(name, float, "a number")
+
+    def _number(self, name: str, kind: type, what: str):
         value = self.raw(name)
         try:
-            return float(value)
+            return kind(value)
         except (TypeError, ValueError):
-            raise PlanInputError(f"{self.flag(name)} {value}: not a number") from None
+            raise PlanInputError(f"{self.flag(name)} {value}: not {what}") from None
 
     def on(self, name: str) -> bool:
         return bool(self.raw(name))
