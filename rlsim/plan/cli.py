@@ -101,9 +101,22 @@ def plan(
         raise typer.Exit(2) from None
     rehearsal = None
     if rehearse:
+        from pydantic import ValidationError
+
         from rlsim.plan.rehearse import rehearse as run_rehearsal
 
-        rehearsal = run_rehearsal(placement, rehearse_timeout)
+        try:
+            rehearsal = run_rehearsal(placement, rehearse_timeout)
+        except ValidationError as e:  # a shape this machine cannot simulate (e.g. 64 nodes)
+            why = e.errors()[0]["msg"].removeprefix("Value error, ")
+            console.print(f"rlsim plan: --rehearse cannot simulate this cluster: "
+                          f"{e.errors()[0]['loc'][0] if e.errors()[0]['loc'] else 'shape'}: "
+                          f"{why}; fix: judge it without --rehearse, or rehearse a smaller "
+                          "--cluster", style="red", markup=False)
+            raise typer.Exit(2) from None
+        except (RuntimeError, TimeoutError) as e:
+            console.print(f"rlsim plan: the rehearsal failed: {e}", style="red", markup=False)
+            raise typer.Exit(1) from None
     if as_json:
         out = placement.to_json()
         if rehearsal is not None:

@@ -10,6 +10,7 @@ can rebuild after the node loss.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -67,6 +68,14 @@ def scenario(p: Placement, name: str) -> dict:
                                      "trainer gives each role an inclusive range")
         placement["roles"] = {r: f"{g[0]}-{g[-1]}" for r, g in gpus.items()}
     lost = gpus["actor"][-1] // per_node + 1  # node 0 is a GPU-less head, as on many clusters
+    overrides = {"save_freq": 4, "total_steps": 12, "placement": placement}
+    # the reference trainer splits a step's prompts over the rollout's ranks and their 8
+    # samples each over every other role's ranks: the fewest prompts that split so
+    step, others = len(gpus["rollout"]), [len(g) for g in gpus.values()]
+    prompts = next(p for p in [16, *range(step, step * math.lcm(*others) + 1, step)]
+                   if p % step == 0 and all(p * 8 % n == 0 for n in others))
+    if prompts != 16:  # the fixtures' own 16 prompts split: keep them
+        overrides["data"] = {"prompts_per_step": prompts}
     layout = ", ".join(f"{r} GPUs {g[0]}-{g[-1]}" for r, g in gpus.items())
     return {
         "name": name,
@@ -79,14 +88,29 @@ def scenario(p: Placement, name: str) -> dict:
             "from its step-4 checkpoint."),
         "cluster": {"nodes": nnodes + 2, "gpus_per_node": per_node, "node": {0: {"gpus": 0}}},
         "trainer": {"config": f"fixtures/trainer/{algorithm}_tiny.yaml",
-                    "overrides": {"save_freq": 4, "total_steps": 12, "placement": placement}},
+                    "overrides": overrides},
         "faults": [{"at": {"step": 6}, "kill_node": {"node": lost}}],
         "expect": [{"completes": {}}, {"restarts": {"min": 1}},
                    {"resumed_from_step": {"step": 4}}, {"no_leaks": {}}],
     }
 
 
+def mirrorable(sc: dict) -> None:
+    """Raise PlanInputError with the reference trainer's own words unless it can run the
+    scenario's placement (e.g. two roles on ranges that overlap without being equal)."""
+    from trainer.config import ConfigError, load_config
+    from trainer.placement import PlacementError, plan_placement
+
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        plan_placement(load_config(repo / sc["trainer"]["config"], sc["trainer"]["overrides"]))
+    except (ConfigError, PlacementError) as e:
+        raise PlanInputError(f"the reference trainer cannot mirror this layout: {e}") from None
+
+
 def write_scenario(p: Placement, path: Path) -> None:
     name = path.stem.replace("-", "_")
-    text = yaml.safe_dump(scenario(p, name), sort_keys=False, width=100)
+    sc = scenario(p, name)
+    mirrorable(sc)
+    text = yaml.safe_dump(sc, sort_keys=False, width=100)
     path.write_text(f"# written by rlsim plan --emit-scenario\n{text}")

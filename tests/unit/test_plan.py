@@ -193,3 +193,17 @@ def test_exit_codes_and_json():
                          "give one of")):
         code, out = run(*args)
         assert code == 2 and words in out and "Traceback" not in out, out
+
+
+def test_emitting_is_checked_by_the_reference_trainer_itself():
+    from rlsim.plan.emit import mirrorable
+
+    pipeline = scenario(judge("rlinf", "rlinf-qwen2.5-1.5b-grpo-megatron-pipeline.yaml", "8x8"),
+                        "pipeline")
+    # 16 rollout engines, 40 actor ranks: the fewest prompts that split over both
+    assert pipeline["trainer"]["overrides"]["data"] == {"prompts_per_step": 80}
+    mirrorable(pipeline)
+    grpo = scenario(judge("roll", "roll-example_grpo.yaml", "2x8"), "grpo")
+    with pytest.raises(PlanInputError, match="cannot mirror this layout: placement.roles"
+                                             ".*overlap"):
+        mirrorable(grpo)  # ROLL's rollout on GPUs 0-11 inside the actor's 0-15
