@@ -40,6 +40,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--rlsim-slow", dest="rlsim_slow", action="store_true", default=False,
                     help="also run scenarios tagged slow and tests marked slow (skipped "
                          "otherwise, saying so)")
+    group.addoption("--allow-disruptive", dest="rlsim_allow_disruptive", action="store_true",
+                    default=False, help="with --backend real: run scenarios whose faults kill "
+                    "nodes or processes, take GPU memory or damage checkpoints (refused "
+                    "otherwise)")
     group.addoption("--no-reuse", dest="rlsim_no_reuse", action="store_true", default=False,
                     help="start and stop a cluster per scenario (default: scenarios of one shape "
                          "share a cluster within a worker, checked clean in between)")
@@ -65,12 +69,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return shape_scheduler(config, log)
 
 
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: a deselected scenario is no refusal
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Scenarios of one cluster shape in a row, those that can leave a node down last in their
-    row, so that each earlier one hands its cluster on (see rlsim.scenario.pool)."""
+    row, so that each earlier one hands its cluster on (see rlsim.scenario.pool). On
+    ``--backend real``, scenarios whose faults harm a real cluster are refused unless
+    ``--allow-disruptive``."""
     from rlsim.scenario.pool import hand_on_order
 
     items[:] = hand_on_order(items, lambda item: getattr(item, "scenario", None))
+    if config.getoption("rlsim_backend") == "real" and \
+            not config.getoption("rlsim_allow_disruptive"):
+        from rlsim.scenario.runner import harmful_faults
+
+        harmful = [f"{i.scenario.name} ({', '.join(h)})" for i in items
+                   if getattr(i, "scenario", None) and (h := harmful_faults(i.scenario))]
+        if harmful:  # before anything connects to the real cluster
+            raise pytest.UsageError(
+                "refused: on a real cluster these scenarios kill nodes or processes, take GPU "
+                f"memory or damage checkpoints: {'; '.join(harmful)}. Fix: pass "
+                "--allow-disruptive on a cluster nobody else uses, or deselect them (-k)")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

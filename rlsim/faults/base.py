@@ -52,6 +52,9 @@ class Fault:
     # It can leave a node down after it is healed (killed, or declared dead by Ray while cut off
     # or frozen): a cluster it ran on is stopped, not handed to the next scenario.
     may_down_node: ClassVar[bool] = False
+    # On a real cluster it destroys work or capacity someone may depend on (kills nodes or
+    # processes, takes GPU memory, damages checkpoints): refused there without --allow-disruptive
+    harms_real_cluster: ClassVar[bool] = False
 
     def __init__(self, params, ctx: FaultContext) -> None:
         self.params, self.ctx = params, ctx

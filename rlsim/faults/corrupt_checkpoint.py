@@ -11,6 +11,7 @@ from rlsim.params import Strict
 class CorruptCheckpoint(Fault):
     name = "corrupt_checkpoint"
     disruptive = False  # files only: the trainer meets it when it next loads the checkpoint
+    harms_real_cluster = True
 
     class Params(Strict):
         mode: Literal["truncate", "bitflip", "delete"] = "bitflip"

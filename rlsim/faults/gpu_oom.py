@@ -16,6 +16,7 @@ from rlsim.params import NodeRef, Strict
 class GpuOom(Fault):
     name = "gpu_oom"
     needs = (HoldsGpuMemory,)
+    harms_real_cluster = True
 
     class Params(Strict):
         node: NodeRef

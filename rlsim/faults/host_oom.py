@@ -51,6 +51,7 @@ def _cmdline(pid: int) -> str:
 class HostOom(Fault):
     name = "host_oom"
     needs = (LimitsMemory, RunsInNodes, KillsProcesses)
+    harms_real_cluster = True
 
     class Params(Strict):
         node: NodeRef

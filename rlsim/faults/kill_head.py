@@ -8,6 +8,7 @@ class KillHead(Fault):
     name = "kill_head"
     may_down_node = True
     needs = (KillsNodes,)
+    harms_real_cluster = True
 
     def inject(self):
         pids = self.ctx.cluster.kill_node(0)

@@ -9,6 +9,7 @@ class KillNode(Fault):
     name = "kill_node"
     may_down_node = True
     needs = (KillsNodes,)
+    harms_real_cluster = True
 
     class Params(Strict):
         node: NodeRef

@@ -23,6 +23,7 @@ from rlsim.params import Strict
 class KillRole(Fault):
     name = "kill_role"
     needs = (KillsProcesses,)
+    harms_real_cluster = True
 
     class Params(Strict):
         role: Literal["actor", "rollout", "ref", "critic", "reward"]

@@ -9,6 +9,7 @@ class PauseNode(Fault):
     name = "pause_node"
     may_down_node = True
     needs = (PausesNodes,)
+    harms_real_cluster = True
 
     class Params(Strict):
         node: NodeRef

@@ -8,6 +8,7 @@ from rlsim.params import NodeRef, Strict
 class RestartNode(Fault):
     name = "restart_node"
     needs = (RestartsNodes,)
+    harms_real_cluster = True
 
     class Params(Strict):
         node: NodeRef

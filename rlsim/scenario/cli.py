@@ -79,8 +79,14 @@ def run(
                                   "(default: scenarios of one shape share one, checked clean)"),
     slow: bool = typer.Option(False, "--slow", help="also run the scenarios tagged slow that a "
                               "folder holds (a file named on its own always runs)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="list each scenario as runnable or "
+                                 "skipped, with the reason, touching no cluster"),
+    allow_disruptive: bool = typer.Option(
+        False, "--allow-disruptive", help="with --backend real: run scenarios whose faults kill "
+        "nodes or processes, take GPU memory or damage checkpoints (refused otherwise)"),
 ) -> None:
-    """Run scenarios; exit 0 when every expectation holds, 1 when one fails, 2 for bad input."""
+    """Run scenarios; exit 0 when every expectation holds, 1 when one fails, 2 for bad input
+    (or, on --backend real, disruptive faults without --allow-disruptive)."""
     from rlsim.scenario.pool import Pool, hand_on_order
 
     named = {p.resolve() for p in paths if p.is_file()}
@@ -93,6 +99,18 @@ def run(
             scenarios.append(sc)
     if backend not in ("local", "docker", "real"):
         console.print(f"--backend {backend}: unknown (local, docker, real)", style="red",
+                      markup=False, highlight=False)
+        raise typer.Exit(2)
+    harmful = {sc.name: h for sc in scenarios if backend == "real" and not allow_disruptive
+               and (h := _harmful(sc))}
+    if dry_run:
+        _dry_run(scenarios, backend, harmful)
+        return
+    if harmful:  # before anything connects to the real cluster
+        names = "; ".join(f"{n} ({', '.join(h)})" for n, h in harmful.items())
+        console.print(f"refused: on a real cluster these scenarios kill nodes or processes, take "
+                      f"GPU memory or damage checkpoints: {names}. Fix: pass --allow-disruptive "
+                      "on a cluster nobody else uses, or run the others", style="red",
                       markup=False, highlight=False)
         raise typer.Exit(2)
     root = report or Path(f"reports/run-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -115,6 +133,30 @@ def run(
                   markup=False, highlight=False)
     if failed:
         raise typer.Exit(1)
+
+
+def _harmful(sc) -> list[str]:
+    from rlsim.scenario.runner import harmful_faults
+
+    return harmful_faults(sc)
+
+
+def _dry_run(scenarios: list, backend: str, harmful: dict[str, list[str]]) -> None:
+    """Each scenario as it would go on ``backend``: RUN, SKIP with the reason, or REFUSED."""
+    from rlsim.scenario.runner import check_runnable
+
+    for sc in scenarios:
+        try:
+            check_runnable(sc, backend)
+        except Unsupported as e:
+            console.print(f"SKIP     {sc.name}: {e}", markup=False, highlight=False)
+            continue
+        if sc.name in harmful:
+            console.print(f"REFUSED  {sc.name}: {', '.join(harmful[sc.name])} on a real cluster; "
+                          "needs --allow-disruptive", markup=False, highlight=False)
+        else:
+            faults = ", ".join(f.kind for f in sc.faults) or "no faults"
+            console.print(f"RUN      {sc.name} ({faults})", markup=False, highlight=False)
 
 
 def _run_one(sc, root: Path, seed, backend: str, ray_address, pool, summary: list) -> bool:

@@ -67,19 +67,9 @@ def _start(sc: Scenario, cluster, run_dir: Path, attempt: int, **popen) -> subpr
 def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None = None,
                  out_dir: Path | None = None):
     """The scenario's cluster on ``backend``, not started yet; its nodes see ``out_dir`` (the run
-    directory's parent). Raises ``Unsupported`` when the backend cannot run the scenario (a skip,
-    not a failure): the backend's own refusal of the cluster section, or a fault it cannot
-    inject."""
-    if backend in sc.cluster.skip_on:
-        raise Unsupported(sc.cluster.skip_on[backend])
-    try:
-        cls = cluster_class(backend)
-    except ValueError as e:
-        raise Unsupported(str(e)) from None
+    directory's parent). Raises ``Unsupported`` as :func:`check_runnable` does."""
+    cls = check_runnable(sc, backend)
     node_local = sc.cluster.checkpoint_storage == "node_local"
-    if refused := cls.refusal(sc.cluster, node_local):
-        raise refused
-    check_faults(sc, cls, backend)
     # built after the checks above: a missing interpreter is a skip there, not a spec error
     spec = ClusterSpec(name=f"sc{os.getpid()}-{next(_names)}", **sc.cluster.shape(),
                        # the trainer is a plain driver: no Jobs API needed, and without the
@@ -91,6 +81,29 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
                        else [])
     return cls.make(spec, ray_address, gpu_faults=any(
         HoldsGpuMemory in FAULTS[f.kind].needs for f in sc.faults))
+
+
+def check_runnable(sc: Scenario, backend: str) -> type:
+    """The backend's class if it can run ``sc``; else ``Unsupported`` (a skip, not a failure): the
+    scenario's own ``skip_on``, the backend's refusal of the cluster section, or a fault it cannot
+    inject. Touches no cluster (``rlsim run --dry-run`` lists these)."""
+    if backend in sc.cluster.skip_on:
+        raise Unsupported(sc.cluster.skip_on[backend])
+    try:
+        cls = cluster_class(backend)
+    except ValueError as e:
+        raise Unsupported(str(e)) from None
+    node_local = sc.cluster.checkpoint_storage == "node_local"
+    if refused := cls.refusal(sc.cluster, node_local):
+        raise refused
+    check_faults(sc, cls, backend)
+    return cls
+
+
+def harmful_faults(sc: Scenario) -> list[str]:
+    """The faults of ``sc`` that destroy work or capacity on a real cluster (refused there
+    without --allow-disruptive)."""
+    return sorted({f.kind for f in sc.faults if FAULTS[f.kind].harms_real_cluster})
 
 
 def check_faults(sc: Scenario, cls: type, backend: str) -> None:

@@ -1,0 +1,53 @@
+"""Safe by default on real clusters: `rlsim run --dry-run` lists each scenario as runnable,
+skipped (with the reason) or refused, touching no cluster; disruptive faults against
+`--backend real` are refused before anything connects, unless --allow-disruptive."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from rlsim import cli
+
+pytest_plugins = ["pytester"]
+
+
+def run(*args: str):
+    result = CliRunner().invoke(cli.app, list(args))
+    return result.exit_code, result.output
+
+
+def test_dry_run_lists_each_scenario_with_its_reason_and_connects_nowhere():
+    code, out = run("run", "scenarios", "--backend", "real", "--dry-run")
+    lines = {line.split()[1].rstrip(":"): line for line in out.splitlines()
+             if line.startswith(("RUN", "SKIP", "REFUSED"))}
+    assert code == 0, out
+    assert lines["too_few_gpus"].startswith("RUN")
+    assert lines["head_lost"].startswith("REFUSED") and "kill_head" in lines["head_lost"] \
+        and "--allow-disruptive" in lines["head_lost"]
+    assert lines["partitioned_worker"].startswith("SKIP") and "--backend local" in \
+        lines["partitioned_worker"]
+    assert lines["checkpoint_node_local"].startswith("SKIP")
+    code, out = run("run", "scenarios", "--backend", "real", "--dry-run", "--allow-disruptive")
+    assert "REFUSED" not in out and "RUN      head_lost (kill_head)" in out
+
+
+def test_a_disruptive_scenario_on_a_real_cluster_is_refused_before_connecting():
+    # no --ray-address at all: had it tried to connect, it would have said it needs one
+    code, out = run("run", "scenarios/head_lost.yaml", "scenarios/node_failure_mid_run.yaml",
+                    "--backend", "real")
+    assert code == 2, out
+    assert "head_lost (kill_head)" in out and "node_failure_mid_run (kill_node)" in out
+    assert "--allow-disruptive" in out and "address" not in out
+
+
+def test_pytest_refuses_them_too_unless_allowed(pytester):
+    scenarios = pytester.mkdir("scenarios")
+    (scenarios / "lose_a_node.yaml").write_text(
+        "name: lose_a_node\ncluster: {nodes: 2, gpus_per_node: 1}\n"
+        "trainer: {config: fixtures/trainer/grpo_tiny.yaml}\n"
+        "faults:\n  - at: {step: 2}\n    kill_node: {node: 1}\nexpect:\n  - completes: {}\n")
+    result = pytester.runpytest("scenarios", "--backend", "real", "-p", "no:cacheprovider")
+    assert result.ret == 4  # pytest's usage error: nothing ran
+    result.stderr.fnmatch_lines(["*refused*lose_a_node (kill_node)*--allow-disruptive*"])
+    result = pytester.runpytest("scenarios", "--backend", "real", "-k", "not lose_a_node")
+    assert result.ret == 5  # deselected: nothing to refuse, nothing collected to run
