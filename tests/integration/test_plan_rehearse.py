@@ -5,6 +5,7 @@ for forever, and the cluster is gone after."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
@@ -22,7 +23,6 @@ def test_an_unplaceable_group_is_reported_within_its_bound_and_nothing_is_left()
                "actor_rollout_ref.actor.ppo_mini_batch_size=12 "
                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 "
                "actor_rollout_ref.rollout.tensor_model_parallel_size=2")
-    before = {e.spec.name for e in state.scan() if not isinstance(e, state.Corrupt)}
     result = CliRunner().invoke(cli.app, ["plan", "verl", "--cluster", "2x2", "--rehearse",
                                           "--rehearse-timeout", "3", "--", command])
     out = result.output
@@ -31,8 +31,8 @@ def test_an_unplaceable_group_is_reported_within_its_bound_and_nothing_is_left()
     assert "global_pool:0: placed in" in out and "global_pool:1: placed in" in out
     assert "global_pool:2: NOT placed after 3.0 s (Ray: PENDING)" in out
     assert "node 0: 0 GPUs" in out and "node 1: 0 GPUs" in out  # what was free then
-    after = {e.spec.name for e in state.scan() if not isinstance(e, state.Corrupt)}
-    assert after == before  # the rehearsal's cluster is gone
+    # the rehearsal's cluster (plan-<pid>) is gone; other workers' clusters come and go meanwhile
+    assert state.load(f"plan-{os.getpid()}") is None
 
 
 @pytest.mark.rlsim_cluster(nodes=2, gpus_per_node=2, dashboard=False, forward_logs=False)
