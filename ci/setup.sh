@@ -15,6 +15,9 @@ if [ "$(id -u)" = 0 ]; then
   [ -x /usr/bin/python3 ] || need="$need python3-minimal"
   # Redis: the GCS's external store of clusters with gcs_ft: redis (started per cluster by rlsim).
   command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
+  # Slurm (slurmctld, slurmd, munge): the launcher `rlsim launch slurm` writes runs under a real
+  # controller and node daemon that its test starts with a generated config.
+  command -v slurmd >/dev/null 2>&1 || need="$need slurmctld slurmd slurm-client munge"
   if [ -n "$need" ]; then
     echo "ci/setup.sh: installing$need" >&2
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null

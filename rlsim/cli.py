@@ -518,10 +518,12 @@ def _scenario_commands() -> None:
     app.command(name="run")(scenario_cli.run)
     app.command(name="validate")(scenario_cli.validate)
     app.command(name="report")(scenario_cli.report)
+    from rlsim.launch import cli as launch_cli
     from rlsim.plan import cli as plan_cli
 
     app.command(name="plan", context_settings={"allow_extra_args": True,
                                                 "ignore_unknown_options": True})(plan_cli.plan)
+    app.command(name="launch")(launch_cli.launch)
 
 
 _scenario_commands()

@@ -1,0 +1,69 @@
+"""`rlsim launch` as pure logic: the bounded wait's judgement of ray.nodes(), which processes the
+stop helper takes for the job's Ray, the written sbatch script, and bad input (exit 2)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from rlsim import cli
+from rlsim.launch.stop import rays_of
+from rlsim.launch.wait import ready
+
+
+def node(addr: str, gpus: float, alive: bool = True) -> dict:
+    return {"NodeManagerAddress": addr, "Alive": alive, "Resources": {"GPU": gpus}}
+
+
+def test_the_wait_counts_alive_nodes_with_their_gpus():
+    nodes = [node("10.0.0.1", 8), node("10.0.0.2", 4), node("10.0.0.3", 8, alive=False)]
+    ok, line = ready(nodes, 2, 8)
+    assert not ok and line.startswith("1/2 nodes alive with at least 8 GPUs")
+    assert "10.0.0.2 (4 GPUs)" in line and "10.0.0.3" not in line
+    assert ready(nodes, 2, 4)[0]
+
+
+def test_the_stop_helper_takes_only_the_jobs_ray_processes():
+    job = "/tmp/ray-rlsim-42"
+    assert rays_of(["gcs_server", f"--log_dir={job}/session_1/logs"], job)
+    assert rays_of(["raylet", f"--temp_dir={job}", "--node_ip_address=10.0.0.1"], job)
+    assert not rays_of(["python", "-m", "rlsim.launch.stop", job], job)  # the helper itself
+    assert not rays_of(["raylet", "--temp_dir=/tmp/ray-rlsim-421"], job + "/")
+    assert not rays_of(["raylet", "--temp_dir=/tmp/ray"], job)  # another Ray on the host
+
+
+def run(*args: str):
+    result = CliRunner().invoke(cli.app, ["launch", *args])
+    return result.exit_code, result.output
+
+
+def test_the_script_is_valid_bash_and_names_what_it_runs(tmp_path):
+    code, out = run("slurm", "--nodes", "4", "--gpus-per-node", "8", "--out", str(tmp_path),
+                    "--scenarios", "/shared/rlsim/scenarios", "--report-dir", "/shared/reports",
+                    "--image", "nvcr.io/me/rl:1", "--allow-disruptive")
+    script = (tmp_path / "rlsim-acceptance.sbatch").read_text()
+    assert code == 0, out
+    assert subprocess.run(["bash", "-n", str(tmp_path / "rlsim-acceptance.sbatch")]).returncode == 0
+    for line in ("#SBATCH --nodes=4", "#SBATCH --gres=gpu:8", "#SBATCH --ntasks-per-node=1",
+                 "SCENARIOS=(/shared/rlsim/scenarios)", "REPORT_ROOT=/shared/reports",
+                 "IN=(--container-image=nvcr.io/me/rl:1 "
+                 "--container-mounts=/shared/reports:/shared/reports)",
+                 "--nodes 4 \\\n  --gpus-per-node 8", "--allow-disruptive",
+                 "scontrol show node \"$1\""):
+        assert line in script, line
+    commands = [x for x in script.splitlines() if not x.lstrip().startswith("#")]
+    assert not any("ray stop" in x or '"$RAY" stop' in x for x in commands)  # not host-wide
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["slurm", "--nodes", "0", "--gpus-per-node", "8"], "--nodes 0"),
+    (["slurm", "--nodes", "2", "--gpus-per-node", "8", "--report-dir", "rel"],
+     "--report-dir rel: 'rel' is not an absolute path"),
+    (["slurm", "--nodes", "2", "--gpus-per-node", "8", "--time", "1h"], "--time 1h"),
+    (["pbs", "--nodes", "2", "--gpus-per-node", "8"], "'pbs': rlsim launch writes slurm"),
+])
+def test_bad_input_exits_2_naming_the_option(tmp_path, args, words):
+    code, out = run(*args, "--out", str(tmp_path / "x"))
+    assert code == 2 and words in out and "Traceback" not in out, out
