@@ -12,30 +12,42 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from rlsim.launch import slurm
+from rlsim.launch import kuberay, slurm, tasks
 from rlsim.launch.model import Launch
 
 console = Console(soft_wrap=True, highlight=False)
-PLATFORMS = {"slurm": (slurm.script, "rlsim-acceptance.sbatch")}
-OPTIONS = {"nodes": "--nodes", "gpus_per_node": "--gpus-per-node", "python": "--python",
+# platform -> (render, file name, how to start it, the Python the nodes run by default)
+PLATFORMS = {
+    "slurm": (slurm.script, "rlsim-acceptance.sbatch", "sbatch {path}", sys.executable),
+    "kuberay": (kuberay.script, "rlsim-acceptance-rayjob.yaml", "kubectl apply -f {path}",
+                "python3"),
+    "skypilot": (tasks.skypilot_script, "rlsim-acceptance-sky.yaml", "sky launch {path}",
+                 "python3"),
+    "dstack": (tasks.dstack_script, "rlsim-acceptance.dstack.yml", "dstack apply -f {path}",
+               "python3"),
+}
+OPTIONS = {"accelerator": "--accelerator", "nodes": "--nodes", "gpus_per_node": "--gpus-per-node",
+           "python": "--python",
            "scenarios": "--scenarios", "report_dir": "--report-dir", "image": "--image",
            "time": "--time", "port": "--port", "wait_s": "--wait"}
 
 
 def launch(
-    platform: Annotated[str, typer.Argument(help="slurm")],
+    platform: Annotated[str, typer.Argument(help="slurm, kuberay, skypilot or dstack")],
     out: Annotated[Path, typer.Option(help="Directory to write the launcher into.")],
     nodes: int = typer.Option(..., help="GPU nodes, the head included."),
     gpus_per_node: int = typer.Option(..., help="GPUs each node has."),
     image: str | None = typer.Option(None, help="Container image every node runs (Slurm: "
                                      "pyxis --container-image)."),
+    accelerator: str = typer.Option("H100", help="GPU type to ask for (SkyPilot, dstack)."),
     scenarios: Annotated[list[str] | None, typer.Option(
         help="Scenario files or folders as the nodes see them (repeatable; default: the "
              "catalogue beside this rlsim).")] = None,
     report_dir: str | None = typer.Option(None, help="A directory every node shares, for the "
                                           "report and Ray's token (default: OUT/reports)."),
-    python: str = typer.Option(sys.executable, help="The Python with rlsim and Ray on every "
-                               "node."),
+    python: str | None = typer.Option(None, help="The Python with rlsim and Ray on every node "
+                                      "(default: this one for Slurm, python3 in the image "
+                                      "elsewhere)."),
     time: str = typer.Option("01:00:00", help="The job's time limit."),
     port: int = typer.Option(6379, help="The head's GCS port."),
     wait: float = typer.Option(600, help="Seconds the nodes may take to join."),
@@ -46,11 +58,16 @@ def launch(
     """Write a launcher for PLATFORM into OUT. Exit 0: written; 2: bad input."""
     if platform not in PLATFORMS:
         _fail(f"{platform!r}: rlsim launch writes {', '.join(PLATFORMS)}")
+    render, name, start, default_python = PLATFORMS[platform]
+    if not scenarios and platform != "slurm":
+        _fail("--scenarios: give the scenario files or folders as the image sees them (e.g. "
+              "--scenarios /opt/rlsim/scenarios)")
     repo = Path(__file__).resolve().parents[2]
-    fields = dict(nodes=nodes, gpus_per_node=gpus_per_node, python=python,
+    fields = dict(nodes=nodes, gpus_per_node=gpus_per_node, python=python or default_python,
                   scenarios=scenarios or [str(repo / "scenarios")],
                   report_dir=report_dir or str((out / "reports").resolve()), image=image,
-                  time=time, port=port, wait_s=wait, allow_disruptive=allow_disruptive)
+                  time=time, port=port, wait_s=wait, allow_disruptive=allow_disruptive,
+                  accelerator=accelerator)
     try:
         spec = Launch(**fields)
     except ValidationError as e:
@@ -58,16 +75,19 @@ def launch(
         field = str(first["loc"][0]) if first["loc"] else ""
         _fail(f"{OPTIONS.get(field, field)} {fields.get(field)}: "
               f"{first['msg'].removeprefix('Value error, ')}")
-    render, name = PLATFORMS[platform]
+    try:
+        text = render(spec, name)
+    except ValueError as e:  # what this platform needs that was not given (e.g. an image)
+        _fail(str(e))
     try:
         out.mkdir(parents=True, exist_ok=True)
         path = out / name
-        path.write_text(render(spec, name))
-        path.chmod(0o755)
+        path.write_text(text)
+        path.chmod(0o755 if name.endswith(".sbatch") else 0o644)
     except OSError as e:
         _fail(f"--out {out}: cannot write there ({e.strerror})")
-    console.print(f"wrote {path}: submit it with `sbatch {path}`; the report lands in "
-                  f"{spec.report_dir}/<job id>", markup=False)
+    console.print(f"wrote {path}: start it with `{start.format(path=path)}`; the report lands "
+                  f"in {spec.report_dir}", markup=False)
 
 
 def _fail(message: str) -> None:

@@ -3,6 +3,8 @@ on it. Checked once here; each launcher (slurm, kuberay, skypilot, dstack) only 
 
 from __future__ import annotations
 
+import shlex
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
@@ -11,21 +13,82 @@ class Launch(BaseModel):
 
     nodes: int = Field(ge=1, le=4096, description="GPU nodes, the head included")
     gpus_per_node: int = Field(ge=0, le=64)
-    python: str = Field(description="the Python on every node that has rlsim and Ray installed")
+    python: str = Field(description="the Python on every node that has rlsim and Ray installed "
+                        "(an absolute path, or a command the image's PATH finds)")
     scenarios: list[str] = Field(min_length=1, description="scenario files or folders, as the "
                                  "nodes see them")
     report_dir: str = Field(description="a directory every node shares: reports, Ray's token")
     image: str | None = Field(None, description="a container image every node runs")
+    accelerator: str = Field("H100", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+                             description="the GPU type to ask for (SkyPilot, dstack)")
     time: str = Field("01:00:00", pattern=r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$",
                       description="the job's time limit (Slurm D-HH:MM:SS)")
     port: int = Field(6379, ge=1024, le=65535, description="the head's GCS port")
     wait_s: float = Field(600, gt=0, le=86400, description="bound on the nodes joining")
     allow_disruptive: bool = False
 
-    @field_validator("python", "report_dir")
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str) -> str:
+        if "/" in v and not v.startswith("/"):
+            raise ValueError(f"{v!r}: give an absolute path or a command name (python3)")
+        return v
+
+    @field_validator("report_dir")
     @classmethod
     def _absolute(cls, v: str) -> str:
         if not v.startswith("/"):
             raise ValueError(f"{v!r} is not an absolute path: every node resolves it the same "
                              "way only if it is absolute")
         return v
+
+    @property
+    def seconds(self) -> int:
+        """The time limit in seconds."""
+        days, _, clock = self.time.rpartition("-")
+        h, m, sec = (int(x) for x in clock.split(":"))
+        return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
+
+
+def head_steps(launch: Launch, address: str, report: str) -> list[str]:
+    """The shell lines the head runs once Ray is up on every node (``address``: the GCS, a shell
+    expression; ``report``: this run's report directory): wait for the nodes, the doctor, the
+    scenarios; the last line leaves the scenarios' exit status in ``$status``."""
+    py, allow = launch.python, " --allow-disruptive" if launch.allow_disruptive else ""
+    scenarios = " ".join(shlex.quote(s) for s in launch.scenarios)
+    return [
+        f'mkdir -p "{report}"',
+        f'{py} -m rlsim.launch.wait --address "{address}" --nodes {launch.nodes} '
+        f"--gpus-per-node {launch.gpus_per_node} --timeout {int(launch.wait_s)} || exit 3",
+        f'{py} -m rlsim.cli doctor --ray-address "{address}" | tee "{report}/doctor.txt"',
+        f'{py} -m rlsim.cli run {scenarios} --backend real --ray-address "{address}" '
+        f'--report "{report}"{allow}; status=$?',
+        f'echo "rlsim launch: scenarios exited $status; report in {report}"',
+    ]
+
+
+def rank_script(launch: Launch, rank: str, head_ip: str, my_ip: str, gpus: str,
+                run_id: str) -> str:
+    """The one script every node of a multi-node task runs (SkyPilot, dstack): node ``rank`` 0
+    starts the Ray head, runs :func:`head_steps`, stops its Ray and exits with the scenarios'
+    status; the others join the head and block until it goes. Arguments are shell expressions
+    over the platform's own variables."""
+    tmp, address = f"/tmp/ray-rlsim-{run_id}", f"{head_ip}:{launch.port}"
+    ray = f'"$(dirname "$(command -v {launch.python})")/ray"'
+    steps = "\n  ".join(head_steps(launch, address, f"{launch.report_dir}/{run_id}"))
+    return f"""set -u
+# the task's own network: Ray without auth here (rlsim's token auth is for shared hosts)
+export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+RAY={ray}
+if [ "{rank}" = 0 ]; then
+  "$RAY" start --head --port {launch.port} --node-ip-address "{head_ip}" --temp-dir {tmp} \\
+    --num-gpus "{gpus}"
+  {steps}
+  # this task's Ray only (the processes of its temp dir), never `ray stop`
+  {launch.python} -m rlsim.launch.stop {tmp}
+  exit $status
+else
+  "$RAY" start --block --address "{address}" --node-ip-address "{my_ip}" --num-gpus "{gpus}"
+  exit 0  # the head's exit status is the run's; a worker ends when the head's Ray goes
+fi
+"""

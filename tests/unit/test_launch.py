@@ -67,3 +67,42 @@ def test_the_script_is_valid_bash_and_names_what_it_runs(tmp_path):
 def test_bad_input_exits_2_naming_the_option(tmp_path, args, words):
     code, out = run(*args, "--out", str(tmp_path / "x"))
     assert code == 2 and words in out and "Traceback" not in out, out
+
+
+def launch_spec(**kw):
+    from rlsim.launch.model import Launch
+
+    return Launch(**{"nodes": 2, "gpus_per_node": 8, "python": "python3",
+                     "scenarios": ["/opt/rlsim/scenarios"], "report_dir": "/reports",
+                     "image": "rayproject/ray:2.60.0-gpu", **kw})
+
+
+def test_the_rayjob_is_valid_against_kuberays_own_crd_and_runs_the_flow():
+    from rlsim.launch import kuberay
+
+    doc = kuberay.rayjob(launch_spec())
+    assert kuberay.problems(doc) == []
+    spec = doc["spec"]
+    assert spec["shutdownAfterJobFinishes"] is True and spec["activeDeadlineSeconds"] == 3600
+    worker = spec["rayClusterSpec"]["workerGroupSpecs"][0]
+    assert worker["replicas"] == worker["minReplicas"] == worker["maxReplicas"] == 2
+    assert worker["template"]["spec"]["containers"][0]["resources"]["limits"] == \
+        {"nvidia.com/gpu": 8}
+    for part in ("rlsim.launch.wait --address \"$RAY_ADDRESS\" --nodes 2 --gpus-per-node 8",
+                 "rlsim.cli doctor", "--backend real", "exit $status"):
+        assert part in spec["entrypoint"]
+    # the schema catches what KubeRay would reject
+    worker["replicas"] = "two"
+    spec["shutdownAfterJobFinishes"] = "yes"
+    bad = kuberay.problems(doc)
+    assert any("replicas" in b for b in bad) and any("shutdownAfterJobFinishes" in b
+                                                    for b in bad)
+
+
+def test_container_platforms_need_an_image_and_the_scenarios_as_the_image_sees_them(tmp_path):
+    code, out = run("kuberay", "--nodes", "2", "--gpus-per-node", "8", "--out", str(tmp_path),
+                    "--scenarios", "/opt/s")
+    assert code == 2 and "--image" in out
+    code, out = run("kuberay", "--nodes", "2", "--gpus-per-node", "8", "--out", str(tmp_path),
+                    "--image", "x:1")
+    assert code == 2 and "--scenarios" in out
