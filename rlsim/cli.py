@@ -351,6 +351,9 @@ def doctor(
         "its auth settings in the environment); every alive node is checked."),
     checkpoint_dir: str | None = typer.Option(
         None, "--checkpoint-dir", help="Also check that every node sees one storage there."),
+    as_json: bool = typer.Option(False, "--json", help="The nodes as probed (versions, GPUs, "
+                                 "driver, CUDA, NCCL, interface) and the findings, as JSON "
+                                 "(what the sign-off report reads as doctor.json)."),
 ) -> None:
     """Pre-flight checks from every node: versions, ports between nodes, shared checkpoints.
     Exit 0: nothing or only warnings; 1: errors (the run would fail); 2: no such cluster, or
@@ -373,6 +376,11 @@ def doctor(
     finally:
         if ray_address:
             cluster.stop()
+    if as_json:
+        from rlsim.signoff import doctor_record
+
+        print(json.dumps(doctor_record(report), indent=1))
+        raise typer.Exit(0 if report.ok else 1)
     console.print(_doctor_table(report, checkpoint_dir))
     for f in report.findings:
         colour = "red" if f.level == "error" else "yellow"

@@ -167,7 +167,8 @@ def examine(cluster, checkpoint_dir: str | None = None) -> Report:
         with ThreadPoolExecutor(max_workers=len(indices)) as pool:
             return dict(zip(indices, pool.map(one, indices), strict=True))
 
-    report.looks = each("look", lambda i: {"targets": targets[i]})
+    address = {ep["index"]: ep["address"] for ep in report.endpoints}
+    report.looks = each("look", lambda i: {"targets": targets[i], "address": address[i]})
     if checkpoint_dir:
         report.seen = {i: r["seen"] for i, r in each("seen").items() if "seen" in r}
         each("clean")

@@ -43,6 +43,63 @@ def versions() -> dict[str, str | None]:
     return found
 
 
+NVIDIA_SMI_TIMEOUT_S = 10.0
+
+
+def gpus() -> list[dict] | None:
+    """Each GPU as ``nvidia-smi`` reports it (name, memory, driver), or None without nvidia-smi
+    (a node without NVIDIA GPUs, or fake GPUs). Bounded: a hung driver answers within 10 s."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=NVIDIA_SMI_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return [{"error": f"nvidia-smi: {type(e).__name__}"}]
+    if out.returncode:
+        return [{"error": f"nvidia-smi exited {out.returncode}: {out.stderr.strip()[:200]}"}]
+    rows = [[c.strip() for c in line.split(",")] for line in out.stdout.splitlines() if line]
+    return [{"name": r[0], "memory_mib": r[1], "driver": r[2]} for r in rows if len(r) == 3]
+
+
+def cuda_and_nccl() -> dict[str, str | None]:
+    """The CUDA torch was built for (torch/version.py, read, not imported) and the NCCL wheel
+    installed beside it (nvidia-nccl-cu*), each None when absent."""
+    found: dict[str, str | None] = {"cuda": None, "nccl": None}
+    spec = importlib.util.find_spec("torch")
+    if spec and spec.submodule_search_locations:
+        path = Path(list(spec.submodule_search_locations)[0]) / "version.py"
+        m = re.search(r"^cuda(?:: \S+)? = '([^']+)'", path.read_text(), re.M) \
+            if path.exists() else None
+        found["cuda"] = m.group(1) if m else None
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if name.startswith("nvidia-nccl-cu"):
+            found["nccl"] = dist.version
+    return found
+
+
+def interface(address: str | None) -> str | None:
+    """The network interface that holds ``address`` (the node's Ray address), from ``ip``."""
+    import shutil
+    import subprocess
+
+    if not address or not shutil.which("ip"):
+        return None
+    out = subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True,
+                         timeout=5).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) > 3 and parts[3].split("/")[0] == address:
+            return parts[1]
+    # loopback answers for all of 127.0.0.0/8, though only 127.0.0.1 is listed
+    return "lo" if address.startswith("127.") else None
+
+
 def _connect(target: dict) -> dict:
     try:
         socket.create_connection((target["address"], target["port"]), CONNECT_TIMEOUT_S).close()
@@ -65,7 +122,9 @@ def _marker_dir(directory: str, nonce: str) -> Path:
 
 def look(args: dict) -> dict:
     out = {"versions": versions(), "host": socket.gethostname(),
-           "reach": reach(args.get("targets", []))}
+           "reach": reach(args.get("targets", [])),
+           "hardware": {"gpus": gpus(), **cuda_and_nccl(),
+                        "interface": interface(args.get("address"))}}
     if args.get("dir"):
         try:
             d = _marker_dir(args["dir"], args["nonce"])

@@ -60,7 +60,7 @@ def head_steps(launch: Launch, address: str, report: str) -> list[str]:
         f'mkdir -p "{report}"',
         f'{py} -m rlsim.launch.wait --address "{address}" --nodes {launch.nodes} '
         f"--gpus-per-node {launch.gpus_per_node} --timeout {int(launch.wait_s)} || exit 3",
-        f'{py} -m rlsim.cli doctor --ray-address "{address}" | tee "{report}/doctor.txt"',
+        f'{py} -m rlsim.cli doctor --ray-address "{address}" --json > "{report}/doctor.json"',
         f'{py} -m rlsim.cli run {scenarios} --backend real --ray-address "{address}" '
         f'--report "{report}"{allow}; status=$?',
         f'echo "rlsim launch: scenarios exited $status; report in {report}"',
@@ -73,22 +73,24 @@ def rank_script(launch: Launch, rank: str, head_ip: str, my_ip: str, gpus: str,
     starts the Ray head, runs :func:`head_steps`, stops its Ray and exits with the scenarios'
     status; the others join the head and block until it goes. Arguments are shell expressions
     over the platform's own variables."""
-    tmp, address = f"/tmp/ray-rlsim-{run_id}", f"{head_ip}:{launch.port}"
-    ray = f'"$(dirname "$(command -v {launch.python})")/ray"'
-    steps = "\n  ".join(head_steps(launch, address, f"{launch.report_dir}/{run_id}"))
+    steps = "\n  ".join(head_steps(launch, "$HEAD_IP:$PORT", f"{launch.report_dir}/{run_id}"))
     return f"""set -u
 # the task's own network: Ray without auth here (rlsim's token auth is for shared hosts)
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
-RAY={ray}
+RAY="$(dirname "$(command -v {launch.python})")/ray"
+HEAD_IP="{head_ip}"
+MY_IP="{my_ip}"
+PORT={launch.port}
+RAY_TMP="/tmp/ray-rlsim-{run_id}"
 if [ "{rank}" = 0 ]; then
-  "$RAY" start --head --port {launch.port} --node-ip-address "{head_ip}" --temp-dir {tmp} \\
+  "$RAY" start --head --port "$PORT" --node-ip-address "$HEAD_IP" --temp-dir "$RAY_TMP" \\
     --num-gpus "{gpus}"
   {steps}
   # this task's Ray only (the processes of its temp dir), never `ray stop`
-  {launch.python} -m rlsim.launch.stop {tmp}
+  {launch.python} -m rlsim.launch.stop "$RAY_TMP"
   exit $status
 else
-  "$RAY" start --block --address "{address}" --node-ip-address "{my_ip}" --num-gpus "{gpus}"
+  "$RAY" start --block --address "$HEAD_IP:$PORT" --node-ip-address "$MY_IP" --num-gpus "{gpus}"
   exit 0  # the head's exit status is the run's; a worker ends when the head's Ray goes
 fi
 """

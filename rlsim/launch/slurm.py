@@ -75,7 +75,8 @@ done
 on "$HEAD" "$PY" -m rlsim.launch.wait --address "$HEAD_IP:$PORT" --nodes {nodes} \
   --gpus-per-node {gpus} --timeout "$WAIT_S" || exit 3
 
-on "$HEAD" "$PY" -m rlsim.cli doctor --ray-address "$HEAD_IP:$PORT" | tee "$REPORT/doctor.txt"
+on "$HEAD" "$PY" -m rlsim.cli doctor --ray-address "$HEAD_IP:$PORT" --json > "$REPORT/doctor.json"
+echo "rlsim launch: doctor exited $? (the nodes and findings: $REPORT/doctor.json)"
 on "$HEAD" "$PY" -m rlsim.cli run "${{SCENARIOS[@]}}" --backend real \
   --ray-address "$HEAD_IP:$PORT" --report "$REPORT"{allow}
 status=$?

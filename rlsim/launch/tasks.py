@@ -75,7 +75,19 @@ def _render(platform: str, doc: dict, launch: Launch, name: str, start: str) -> 
             f"{launch.gpus_per_node} {launch.accelerator}; start it with: {start} {name}\n"
             f"# Valid against {s['model']} of {s['package']}. The report is written on the "
             f"head under {launch.report_dir}: mount shared storage there to keep it.\n"
-            + yaml.safe_dump(doc, sort_keys=False, width=100))
+            + dump(doc))
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the scripts) as literal blocks, readable in the file."""
+
+
+_Dumper.add_representer(str, lambda d, s: d.represent_scalar(
+    "tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
+
+
+def dump(doc: dict) -> str:
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100)
 
 
 def skypilot_script(launch: Launch, name: str) -> str:

@@ -127,10 +127,13 @@ def run(
         failed += 1
     root.mkdir(parents=True, exist_ok=True)
     (root / "summary.json").write_text(json.dumps(summary, indent=1))
+    from rlsim import signoff
     from rlsim.report import render
 
     console.print(f"report: {render(root)} (summary.json and <scenario>/timeline.jsonl beside it)",
                   markup=False, highlight=False)
+    html_path, junit = signoff.render(root)
+    console.print(f"sign-off: {html_path} and {junit}", markup=False, highlight=False)
     if failed:
         raise typer.Exit(1)
 
@@ -225,6 +228,11 @@ def report(
         raise typer.Exit(2)
     out = render(root)
     console.print(f"report: {out}", markup=False, highlight=False)
+    if (root / "summary.json").is_file():
+        from rlsim import signoff
+
+        html_path, junit = signoff.render(root)
+        console.print(f"sign-off: {html_path} and {junit}", markup=False, highlight=False)
     if open_:
         import webbrowser
 

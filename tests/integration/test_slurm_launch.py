@@ -134,9 +134,13 @@ def test_the_generated_sbatch_script_runs_a_scenario_on_the_ray_it_starts(slurm,
         assert fields["ExitCode"] == "0:0", log[-3000:]
         assert f"rlsim launch: head rn1 at {NODE_ADDR}:6379" in log
         assert f"1/1 nodes alive with at least 2 GPUs (alive: {NODE_ADDR} (2 GPUs))" in log
-        assert "PASS slurm_smoke" in log and "no findings" in log
+        assert "PASS slurm_smoke" in log and "rlsim launch: doctor exited 0" in log
         assert "rlsim launch: stopped" in log and "Ray process(es) of /tmp/ray-rlsim-" in log
         assert (reports / job / "summary.json").is_file()
+        signoff = (reports / job / "signoff.html").read_text()  # the node as its probe saw it
+        assert f"<td>{NODE_ADDR}</td>" in signoff and "no nvidia-smi" in signoff
+        assert "<td>slurm_smoke</td><td>PASS</td>" in signoff
+        assert 'name="slurm_smoke"' in (reports / job / "junit.xml").read_text()
         assert (reports / job / ".ray-auth-token").stat().st_mode & 0o077 == 0
         left = [p.pid for p in psutil.process_iter(["cmdline"])
                 if any(f"/tmp/ray-rlsim-{job}" in a for a in p.info["cmdline"] or [])]

@@ -106,3 +106,22 @@ def test_container_platforms_need_an_image_and_the_scenarios_as_the_image_sees_t
     code, out = run("kuberay", "--nodes", "2", "--gpus-per-node", "8", "--out", str(tmp_path),
                     "--image", "x:1")
     assert code == 2 and "--scenarios" in out
+
+
+@pytest.mark.parametrize(("platform", "broken"), [
+    ("skypilot", {"num_nodes": "two"}),
+    ("dstack", {"nodes": "two"}),
+])
+def test_skypilot_and_dstack_tasks_are_valid_against_their_own_models(tmp_path, platform, broken):
+    from rlsim.launch import tasks
+
+    doc = getattr(tasks, platform)(launch_spec(accelerator="A100"))
+    assert tasks.problems(platform, doc) == []
+    script = doc["run"] if platform == "skypilot" else doc["commands"][0]
+    (tmp_path / "run.sh").write_text(script)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "run.sh")]).returncode == 0
+    for part in ("--nodes 2 --gpus-per-node 8", "--backend real", "rlsim.launch.stop",
+                 "--temp-dir \"$RAY_TMP\""):
+        assert part in script, part
+    assert "A100:8" in str(doc["resources"])
+    assert tasks.problems(platform, {**doc, **broken})  # their schema catches it

@@ -1,0 +1,124 @@
+"""The sign-off report of a run: ``signoff.html`` and ``junit.xml`` beside ``summary.json``.
+
+What a cluster owner signs off on: each node (address, host, the interface of its Ray address,
+GPU model and count with memory, driver, CUDA and NCCL as read on the node, Python, Ray, torch,
+DeepSpeed), the doctor's findings, and each scenario's result with its detection and recovery
+figures and restart count. The nodes and findings come from ``doctor.json`` in the same directory
+(``rlsim doctor --json``, which the launchers write before the scenarios); without it the report
+says so. On simulated clusters the same report shows what there is (fake GPUs have no
+``nvidia-smi``: their GPU columns say so).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+FIGURES = ("detected_within_s", "recovered_within_s", "restarts")
+
+
+def doctor_record(report) -> dict:
+    """``rlsim doctor --json``: the nodes as probed and the findings."""
+    nodes = []
+    for ep in report.endpoints:
+        look = report.looks.get(ep["index"], {})
+        reach = look.get("reach", [])
+        nodes.append({"index": ep["index"], "address": ep["address"], "host": look.get("host"),
+                      "error": look.get("error"), "versions": look.get("versions", {}),
+                      "hardware": look.get("hardware", {}),
+                      "reaches": f"{sum(r['ok'] for r in reach)}/{len(reach)}"})
+    return {"nodes": nodes, "ok": report.ok, "seconds": report.seconds,
+            "findings": [{"level": f.level, "check": f.check, "message": f.message,
+                          "fix": f.fix} for f in report.findings]}
+
+
+def _gpus(hw: dict) -> tuple[str, str]:
+    """(GPU model x count and memory, driver) of one node's hardware record."""
+    gpus = hw.get("gpus")
+    if gpus is None:
+        return "no nvidia-smi (fake or no GPUs)", "-"
+    if any("error" in g for g in gpus):
+        return "; ".join(g.get("error", "") for g in gpus if "error" in g), "-"
+    models: dict[str, int] = {}
+    for g in gpus:
+        key = f"{g['name']} ({int(g['memory_mib']) // 1024} GiB)" \
+            if str(g.get("memory_mib", "")).isdigit() else g["name"]
+        models[key] = models.get(key, 0) + 1
+    drivers = sorted({g["driver"] for g in gpus})
+    return ", ".join(f"{n} x {m}" for m, n in models.items()) or "none", ", ".join(drivers)
+
+
+def _figures(scenario: dict) -> dict[str, float]:
+    return {c["check"]: c["value"] for c in scenario["checks"]
+            if c["check"] in FIGURES and c.get("value") is not None}
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return f"<table border=1 cellpadding=3><tr>{cells}</tr>{body}</table>"
+
+
+def render(root: str | Path) -> tuple[Path, Path]:
+    """Write ``signoff.html`` and ``junit.xml`` in ``root``; their paths."""
+    root = Path(root)
+    summary = json.loads((root / "summary.json").read_text())
+    doctor_file = root / "doctor.json"
+    doctor = json.loads(doctor_file.read_text()) if doctor_file.exists() else None
+    passed = sum(s["ok"] for s in summary)
+    body = [f"<h1>rlsim sign-off: {passed}/{len(summary)} scenarios passed</h1>"]
+    if doctor is None:
+        body.append("<p>No doctor.json here: run <code>rlsim doctor --json</code> into this "
+                    "directory before the scenarios to record the nodes.</p>")
+    else:
+        rows = []
+        for n in doctor["nodes"]:
+            hw, v = n.get("hardware") or {}, n.get("versions") or {}
+            gpus, driver = _gpus(hw)
+            rows.append([n["index"], n["address"], n.get("host") or n.get("error") or "-",
+                         hw.get("interface") or "-", gpus, driver, hw.get("cuda") or "-",
+                         hw.get("nccl") or "-", v.get("python") or "-", v.get("ray") or "-",
+                         v.get("torch") or "-", v.get("deepspeed") or "-", n["reaches"]])
+        body += ["<h2>Nodes</h2>", _table(
+            ["node", "address", "host", "interface", "GPUs", "driver", "CUDA", "NCCL", "python",
+             "ray", "torch", "deepspeed", "reaches"], rows), "<h2>Doctor findings</h2>",
+            _table(["level", "check", "message", "fix"],
+                   [[f["level"], f["check"], f["message"], f["fix"]] for f in
+                    doctor["findings"]]) if doctor["findings"] else "<p>no findings</p>"]
+    rows = []
+    for s in summary:
+        fig = _figures(s)
+        failed = "; ".join(c["message"] for c in s["checks"] if not c["ok"])
+        rows.append([s["scenario"], "PASS" if s["ok"] else "FAIL", f"{s['seconds']} s",
+                     *(f"{fig[k]:g}" if k in fig else "-" for k in FIGURES), failed or "-"])
+    body += ["<h2>Scenarios</h2>", _table(
+        ["scenario", "result", "took", "detected in (s)", "recovered in (s)", "restarts",
+         "failed checks"], rows), "<p>Timelines: <a href='report.html'>report.html</a></p>"]
+    page = ("<!doctype html><meta charset=utf-8><title>rlsim sign-off</title>"
+            "<body style='font-family:sans-serif'>" + "".join(body) + "</body>")
+    out = root / "signoff.html"
+    out.write_text(page)
+    return out, _junit(root, summary)
+
+
+def _junit(root: Path, summary: list[dict]) -> Path:
+    """JUnit XML: one testcase per scenario, its figures as properties."""
+    suite = ET.Element("testsuite", name="rlsim", tests=str(len(summary)),
+                       failures=str(sum(not s["ok"] for s in summary)),
+                       time=f"{sum(s['seconds'] for s in summary):.2f}")
+    for s in summary:
+        case = ET.SubElement(suite, "testcase", classname="rlsim.scenarios", name=s["scenario"],
+                             time=f"{s['seconds']:.2f}")
+        props = ET.SubElement(case, "properties")
+        for key, value in _figures(s).items():
+            ET.SubElement(props, "property", name=key, value=f"{value:g}")
+        failed = [c for c in s["checks"] if not c["ok"]]
+        if failed:
+            ET.SubElement(case, "failure", message=failed[0]["message"][:500]).text = "\n".join(
+                f"{c['check']}: {c['message']}" for c in failed)
+    out = root / "junit.xml"
+    ET.ElementTree(suite).write(out, encoding="unicode", xml_declaration=True)
+    return out
