@@ -41,8 +41,8 @@ def launch(
                                      "pyxis --container-image)."),
     accelerator: str = typer.Option("H100", help="GPU type to ask for (SkyPilot, dstack)."),
     scenarios: Annotated[list[str] | None, typer.Option(
-        help="Scenario files or folders as the nodes see them (repeatable; default: the "
-             "catalogue beside this rlsim).")] = None,
+        help="Scenario files or folders as the nodes see them (repeatable or comma-joined; "
+             "default for Slurm: the catalogue beside this rlsim).")] = None,
     report_dir: str | None = typer.Option(None, help="A directory every node shares, for the "
                                           "report and Ray's token (default: OUT/reports)."),
     python: str | None = typer.Option(None, help="The Python with rlsim and Ray on every node "
@@ -59,6 +59,7 @@ def launch(
     if platform not in PLATFORMS:
         _fail(f"{platform!r}: rlsim launch writes {', '.join(PLATFORMS)}")
     render, name, start, default_python = PLATFORMS[platform]
+    scenarios = [p for given in scenarios or [] for p in given.split(",") if p]
     if not scenarios and platform != "slurm":
         _fail("--scenarios: give the scenario files or folders as the image sees them (e.g. "
               "--scenarios /opt/rlsim/scenarios)")
