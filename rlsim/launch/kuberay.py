@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from rlsim.launch.model import Launch, head_steps
+from rlsim.launch.model import Launch, head_steps, schema_problems
 
 SCHEMA = Path(__file__).parent / "schemas" / "kuberay-rayjob.json.gz"
 CLAIM = "rlsim-reports"
@@ -75,11 +75,7 @@ def schema() -> dict:
 
 def problems(doc: dict) -> list[str]:
     """Where ``doc`` breaks KubeRay's RayJob CRD schema (empty: valid)."""
-    import jsonschema
-
-    validator = jsonschema.Draft7Validator(schema()["schema"])
-    return [f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
-            for e in validator.iter_errors(doc)]
+    return schema_problems(schema()["schema"], doc)
 
 
 def script(launch: Launch, name: str) -> str:

@@ -94,3 +94,14 @@ else
   exit 0  # the head's exit status is the run's; a worker ends when the head's Ray goes
 fi
 """
+
+
+def schema_problems(schema: dict, doc: dict) -> list[str]:
+    """Where ``doc`` breaks a platform's JSON schema, one line each (empty: valid). The
+    validator is the one the schema declares (``$schema``), draft 7 where it declares none
+    (Kubernetes' OpenAPI schemas)."""
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
+    return [f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
+            for e in cls(schema).iter_errors(doc)]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from rlsim.launch.model import Launch, rank_script
+from rlsim.launch.model import Launch, rank_script, schema_problems
 
 SCHEMAS = Path(__file__).parent / "schemas"
 
@@ -59,12 +59,7 @@ def schema(platform: str) -> dict:
 
 def problems(platform: str, doc: dict) -> list[str]:
     """Where ``doc`` breaks ``platform``'s own task schema (empty: valid)."""
-    import jsonschema
-
-    s = schema(platform)["schema"]
-    validator = jsonschema.validators.validator_for(s)(s)
-    return [f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
-            for e in validator.iter_errors(doc)]
+    return schema_problems(schema(platform)["schema"], doc)
 
 
 def _render(platform: str, doc: dict, launch: Launch, name: str, start: str) -> str:
