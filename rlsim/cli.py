@@ -236,6 +236,14 @@ def _no_such(command: str, name: str) -> typer.Exit:
                  "`rlsim status`", 2)
 
 
+def _faults(st: state.ClusterState) -> list[dict]:
+    """The faults put in by hand (``rlsim fault``) still in force on ``st``."""
+    from rlsim.faults.by_hand import ledger
+
+    return [{k: e.get(k) for k in ("id", "action", "nodes", "port", "from", "since", "until")}
+            for e in ledger(st)]
+
+
 def _corrupt_line(c: state.Corrupt) -> str:
     return f"{c.name}: corrupt state file {c.path} ({c.reason}); fix: {c.fix}"
 
@@ -275,6 +283,7 @@ def status(
                 "address": c.address,
                 "dashboard": c.dashboard_url,
                 "abandoned": gone,
+                "faults": _faults(entry),
                 "nodes": [
                     {"index": x.index, "role": x.role, "address": x.address, "alive": x.alive,
                      "gpus": x.gpus, "pids": len(x.pids), "shape": x.shape(),
@@ -285,6 +294,13 @@ def status(
         )
         if not as_json:
             console.print(_table(c, nodes))
+            for f in out[-1]["faults"]:
+                heals = f" (heals itself in {f['until'] - time.time():.0f} s)" if f["until"] \
+                    else ""
+                console.print(f"fault in force: #{f['id']} {f['action']} {f['nodes']}"
+                              f"{' ' + f['port'] if f.get('port') else ''}{heals}; heal: "
+                              f"rlsim fault {entry.spec.name} heal", markup=False,
+                              highlight=False, soft_wrap=True)
             _print_connect(c)
             if gone:
                 err.print(f"{entry.spec.name}: abandoned (its owner, pid {entry.owner_pid}, is "
@@ -518,6 +534,34 @@ def _train_tiny(c: LocalCluster) -> bool:
     console.print(f"trained {len(rows)} GRPO steps in {time.monotonic() - t0:.1f} s: reward "
                   f"{first:.3f} (first 5 steps) -> {last:.3f} (last 5)")
     return last > first
+
+
+@app.command()
+def fault(
+    name: str = typer.Argument(..., help="The cluster (see `rlsim status`)."),
+    action: str = typer.Argument(..., help="kill-node, restart-node, pause-node, resume-node, "
+                                 "partition, block-port or heal."),
+    args: Annotated[list[str] | None, typer.Argument(
+        help="NODE (kill/restart/pause/resume), NODE[,NODE...] (partition), NODE PORT|gcs|"
+             "dashboard (block-port); none for heal.")] = None,
+    sources: str | None = typer.Option(None, "--from", help="block-port: only from these "
+                                       "nodes (J,K); default every other node."),
+    for_s: float | None = typer.Option(None, "--for", min=0.1, help="pause-node, partition, "
+                                       "block-port: heal on its own after this many seconds."),
+) -> None:
+    """Inject a fault by hand into a running local or docker cluster, or heal them all. Prints
+    what it did and how to undo it; `rlsim status` lists the faults in force; `rlsim down` heals
+    everything. Exit 0: done; 1: the backend failed doing it; 2: bad input."""
+    from rlsim.faults.by_hand import FaultError, apply
+
+    _check_name(name, "fault")
+    try:
+        done, undo = apply(name, action, list(args or []), sources, for_s)
+    except FaultError as e:
+        raise _fail(f"rlsim fault: {e}", 2) from None
+    except (RuntimeError, TimeoutError, OSError) as e:
+        raise _fail(f"rlsim fault: {action} failed: {e}", 1) from None
+    console.print(f"{done}\nundo: {undo}", markup=False, highlight=False)
 
 
 def _scenario_commands() -> None:

@@ -9,6 +9,7 @@ else, or one failure too many, ends the run with an ``error`` event and a non-ze
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -28,6 +29,7 @@ from trainer.errors import (
     CheckpointError,
     CheckpointNotShared,
     CheckpointWriteFailed,
+    ClusterUnreachable,
     JobLost,
     SimulatedCudaOOM,
     TrainerError,
@@ -37,6 +39,7 @@ from trainer.events import EventLog
 from trainer.groups import Roles, alive_gpu_nodes, label_memory_gb
 from trainer.memory import fit, gpu_capacity
 from trainer.placement import Plan, plan_placement
+from trainer.reach import gcs_silence, parse_address
 
 ALGORITHMS = {"grpo": grpo.step, "ppo": ppo.step}
 
@@ -207,7 +210,7 @@ def run(cfg: TrainerConfig) -> int:
         log.emit("run_start", algorithm=cfg.algorithm, total_steps=cfg.total_steps, pid=os.getpid(),
                  plan=[{"index": w.index, "node": w.node, "gpus": w.gpus, "roles": w.ranks}
                        for w in plan.workers], warnings=list(plan.warnings))
-        _connect()
+        _connect(Path(cfg.run_dir))
         _watch_head(log, cfg.fault_tolerance.gcs_reconnect_timeout_s, t0)
         r = Run(cfg, plan, log, lease)
         head = _head_id()
@@ -392,10 +395,62 @@ def _reconnect_if_head_restarted(log: EventLog, head: str | None, ft,
     return now, alive
 
 
-def _connect() -> None:
-    if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), logging_level="ERROR",
-                 log_to_driver=os.environ.get("TRAINER_WORKER_LOGS") == "1")
+AUTH_HINT = ("a cluster with token auth (rlsim's clusters have it) refuses a driver without "
+             "its token: export RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH=<its token file> "
+             "before starting (`rlsim status` prints both)")
+
+
+def _connect(run_dir: Path | None = None) -> None:
+    """Join the cluster named by RAY_ADDRESS, or raise ClusterUnreachable saying in one line
+    what is wrong and what to export. The address is asked first (a second at most): Ray's own
+    connect to an address nobody serves retries for minutes. With ``run_dir``, Ray's own
+    messages while joining go to ``run_dir/ray_connect.log``."""
+    if ray.is_initialized():
+        return
+    address = os.environ.get("RAY_ADDRESS", "auto")
+    if ":" in address and "://" not in address:
+        try:
+            host, port = parse_address(address)
+        except ValueError:
+            raise ClusterUnreachable(f"RAY_ADDRESS={address!r} is not HOST:PORT; export the "
+                                     "cluster's GCS address (`rlsim status` prints it)") from None
+        if silence := gcs_silence(host, port):
+            raise ClusterUnreachable(f"no Ray cluster answers at RAY_ADDRESS={address} "
+                                     f"({silence}); start it, or export the address `rlsim "
+                                     "status` prints")
+    try:
+        # Ray's C++ client prints a warning a second while a GCS refuses it (a missing token:
+        # ~20 of them): kept in the run directory instead, and the refusal said in one line
+        quiet = _stderr_to(run_dir / "ray_connect.log") if run_dir else contextlib.nullcontext()
+        with quiet:
+            ray.init(address=address, logging_level="ERROR",
+                     log_to_driver=os.environ.get("TRAINER_WORKER_LOGS") == "1")
+    except Exception as e:  # noqa: BLE001 - Ray's many ways of refusing a driver: one line each
+        hint = AUTH_HINT if os.environ.get("RAY_AUTH_MODE") != "token" else \
+            "check RAY_AUTH_TOKEN_PATH names the cluster's token (`rlsim status` prints it)"
+        raise ClusterUnreachable(f"cannot join the Ray cluster at {address}: "
+                                 f"{first_line(e)}; {hint}") from None
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path):
+    """Send this process's file descriptor 2 (C++ libraries' warnings too) to ``path``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:  # nowhere to keep them: leave stderr as it is
+        os.close(saved)
+        yield
+        return
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _label_memory() -> float | None:

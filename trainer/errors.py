@@ -34,6 +34,13 @@ class PlacementError(TrainerError, ValueError):
     kind = "placement_error"
 
 
+class ClusterUnreachable(TrainerError):
+    """The driver cannot reach the Ray cluster: a wrong address, a cluster that is down, or a
+    cluster with token auth and a driver started without the token settings."""
+
+    kind = "cluster_unreachable"
+
+
 class ResourceTimeout(TrainerError):
     """The GPUs or nodes the run needs did not show up within
     ``fault_tolerance.resources_timeout_s``."""

@@ -162,7 +162,7 @@ class DockerCluster(StartedCluster):
                   client.networks.list(filters={"label": f"{LABEL}={st.session}"})]
         found += [f"volume {v.name}" for v in
                   client.volumes.list(filters={"label": f"{LABEL}={st.session}"})]
-        return found
+        return found + [f"process {pid}" for pid in procs.find(st.session)]
 
     def _run_node(self, index: int):
         from testcontainers.core.container import DockerContainer

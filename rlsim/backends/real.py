@@ -258,6 +258,21 @@ def snapshot(proc_root: Path = Path("/proc")) -> dict[int, Proc]:
     return procs
 
 
+def address_problem(address: str) -> str | None:
+    """Why no Ray cluster can be joined at ``address`` (not HOST:PORT, or no GCS answers there
+    within seconds), or None. Ray's own connect to a silent address retries for minutes."""
+    from trainer.reach import gcs_silence, parse_address
+
+    try:
+        host, port = parse_address(address)
+    except ValueError as e:
+        return str(e)
+    if silence := gcs_silence(host, port):
+        return (f"--backend real: no Ray cluster answers at {address} ({silence}); fix: give "
+                "the head's GCS address (HOST:PORT) with --ray-address")
+    return None
+
+
 class RealCluster:
     """A handle on a running Ray cluster, with one agent per node while it is entered."""
 
@@ -306,8 +321,18 @@ class RealCluster:
 
         if ray.is_initialized():
             raise ClusterStartError("--backend real: this process is already a Ray driver")
-        ray.init(address=self._address, namespace="rlsim", log_to_driver=False,
-                 configure_logging=False)
+        if problem := address_problem(self._address):
+            raise ClusterStartError(problem)
+        try:
+            ray.init(address=self._address, namespace="rlsim", log_to_driver=False,
+                     configure_logging=False)
+        except Exception as e:  # noqa: BLE001 - Ray's ways of refusing a driver: one line
+            auth = "" if os.environ.get("RAY_AUTH_MODE") == "token" else (
+                "; a cluster with token auth needs RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH "
+                "exported first")
+            raise ClusterStartError(f"--backend real: cannot join the Ray cluster at "
+                                    f"{self._address}: {str(e).strip().splitlines()[0]}{auth}"
+                                    ) from None
         try:
             nodes = _ordered(ray.nodes())
             self.spec = self.spec or ClusterSpec(nodes=len(nodes))

@@ -87,6 +87,9 @@ def reap_docker(st: ClusterState) -> None:
         for v in client.volumes.list(filters={"label": f"{LABEL}={st.session}"}):
             with contextlib.suppress(Exception):
                 v.remove(force=True)
+    # host processes of the session: a pending self-heal of `rlsim fault ... --for`
+    with contextlib.suppress(TimeoutError):
+        procs.kill_and_wait(st.session)
     state.forget(st)  # only if the name is still this session's
     state.remove_run_dir(st.session)
 

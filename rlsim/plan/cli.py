@@ -52,9 +52,16 @@ def live_nodes(address: str) -> list[Node]:
         raise PlanInputError(f"no Ray cluster answers at {address} ({silence}); fix: give the "
                              "head's GCS address (HOST:PORT)")
     token = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(auth_token_path())
-    with global_state(address, token) as gs:
-        free = gs.available_resources_per_node()
-        alive = {n["NodeID"]: n["NodeManagerAddress"] for n in gs.node_table() if n["Alive"]}
+    try:
+        with global_state(address, token) as gs:
+            free = gs.available_resources_per_node()
+            alive = {n["NodeID"]: n["NodeManagerAddress"] for n in gs.node_table()
+                     if n["Alive"]}
+    except Exception as e:  # noqa: BLE001 - Ray's ways of refusing a reader: one line each
+        raise PlanInputError(f"the Ray cluster at {address} refused to be read "
+                             f"({str(e).strip().splitlines()[0][:200] if str(e) else e!r}); "
+                             "with token auth, export RAY_AUTH_TOKEN_PATH=<its token file>") \
+            from None
     nodes = sorted(((alive[i], r) for i, r in free.items() if i in alive and r.get("GPU")),
                    key=lambda x: x[0])
     if not nodes:

@@ -113,6 +113,17 @@ def run(
                       "on a cluster nobody else uses, or run the others", style="red",
                       markup=False, highlight=False)
         raise typer.Exit(2)
+    if backend == "real":  # one line now, not Ray's minutes of retries per scenario
+        import os
+
+        from rlsim.backends.real import address_problem
+
+        address = ray_address or os.environ.get("RAY_ADDRESS")
+        problem = "--backend real needs the cluster's address: --ray-address HOST:PORT (or " \
+                  "RAY_ADDRESS)" if not address else address_problem(address)
+        if problem:
+            console.print(problem, style="red", markup=False, highlight=False)
+            raise typer.Exit(2)
     root = report or Path(f"reports/run-{time.strftime('%Y%m%d-%H%M%S')}")
     summary, failed = [], 0
     pool = Pool(reuse=not no_reuse)

@@ -51,3 +51,15 @@ def test_pytest_refuses_them_too_unless_allowed(pytester):
     result.stderr.fnmatch_lines(["*refused*lose_a_node (kill_node)*--allow-disruptive*"])
     result = pytester.runpytest("scenarios", "--backend", "real", "-k", "not lose_a_node")
     assert result.ret == 5  # deselected: nothing to refuse, nothing collected to run
+
+
+def test_an_address_nobody_serves_is_one_line_in_seconds_not_minutes_of_retries():
+    import time
+
+    t0 = time.monotonic()
+    code, out = run("run", "scenarios/too_few_gpus.yaml", "--backend", "real", "--ray-address",
+                    "127.77.250.250:1")  # loopback: nothing listens there
+    assert code == 2 and "no Ray cluster answers at 127.77.250.250:1" in out, out
+    assert time.monotonic() - t0 < 10
+    code, out = run("run", "scenarios/too_few_gpus.yaml", "--backend", "real")
+    assert code == 2 and "--ray-address HOST:PORT" in out

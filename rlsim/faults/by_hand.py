@@ -1,0 +1,197 @@
+"""Faults by hand on a running cluster (``rlsim fault NAME ACTION``), as Pumba or Toxiproxy users
+cut a container from the shell: the same backend verbs the scenarios' faults use, applied now,
+each recorded in the cluster's fault ledger until it is undone.
+
+The ledger is ``faults.json`` in the cluster's run directory (removed with the cluster), one
+entry per fault in force: what was done, to which nodes, the iptables rules it added, and when
+it heals itself (``--for S``). A fault with ``--for`` is healed by a helper process started
+detached and labelled with the cluster's session, so ``rlsim down`` (which ends every process of
+the session, and the chains, cgroups and run directory with them) also ends its wait.
+``heal`` undoes every entry, then whatever network rules and frozen nodes are left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+
+from rlsim import procs, state
+from rlsim.backends import attach
+from rlsim.net.iptables import Drop
+from rlsim.spec import ClusterState
+
+ACTIONS = ("kill-node", "restart-node", "pause-node", "resume-node", "partition", "block-port",
+           "heal")
+TIMED = ("pause-node", "partition", "block-port")  # the ones --for heals on its own
+
+
+class FaultError(ValueError):
+    """The action cannot be done as asked; the message names the argument and the fix."""
+
+
+def ledger(st: ClusterState) -> list[dict]:
+    path = st.root / "faults.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def _save(st: ClusterState, entries: list[dict]) -> None:
+    st.root.mkdir(parents=True, exist_ok=True)
+    state._write_new(st.root / "faults.json", json.dumps(entries, indent=1))
+
+
+def _nodes(text: str, st: ClusterState, what: str) -> list[int]:
+    try:
+        nodes = sorted({int(x) for x in text.split(",")})
+    except ValueError:
+        raise FaultError(f"{what} {text!r}: give node indices, e.g. 2 or 1,2") from None
+    bad = [i for i in nodes if not 0 <= i < st.spec.nodes]
+    if bad:
+        raise FaultError(f"{what} {text}: node {bad[0]} does not exist; the cluster has nodes "
+                         f"0..{st.spec.nodes - 1}")
+    return nodes
+
+
+def apply(name: str, action: str, args: list[str], sources: str | None = None,
+          for_s: float | None = None) -> tuple[str, str]:
+    """Do ``action`` on cluster ``name`` now; (what was done, how to undo it)."""
+    st = state.load(name)
+    if st is None:
+        raise FaultError(f"no rlsim cluster named {name!r}; fix: name one from `rlsim status`")
+    if action not in ACTIONS:
+        raise FaultError(f"{action!r}: the actions are {', '.join(ACTIONS)}")
+    if for_s is not None and action not in TIMED:
+        raise FaultError(f"--for heals {', '.join(TIMED)} on its own, not {action}; fix: drop "
+                         "--for")
+    need = {"heal": 0, "block-port": 2}.get(action, 1)
+    if len(args) != need:
+        usage = {"heal": "heal", "block-port": "block-port NODE PORT|gcs|dashboard"}.get(
+            action, f"{action} NODE" + ("[,NODE...]" if action == "partition" else ""))
+        raise FaultError(f"{action} takes {need} argument(s): rlsim fault {name} {usage}")
+    c = attach(st)
+    try:
+        done, undo, entry, gone = _do(c, st, action, args, sources, ledger(st))
+    except (NotImplementedError, IndexError) as e:
+        raise FaultError(str(e)) from None
+    with state.locked():  # the ledger only: the action itself ran unlocked (restarts take s)
+        entries = [e for e in ledger(st) if not gone(e)]
+        if entry is not None:
+            entry.update(id=max((e["id"] for e in entries), default=0) + 1, since=time.time(),
+                         until=time.time() + for_s if for_s else None)
+            entries.append(entry)
+        _save(st, entries)
+    if entry is not None and for_s:
+        _heal_later(st, entry["id"], for_s)
+        undo = f"heals itself in {for_s:g} s (or now: {undo})"
+    return done, undo
+
+
+def _keep(_e: dict) -> bool:
+    return False
+
+
+def _do(c, st: ClusterState, action: str, args: list[str], sources: str | None,
+        entries: list[dict]):
+    """Do it; (what was done, how to undo it, the new ledger entry or None, which entries it
+    ended)."""
+    name = st.spec.name
+    if action == "heal":
+        healed = heal(c, st, entries)
+        ids = {e["id"] for e in entries}
+        return (f"healed {healed} fault(s) and every rule and frozen node left", "-", None,
+                lambda e: e["id"] in ids)
+    nodes = _nodes(args[0], st, "NODE")
+    if action == "kill-node":
+        pids = c.kill_node(nodes[0])
+        return (f"killed node {nodes[0]} ({len(pids)} processes)",
+                f"rlsim fault {name} restart-node {nodes[0]}",
+                {"action": action, "nodes": nodes}, _keep)
+    if action == "restart-node":
+        info = c.restart_node(nodes[0])
+        return (f"node {nodes[0]} is back at {info.address}", "-", None,
+                lambda e: e["action"] in ("kill-node", "pause-node") and e["nodes"] == nodes)
+    if action == "pause-node":
+        pids = c.pause_node(nodes[0])
+        return (f"froze node {nodes[0]} ({len(pids)} processes)",
+                f"rlsim fault {name} resume-node {nodes[0]}",
+                {"action": action, "nodes": nodes}, _keep)
+    if action == "resume-node":
+        c.resume_node(nodes[0])
+        return (f"thawed node {nodes[0]}", "-", None,
+                lambda e: e["action"] == "pause-node" and e["nodes"] == nodes)
+    if action == "partition":
+        rest = [i for i in range(st.spec.nodes) if i not in nodes]
+        if not rest:
+            raise FaultError(f"partition {args[0]}: that is every node; cut off some of them")
+        rules = c.partition([nodes, rest])
+        return (f"cut node(s) {nodes} off from {rest} ({len(rules)} iptables rules)",
+                f"rlsim fault {name} heal", {"action": action, "nodes": nodes,
+                                              "rules": [asdict(r) for r in rules]}, _keep)
+    try:
+        ports = c.port(args[1]) if not args[1].isdigit() else (int(args[1]), int(args[1]))
+    except KeyError as e:
+        raise FaultError(f"PORT {args[1]!r}: {e.args[0]}") from None
+    src = _nodes(sources, st, "--from") if sources else None
+    rules = c.block_port(nodes[0], ports, src)
+    who = f"from node(s) {src}" if src else "from every other node"
+    return (f"blocked node {nodes[0]}'s port(s) {ports[0]}-{ports[1]} ({args[1]}) {who}",
+            f"rlsim fault {name} heal", {"action": action, "nodes": nodes, "port": args[1],
+                                          "from": src, "rules": [asdict(r) for r in rules]},
+            _keep)
+
+
+def heal(c, st: ClusterState, entries: list[dict]) -> int:
+    """Undo ``entries`` (newest first), then every rule and frozen node left; how many."""
+    for e in reversed(entries):
+        _undo(c, e)
+    c.heal_network()
+    for i in range(st.spec.nodes):  # a node frozen some other way is thawed too
+        c.resume_node(i)
+    return len(entries)
+
+
+def _undo(c, e: dict) -> None:
+    if e["action"] == "pause-node":
+        c.resume_node(e["nodes"][0])
+    elif e["action"] == "kill-node":
+        c.restart_node(e["nodes"][0])
+    elif e.get("rules"):
+        c.remove_rules([Drop(**{**r, "ports": tuple(r["ports"]) if r["ports"] else None})
+                        for r in e["rules"]])
+
+
+def heal_one(name: str, fault_id: int) -> bool:
+    """Undo ledger entry ``fault_id`` of cluster ``name`` if it is still in force."""
+    st = state.load(name)
+    if st is None:
+        return False
+    mine = [e for e in ledger(st) if e["id"] == fault_id]
+    if not mine:
+        return False  # healed by hand meanwhile
+    _undo(attach(st), mine[0])
+    with state.locked():
+        _save(st, [e for e in ledger(st) if e["id"] != fault_id])
+    return True
+
+
+def _heal_later(st: ClusterState, fault_id: int, after_s: float) -> None:
+    """A detached helper that heals ``fault_id`` after ``after_s``: labelled with the cluster's
+    session, so stopping the cluster ends it too."""
+    subprocess.Popen(
+        [sys.executable, "-m", "rlsim.faults.by_hand", st.spec.name, str(fault_id), str(after_s)],
+        env={**os.environ, procs.SESSION_VAR: st.session}, start_new_session=True,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def main(argv: list[str]) -> int:
+    name, fault_id, after_s = argv[0], int(argv[1]), float(argv[2])
+    time.sleep(after_s)
+    heal_one(name, fault_id)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

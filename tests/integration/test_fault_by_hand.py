@@ -1,0 +1,94 @@
+"""`rlsim fault` on a running cluster, local and docker: each action does what it prints, is
+listed by `rlsim status` while in force, heals by hand or on its own (`--for`), and stopping the
+cluster ends a pending self-heal too."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import psutil
+import pytest
+from typer.testing import CliRunner
+from waits import alive, wait_until
+
+from rlsim import cli
+from rlsim.backends.local import LocalCluster
+from rlsim.scenario.session import require
+from rlsim.spec import ClusterSpec
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module", params=["local", "docker"])
+def cluster(request):
+    from rlsim.net.iptables import Firewall
+
+    require(Firewall.available())
+    spec = ClusterSpec(name=f"pt-fault-{request.param}-{os.getpid()}", nodes=3, gpus_per_node=1,
+                       dashboard=False, forward_logs=False)
+    if request.param == "docker":
+        from rlsim.backends.docker import DockerCluster, engine_problem
+
+        require(engine_problem())
+        backend = DockerCluster(spec)
+    else:
+        backend = LocalCluster(spec)
+    with backend:
+        yield backend
+    assert backend.leaks() == [], backend.leaks()
+
+
+def fault(c, *args: str) -> str:
+    result = CliRunner().invoke(cli.app, ["fault", c.spec.name, *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def in_force(c) -> list[dict]:
+    result = CliRunner().invoke(cli.app, ["status", c.spec.name, "--json"])
+    return json.loads(result.output)[0]["faults"]
+
+
+def test_partition_heals_itself_after_for(cluster):
+    gcs = cluster.port("gcs")[0]
+    out = fault(cluster, "partition", "2", "--for", "2")
+    assert "cut node(s) [2] off from [0, 1]" in out and "heals itself in 2 s" in out
+    assert not cluster.probe(2, 0, gcs) and cluster.probe(1, 0, gcs)
+    assert [f["action"] for f in in_force(cluster)] == ["partition"]
+    wait_until(lambda: not in_force(cluster) and cluster.probe(2, 0, gcs), 20,
+               "the partition healing itself")
+
+
+def test_block_port_from_one_node_and_heal(cluster):
+    gcs = cluster.port("gcs")[0]
+    out = fault(cluster, "block-port", "0", "gcs", "--from", "2")
+    assert "from node(s) [2]" in out and "undo: rlsim fault" in out
+    assert not cluster.probe(2, 0, gcs) and cluster.probe(1, 0, gcs)
+    assert in_force(cluster)[0]["port"] == "gcs"
+    assert "healed 1 fault(s)" in fault(cluster, "heal")
+    assert cluster.probe(2, 0, gcs) and in_force(cluster) == []
+
+
+def test_kill_and_restart_a_node(cluster):
+    fault(cluster, "kill-node", "2")
+    wait_until(lambda: alive(cluster) == [0, 1], 20, "node 2 declared dead")
+    assert in_force(cluster)[0]["action"] == "kill-node"
+    assert "node 2 is back" in fault(cluster, "restart-node", "2")
+    assert alive(cluster) == [0, 1, 2] and in_force(cluster) == []
+
+
+def test_stopping_the_cluster_ends_a_pending_self_heal(cluster):
+    fault(cluster, "pause-node", "1", "--for", "120")
+    helpers = [p for p in psutil.process_iter(["cmdline"])
+               if "rlsim.faults.by_hand" in " ".join(p.info["cmdline"] or [])
+               and cluster.spec.name in p.info["cmdline"]]
+    assert len(helpers) == 1
+    fault(cluster, "resume-node", "1")
+    assert in_force(cluster) == []
+    cluster.stop()  # what `rlsim down` does: the helper carries the cluster's session label
+    deadline = time.monotonic() + 10
+    while helpers[0].is_running() and helpers[0].status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the self-heal helper outlived its cluster"
+        time.sleep(0.1)
