@@ -2,7 +2,8 @@
 ray.io_rayjobs.yaml) as gzipped JSON, with where it came from: what `rlsim launch kuberay`'s
 output is validated against (rlsim/launch/schemas).
 
-    python ci/extract_kuberay_schema.py KUBERAY_GIT_DIR > rlsim/launch/schemas/kuberay-rayjob.json.gz
+    python ci/extract_kuberay_schema.py KUBERAY_GIT_DIR \
+        > rlsim/launch/schemas/kuberay-rayjob.json.gz
 """
 import gzip
 import json

@@ -104,20 +104,17 @@ def _do(c, st: ClusterState, action: str, args: list[str], sources: str | None,
         return (f"healed {healed} fault(s) and every rule and frozen node left", "-", None,
                 lambda e: e["id"] in ids)
     nodes = _nodes(args[0], st, "NODE")
-    if action == "kill-node":
-        pids = c.kill_node(nodes[0])
-        return (f"killed node {nodes[0]} ({len(pids)} processes)",
-                f"rlsim fault {name} restart-node {nodes[0]}",
-                {"action": action, "nodes": nodes}, _keep)
+    if action in ("kill-node", "pause-node"):  # the node stays down until its undo
+        verb, did, undo = {"kill-node": (c.kill_node, "killed", "restart-node"),
+                           "pause-node": (c.pause_node, "froze", "resume-node")}[action]
+        pids = verb(nodes[0])
+        return (f"{did} node {nodes[0]} ({len(pids)} processes)",
+                f"rlsim fault {name} {undo} {nodes[0]}", {"action": action, "nodes": nodes},
+                _keep)
     if action == "restart-node":
         info = c.restart_node(nodes[0])
         return (f"node {nodes[0]} is back at {info.address}", "-", None,
                 lambda e: e["action"] in ("kill-node", "pause-node") and e["nodes"] == nodes)
-    if action == "pause-node":
-        pids = c.pause_node(nodes[0])
-        return (f"froze node {nodes[0]} ({len(pids)} processes)",
-                f"rlsim fault {name} resume-node {nodes[0]}",
-                {"action": action, "nodes": nodes}, _keep)
     if action == "resume-node":
         c.resume_node(nodes[0])
         return (f"thawed node {nodes[0]}", "-", None,
