@@ -69,6 +69,9 @@ class Check:
 
 
 CHECKS: dict[str, Check] = {}
+# Checks whose value is a figure people compare across runs and clusters: seconds to detect and
+# to recover, restarts, seconds to a failure; reports and JUnit properties carry them
+FIGURES = ("detected_within_s", "recovered_within_s", "restarts", "fails")
 
 
 def check(Params: type[Strict], scalar: Callable[[str, Any], dict] | None = None,

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-FIGURES = ("detected_within_s", "recovered_within_s", "restarts")
+from rlsim.checks import FIGURES
 
 
 def doctor_record(report) -> dict:
@@ -96,7 +96,8 @@ def render(root: str | Path) -> tuple[Path, Path]:
                      *(f"{fig[k]:g}" if k in fig else "-" for k in FIGURES), failed or "-"])
     body += ["<h2>Scenarios</h2>", _table(
         ["scenario", "result", "took", "detected in (s)", "recovered in (s)", "restarts",
-         "failed checks"], rows), "<p>Timelines: <a href='report.html'>report.html</a></p>"]
+         "failed after (s)", "failed checks"], rows),
+             "<p>Timelines: <a href='report.html'>report.html</a></p>"]
     page = ("<!doctype html><meta charset=utf-8><title>rlsim sign-off</title>"
             "<body style='font-family:sans-serif'>" + "".join(body) + "</body>")
     out = root / "signoff.html"

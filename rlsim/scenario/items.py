@@ -14,15 +14,13 @@ from pathlib import Path
 import pytest
 
 from rlsim.backends.base import Unsupported
-from rlsim.checks import Verdict, judge
+from rlsim.checks import FIGURES, Verdict, judge
 from rlsim.report import verdicts_record
 from rlsim.scenario.loader import ScenarioError, load
 from rlsim.scenario.pool import scenario_key
 from rlsim.scenario.runner import run_scenario
 from rlsim.scenario.session import require, scenario_pool
 from rlsim.scenario.timeline import Outcome
-
-PROPERTIES = ("detected_within_s", "recovered_within_s", "fails")
 
 
 def shape_scheduler(config: pytest.Config, log):
@@ -109,7 +107,7 @@ class ScenarioItem(pytest.Item):
                                  time.monotonic() - t0, verdicts)
         (out / "verdicts.json").write_text(json.dumps(record, indent=1))
         for v in verdicts:
-            if v.value is not None and v.check in PROPERTIES:
+            if v.value is not None and v.check in FIGURES:
                 self.user_properties.append((v.check, round(v.value, 3)))
         self.user_properties.append(("timeline", str(out / "timeline.jsonl")))
         failed = [v for v in verdicts if not v.ok]
