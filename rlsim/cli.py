@@ -295,8 +295,8 @@ def status(
         if not as_json:
             console.print(_table(c, nodes))
             for f in out[-1]["faults"]:
-                heals = f" (heals itself in {f['until'] - time.time():.0f} s)" if f["until"] \
-                    else ""
+                heals = f" (heals itself in {max(0, f['until'] - time.time()):.0f} s)" \
+                    if f["until"] else ""
                 console.print(f"fault in force: #{f['id']} {f['action']} {f['nodes']}"
                               f"{' ' + f['port'] if f.get('port') else ''}{heals}; heal: "
                               f"rlsim fault {entry.spec.name} heal", markup=False,

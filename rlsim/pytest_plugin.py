@@ -80,10 +80,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = hand_on_order(items, lambda item: getattr(item, "scenario", None))
     if config.getoption("rlsim_backend") == "real" and \
             not config.getoption("rlsim_allow_disruptive"):
-        from rlsim.scenario.runner import harmful_faults
+        from rlsim.scenario.runner import harmful_on_real
 
         harmful = [f"{i.scenario.name} ({', '.join(h)})" for i in items
-                   if getattr(i, "scenario", None) and (h := harmful_faults(i.scenario))]
+                   if getattr(i, "scenario", None) and (h := harmful_on_real(i.scenario))]
         if harmful:  # before anything connects to the real cluster
             raise pytest.UsageError(
                 "refused: on a real cluster these scenarios kill nodes or processes, take GPU "

@@ -34,6 +34,16 @@ def doctor_record(report) -> dict:
                           "fix": f.fix} for f in report.findings]}
 
 
+def _doctor(path: Path) -> dict | None:
+    """The doctor's record, or None: absent, or empty or cut short (a doctor that could not
+    reach the cluster wrote nothing): the report says so instead of failing the run."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and "nodes" in record else None
+
+
 def _gpus(hw: dict) -> tuple[str, str]:
     """(GPU model x count and memory, driver) of one node's hardware record."""
     gpus = hw.get("gpus")
@@ -66,13 +76,13 @@ def render(root: str | Path) -> tuple[Path, Path]:
     """Write ``signoff.html`` and ``junit.xml`` in ``root``; their paths."""
     root = Path(root)
     summary = json.loads((root / "summary.json").read_text())
-    doctor_file = root / "doctor.json"
-    doctor = json.loads(doctor_file.read_text()) if doctor_file.exists() else None
+    doctor = _doctor(root / "doctor.json")
     passed = sum(s["ok"] for s in summary)
     body = [f"<h1>rlsim sign-off: {passed}/{len(summary)} scenarios passed</h1>"]
     if doctor is None:
-        body.append("<p>No doctor.json here: run <code>rlsim doctor --json</code> into this "
-                    "directory before the scenarios to record the nodes.</p>")
+        body.append("<p>No readable doctor.json here (absent, or the doctor could not reach the "
+                    "cluster): run <code>rlsim doctor --json</code> into this directory before "
+                    "the scenarios to record the nodes.</p>")
     else:
         rows = []
         for n in doctor["nodes"]:

@@ -402,7 +402,7 @@ AUTH_HINT = ("a cluster with token auth (rlsim's clusters have it) refuses a dri
 
 def _connect(run_dir: Path | None = None) -> None:
     """Join the cluster named by RAY_ADDRESS, or raise ClusterUnreachable saying in one line
-    what is wrong and what to export. The address is asked first (a second at most): Ray's own
+    what is wrong and what to export. The address is asked first (3 s at most): Ray's own
     connect to an address nobody serves retries for minutes. With ``run_dir``, Ray's own
     messages while joining go to ``run_dir/ray_connect.log``."""
     if ray.is_initialized():

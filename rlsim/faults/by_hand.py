@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import asdict
 
 from rlsim import procs, state
@@ -78,8 +79,8 @@ def apply(name: str, action: str, args: list[str], sources: str | None = None,
         raise FaultError(str(e)) from None
     with state.locked():  # the ledger only: the action itself ran unlocked (restarts take s)
         entries = [e for e in ledger(st) if not gone(e)]
-        if entry is not None:
-            entry.update(id=max((e["id"] for e in entries), default=0) + 1, since=time.time(),
+        if entry is not None:  # ids never repeat: a pending self-heal undoes its own fault only
+            entry.update(id=uuid.uuid4().hex[:8], since=time.time(),
                          until=time.time() + for_s if for_s else None)
             entries.append(entry)
         _save(st, entries)
@@ -104,6 +105,9 @@ def _do(c, st: ClusterState, action: str, args: list[str], sources: str | None,
         return (f"healed {healed} fault(s) and every rule and frozen node left", "-", None,
                 lambda e: e["id"] in ids)
     nodes = _nodes(args[0], st, "NODE")
+    if action in ("kill-node", "restart-node") and nodes[0] == 0:
+        raise FaultError(f"{action} 0: node 0 is the head; an rlsim cluster cannot restart it "
+                         f"(its GCS has no external store): `rlsim down {name}` and start anew")
     if action in ("kill-node", "pause-node"):  # the node stays down until its undo
         verb, did, undo = {"kill-node": (c.kill_node, "killed", "restart-node"),
                            "pause-node": (c.pause_node, "froze", "resume-node")}[action]
@@ -141,12 +145,20 @@ def _do(c, st: ClusterState, action: str, args: list[str], sources: str | None,
 
 
 def heal(c, st: ClusterState, entries: list[dict]) -> int:
-    """Undo ``entries`` (newest first), then every rule and frozen node left; how many."""
+    """Undo ``entries`` (newest first), then every rule and frozen node left; how many. One undo
+    that fails (a node that does not come back in time) does not stop the others; it is raised
+    once all the rest is healed."""
+    failed: list[str] = []
     for e in reversed(entries):
-        _undo(c, e)
+        try:
+            _undo(c, e)
+        except Exception as err:  # noqa: BLE001 - heal the rest first, then say what failed
+            failed.append(f"{e['action']} {e['nodes']}: {err}")
     c.heal_network()
     for i in range(st.spec.nodes):  # a node frozen some other way is thawed too
         c.resume_node(i)
+    if failed:
+        raise RuntimeError("healed everything else, but not: " + "; ".join(failed))
     return len(entries)
 
 
@@ -160,7 +172,7 @@ def _undo(c, e: dict) -> None:
                         for r in e["rules"]])
 
 
-def heal_one(name: str, fault_id: int) -> bool:
+def heal_one(name: str, fault_id: str) -> bool:
     """Undo ledger entry ``fault_id`` of cluster ``name`` if it is still in force."""
     st = state.load(name)
     if st is None:
@@ -174,7 +186,7 @@ def heal_one(name: str, fault_id: int) -> bool:
     return True
 
 
-def _heal_later(st: ClusterState, fault_id: int, after_s: float) -> None:
+def _heal_later(st: ClusterState, fault_id: str, after_s: float) -> None:
     """A detached helper that heals ``fault_id`` after ``after_s``: labelled with the cluster's
     session, so stopping the cluster ends it too."""
     subprocess.Popen(
@@ -184,7 +196,7 @@ def _heal_later(st: ClusterState, fault_id: int, after_s: float) -> None:
 
 
 def main(argv: list[str]) -> int:
-    name, fault_id, after_s = argv[0], int(argv[1]), float(argv[2])
+    name, fault_id, after_s = argv[0], argv[1], float(argv[2])
     time.sleep(after_s)
     heal_one(name, fault_id)
     return 0

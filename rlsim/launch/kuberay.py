@@ -25,6 +25,9 @@ CLAIM = "rlsim-reports"
 
 
 def rayjob(launch: Launch) -> dict:
+    if launch.gpus_per_node < 1:
+        raise ValueError("--gpus-per-node: a KubeRay worker group of GPU nodes needs at least "
+                         "1 GPU each (the wait counts nodes with that many GPUs)")
     if not launch.image:
         raise ValueError("--image: KubeRay runs every node as a pod of a container image; give "
                          "one with rlsim and Ray installed")

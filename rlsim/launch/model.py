@@ -83,11 +83,12 @@ MY_IP="{my_ip}"
 PORT={launch.port}
 RAY_TMP="/tmp/ray-rlsim-{run_id}"
 if [ "{rank}" = 0 ]; then
+  # however the head's part ends (a failed wait included), this task's Ray stops: only the
+  # processes of its temp dir, never `ray stop`; the workers' `ray start --block` then return
+  trap '{launch.python} -m rlsim.launch.stop "$RAY_TMP"' EXIT
   "$RAY" start --head --port "$PORT" --node-ip-address "$HEAD_IP" --temp-dir "$RAY_TMP" \\
     --num-gpus "{gpus}"
   {steps}
-  # this task's Ray only (the processes of its temp dir), never `ray stop`
-  {launch.python} -m rlsim.launch.stop "$RAY_TMP"
   exit $status
 else
   "$RAY" start --block --address "$HEAD_IP:$PORT" --node-ip-address "$MY_IP" --num-gpus "{gpus}"

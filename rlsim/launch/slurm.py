@@ -27,7 +27,7 @@ set -uo pipefail
 
 # the Python rlsim and Ray are installed in, the same path on every node
 PY={python}
-RAY="$(dirname "$PY")/ray"
+RAY="$(dirname "$(command -v "$PY")")/ray"
 PORT={port}
 SCENARIOS=({scenarios})
 # a directory every node shares: the report and Ray's token for this job live here
@@ -39,12 +39,17 @@ IN=({container})
 mkdir -p "$REPORT"
 
 mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
-addr() {{ scontrol show node "$1" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p'; }}
+# a node's address as Slurm reaches it (NodeAddr; a name there is resolved to its IPv4 address)
+addr() {{
+  local a
+  a=$(scontrol show node "$1" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p')
+  getent ahostsv4 "$a" | awk 'NR==1 {{print $1}}' | grep . || echo "$a"
+}}
 HEAD=${{NODES[0]}}
 HEAD_IP=$(addr "$HEAD")
 # Token auth, as rlsim's own clusters: one token for this job, readable by its user only
 export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$REPORT/.ray-auth-token" RAY_USAGE_STATS_ENABLED=0
-(umask 077; "$PY" -c 'import secrets; print(secrets.token_hex(32))' > "$RAY_AUTH_TOKEN_PATH")
+(umask 077; od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$RAY_AUTH_TOKEN_PATH")
 
 # Ray runs as one job step per node (`ray start --block`), under a temp dir of this job's own:
 # stopping it ends the steps, then every process naming that dir on each node, and nothing else
@@ -53,7 +58,7 @@ RAY_TMP=/tmp/ray-rlsim-$SLURM_JOB_ID
 STEPS=()
 stop_ray() {{
   echo "rlsim launch: stopping Ray on every node"
-  srun --overlap --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 "${{IN[@]}}" \
+  srun --overlap --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 ${{IN[@]+"${{IN[@]}}"}} \
     "$PY" -m rlsim.launch.stop "$RAY_TMP"
   kill -TERM "${{STEPS[@]}}" 2>/dev/null  # the `ray start` steps, if still there
   wait
@@ -61,7 +66,10 @@ stop_ray() {{
 trap stop_ray EXIT
 
 echo "rlsim launch: head $HEAD at $HEAD_IP:$PORT, nodes: ${{NODES[*]}}"
-on() {{ local node=$1; shift; srun --overlap --nodes=1 --ntasks=1 -w "$node" "${{IN[@]}}" "$@"; }}
+on() {{
+  local node=$1; shift
+  srun --overlap --nodes=1 --ntasks=1 -w "$node" ${{IN[@]+"${{IN[@]}}"}} "$@"
+}}
 on "$HEAD" "$RAY" start --head --block --node-ip-address="$HEAD_IP" --port="$PORT" \
   --temp-dir="$RAY_TMP" --num-gpus={gpus} > "$REPORT/ray-$HEAD.log" 2>&1 &
 STEPS+=($!)

@@ -19,8 +19,9 @@ def rays_of(cmdline: list[str], temp_dir: str) -> bool:
     """Whether a command line is one of the job's Ray processes: an option whose value lies in
     ``temp_dir`` (``--temp-dir=``, ``--log_dir=``, ``--session_dir=``...). This helper's own
     command line names the dir as a bare argument, and is not matched."""
-    return any(a.startswith("--") and a.partition("=")[2].startswith(temp_dir)
-               for a in cmdline)
+    root = temp_dir.rstrip("/")
+    return any(a.startswith("--") and (v := a.partition("=")[2]) and
+               (v == root or v.startswith(root + "/")) for a in cmdline)
 
 
 def stop(temp_dir: str, grace_s: float = 5.0) -> list[int]:

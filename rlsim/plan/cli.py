@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Annotated
 
@@ -98,11 +99,21 @@ def plan(
         nodes = parse_cluster(cluster) if cluster else live_nodes(ray_address)
         if cpus_per_node is not None:
             nodes = [Node(n.gpus, cpus_per_node) for n in nodes]
-        placement = place(_layout(framework, list(ctx.args), nodes), nodes)
+        try:
+            layout = _layout(framework, list(ctx.args), nodes)
+        except (ZeroDivisionError, TypeError, KeyError) as e:  # a value the framework refuses
+            raise PlanInputError(f"a size in the launch is zero or missing where {framework} "
+                                 f"divides by it or reads it ({type(e).__name__}: {e}); fix: "
+                                 "give GPUs, nodes and batch sizes of at least 1") from None
+        placement = place(layout, nodes)
         if emit_scenario is not None:
             from rlsim.plan.emit import write_scenario
 
-            write_scenario(placement, emit_scenario)
+            try:
+                write_scenario(placement, emit_scenario)
+            except OSError as e:
+                raise PlanInputError(f"--emit-scenario {emit_scenario}: cannot write it "
+                                     f"({e.strerror})") from None
     except PlanInputError as e:
         console.print(f"rlsim plan: {e}", style="red", markup=False)
         raise typer.Exit(2) from None
@@ -121,7 +132,7 @@ def plan(
                           f"{why}; fix: judge it without --rehearse, or rehearse a smaller "
                           "--cluster", style="red", markup=False)
             raise typer.Exit(2) from None
-        except (RuntimeError, TimeoutError) as e:
+        except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as e:
             console.print(f"rlsim plan: the rehearsal failed: {e}", style="red", markup=False)
             raise typer.Exit(1) from None
     if as_json:

@@ -86,6 +86,12 @@ def _workers(data: dict) -> dict[str, dict]:
     return {r: c for r, c in found.items() if c.get("device_mapping") not in (None, "", "[]")}
 
 
+def _nonempty(mapped: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Roles whose mapping names GPUs (``list(range(0,0))`` is a CPU-only role, as ROLL takes
+    an empty mapping)."""
+    return {r: m for r, m in mapped.items() if m}
+
+
 def _per_worker(role: str, cfg: dict) -> int:
     args = cfg.get("strategy_args") or {}
     strategy, conf = args.get("strategy_name"), args.get("strategy_config") or {}
@@ -115,6 +121,7 @@ def layout(path: str, nodes: list[Node]) -> Layout:
                                     "it).", f"{role}.device_mapping"))
         elif k > 1:
             findings += _spans(role, mapped[role], k, per_node)
+    mapped = _nonempty(mapped)
     if not mapped:
         raise PlanInputError(f"{path}: no role has a device_mapping (actor_train, actor_infer, "
                              "reference, ...); is this a ROLL pipeline config?")

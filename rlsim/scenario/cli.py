@@ -150,9 +150,9 @@ def run(
 
 
 def _harmful(sc) -> list[str]:
-    from rlsim.scenario.runner import harmful_faults
+    from rlsim.scenario.runner import harmful_on_real
 
-    return harmful_faults(sc)
+    return harmful_on_real(sc)
 
 
 def _dry_run(scenarios: list, backend: str, harmful: dict[str, list[str]]) -> None:

@@ -106,6 +106,16 @@ def harmful_faults(sc: Scenario) -> list[str]:
     return sorted({f.kind for f in sc.faults if FAULTS[f.kind].harms_real_cluster})
 
 
+def harmful_on_real(sc: Scenario) -> list[str]:
+    """:func:`harmful_faults` of a scenario the real backend would run (one it skips anyway is
+    no reason to refuse the others)."""
+    try:
+        check_runnable(sc, "real")
+    except Unsupported:
+        return []
+    return harmful_faults(sc)
+
+
 def check_faults(sc: Scenario, cls: type, backend: str) -> None:
     """Raise Unsupported naming the first fault of ``sc`` the backend cannot inject."""
     others = every_class()

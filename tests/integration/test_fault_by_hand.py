@@ -72,6 +72,8 @@ def test_block_port_from_one_node_and_heal(cluster):
 
 
 def test_kill_and_restart_a_node(cluster):
+    refused = CliRunner().invoke(cli.app, ["fault", cluster.spec.name, "kill-node", "0"])
+    assert refused.exit_code == 2 and "node 0 is the head" in refused.output
     fault(cluster, "kill-node", "2")
     wait_until(lambda: alive(cluster) == [0, 1], 20, "node 2 declared dead")
     assert in_force(cluster)[0]["action"] == "kill-node"

@@ -30,7 +30,7 @@ def test_the_stop_helper_takes_only_the_jobs_ray_processes():
     assert rays_of(["gcs_server", f"--log_dir={job}/session_1/logs"], job)
     assert rays_of(["raylet", f"--temp_dir={job}", "--node_ip_address=10.0.0.1"], job)
     assert not rays_of(["python", "-m", "rlsim.launch.stop", job], job)  # the helper itself
-    assert not rays_of(["raylet", "--temp_dir=/tmp/ray-rlsim-421"], job + "/")
+    assert not rays_of(["raylet", "--temp_dir=/tmp/ray-rlsim-421"], job)  # job 421's Ray
     assert not rays_of(["raylet", "--temp_dir=/tmp/ray"], job)  # another Ray on the host
 
 

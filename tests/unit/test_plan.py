@@ -207,3 +207,16 @@ def test_emitting_is_checked_by_the_reference_trainer_itself():
     with pytest.raises(PlanInputError, match="cannot mirror this layout: placement.roles"
                                              ".*overlap"):
         mirrorable(grpo)  # ROLL's rollout on GPUs 0-11 inside the actor's 0-15
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["plan", "openrlhf", "--cluster", "1x8", "--", f"{OPENRLHF} --ring_attn_size 0"],
+     "zero or missing"),
+    (["plan", "verl", "--cluster", "1x8", "--",
+      "python3 -m verl.trainer.main_ppo trainer.nnodes=0"], "zero or missing"),
+    (["plan", "verl", "--cluster", "1x8", "--emit-scenario", "/nonexistent-dir/x.yaml", "--",
+      "python3 -m verl.trainer.main_ppo trainer.nnodes=1"], "cannot write it"),
+])
+def test_zero_sizes_and_unwritable_files_are_bad_input_not_tracebacks(args, words):
+    code, out = run(*args)
+    assert code == 2 and words in out and "Traceback" not in out, out

@@ -45,7 +45,10 @@ def test_signoff_and_junit(tmp_path):
     assert suite.find("testcase[@name='head_lost']/failure") is not None
 
 
-def test_without_a_doctor_record_it_says_how_to_get_one(tmp_path):
+def test_without_a_readable_doctor_record_it_says_how_to_get_one(tmp_path):
     (tmp_path / "summary.json").write_text("[]")
     page, _ = render(tmp_path)
     assert "rlsim doctor --json" in page.read_text()
+    (tmp_path / "doctor.json").write_text("")  # a doctor that could not reach the cluster
+    page, _ = render(tmp_path)
+    assert "No readable doctor.json" in page.read_text()
