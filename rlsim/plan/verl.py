@@ -20,6 +20,7 @@ them as Hydra does (an unknown key needs ``+``).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import yaml
@@ -200,10 +201,11 @@ def _batches(name: str, cfg, n_gpus: int, critic: bool) -> list[Finding]:
         micro = int(a.ppo_micro_batch_size_per_gpu or 1)
         minimal, why = n_gpus // (mp * cp) * micro, "megatron data-parallel x micro batch"
     if real % minimal:
+        step = minimal // math.gcd(minimal, n)  # train_batch_size x n must be a multiple
         out.append(Finding("error", f"real_train_batch_size ({real} = data.train_batch_size x "
                            f"rollout.n) must be divisible by minimal possible batch size "
                            f"({minimal}: {why}) (verl's validate_config).",
-                           f"data.train_batch_size a multiple of {minimal // _gcd(minimal, n)}"))
+                           f"data.train_batch_size a multiple of {step}"))
     for role, cfg_part, on in (("actor", a, True), ("critic", cfg.critic, critic)):
         mini = cfg_part.get("ppo_mini_batch_size")
         if on and mini is not None and int(cfg.data.train_batch_size) < int(mini):
@@ -228,9 +230,3 @@ def _batches(name: str, cfg, n_gpus: int, critic: bool) -> list[Finding]:
                            "actor_rollout_ref.rollout.agent.num_workers a divisor of "
                            f"{real}"))
     return out
-
-
-def _gcd(a: int, b: int) -> int:
-    import math
-
-    return math.gcd(a, b)
