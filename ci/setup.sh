@@ -18,6 +18,8 @@ if [ "$(id -u)" = 0 ]; then
   # Slurm (slurmctld, slurmd, munge): the launcher `rlsim launch slurm` writes runs under a real
   # controller and node daemon that its test starts with a generated config.
   command -v slurmd >/dev/null 2>&1 || need="$need slurmctld slurmd slurm-client munge"
+  # Chromium: the report's test opens report.html in a real (headless) browser.
+  command -v chromium >/dev/null 2>&1 || need="$need chromium"
   if [ -n "$need" ]; then
     echo "ci/setup.sh: installing$need" >&2
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null

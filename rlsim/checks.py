@@ -70,8 +70,10 @@ class Check:
 
 CHECKS: dict[str, Check] = {}
 # Checks whose value is a figure people compare across runs and clusters: seconds to detect and
-# to recover, restarts, seconds to a failure; reports and JUnit properties carry them
-FIGURES = ("detected_within_s", "recovered_within_s", "restarts", "fails")
+# to recover, restarts, seconds to a failure (with their column heads); reports and JUnit
+# properties carry them
+FIGURES = {"detected_within_s": "detected in (s)", "recovered_within_s": "recovered in (s)",
+           "restarts": "restarts", "fails": "failed after (s)"}
 
 
 def check(Params: type[Strict], scalar: Callable[[str, Any], dict] | None = None,

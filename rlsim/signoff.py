@@ -17,6 +17,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from rlsim.checks import FIGURES
+from rlsim.report import figures
 
 
 def doctor_record(report) -> dict:
@@ -60,11 +61,6 @@ def _gpus(hw: dict) -> tuple[str, str]:
     return ", ".join(f"{n} x {m}" for m, n in models.items()) or "none", ", ".join(drivers)
 
 
-def _figures(scenario: dict) -> dict[str, float]:
-    return {c["check"]: c["value"] for c in scenario["checks"]
-            if c["check"] in FIGURES and c.get("value") is not None}
-
-
 def _table(head: list[str], rows: list[list[str]]) -> str:
     cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
@@ -100,13 +96,12 @@ def render(root: str | Path) -> tuple[Path, Path]:
                     doctor["findings"]]) if doctor["findings"] else "<p>no findings</p>"]
     rows = []
     for s in summary:
-        fig = _figures(s)
+        fig = figures(s)
         failed = "; ".join(c["message"] for c in s["checks"] if not c["ok"])
         rows.append([s["scenario"], "PASS" if s["ok"] else "FAIL", f"{s['seconds']} s",
                      *(f"{fig[k]:g}" if k in fig else "-" for k in FIGURES), failed or "-"])
     body += ["<h2>Scenarios</h2>", _table(
-        ["scenario", "result", "took", "detected in (s)", "recovered in (s)", "restarts",
-         "failed after (s)", "failed checks"], rows),
+        ["scenario", "result", "took", *FIGURES.values(), "failed checks"], rows),
              "<p>Timelines: <a href='report.html'>report.html</a></p>"]
     page = ("<!doctype html><meta charset=utf-8><title>rlsim sign-off</title>"
             "<body style='font-family:sans-serif'>" + "".join(body) + "</body>")
@@ -124,7 +119,7 @@ def _junit(root: Path, summary: list[dict]) -> Path:
         case = ET.SubElement(suite, "testcase", classname="rlsim.scenarios", name=s["scenario"],
                              time=f"{s['seconds']:.2f}")
         props = ET.SubElement(case, "properties")
-        for key, value in _figures(s).items():
+        for key, value in figures(s).items():
             ET.SubElement(props, "property", name=key, value=f"{value:g}")
         failed = [c for c in s["checks"] if not c["ok"]]
         if failed:

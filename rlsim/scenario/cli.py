@@ -229,8 +229,12 @@ def _run_live(sc, root: Path, seed: int | None, backend: str, ray_address: str |
 def report(
     root: Annotated[Path, typer.Argument(help="a folder written by rlsim run --report")],
     open_: bool = typer.Option(False, "--open", help="open it in a browser"),
+    screenshots: Annotated[Path | None, typer.Option(
+        "--screenshots", metavar="FOLDER", help="open it in headless Chromium: exit 1 on a "
+        "script error, save the page and each scenario as PNGs")] = None,
 ) -> None:
-    """Re-render ``report.html`` from a report folder (and open it)."""
+    """Re-render ``report.html`` from a report folder (and open it, or check it in headless
+    Chromium)."""
     from rlsim.report import render
 
     if not (root / "summary.json").is_file() and not list(root.glob("*/verdicts.json")):
@@ -244,7 +248,30 @@ def report(
 
         html_path, junit = signoff.render(root)
         console.print(f"sign-off: {html_path} and {junit}", markup=False, highlight=False)
+    if screenshots is not None:
+        _check_in_browser(out, screenshots)
     if open_:
         import webbrowser
 
         webbrowser.open(out.resolve().as_uri())
+
+
+def _check_in_browser(page: Path, screenshots: Path) -> None:
+    """Open the report in headless Chromium: exit 2 without one, 1 on a script error or a plot
+    not drawn."""
+    from rlsim.report.browser import BrowserError, look
+
+    try:
+        seen = look(page, screenshots)
+    except BrowserError as e:
+        console.print(f"rlsim report --screenshots: {e}", style="red", markup=False,
+                      highlight=False)
+        raise typer.Exit(2) from None
+    blank = [p["id"] for p in seen.plots if not p["drawn"]]
+    for problem in seen.errors + [f"plot not drawn: {b}" for b in blank]:
+        console.print(f"in Chromium: {problem}", style="red", markup=False, highlight=False)
+    console.print(f"Chromium drew {len(seen.plots)} timeline(s) for {len(seen.sections)} "
+                  f"scenario(s); {len(seen.screenshots)} screenshot(s) in {screenshots}",
+                  markup=False, highlight=False)
+    if seen.errors or blank:
+        raise typer.Exit(1)

@@ -92,11 +92,13 @@ class Nemesis:
 
     def _guarded(self, fault: Fault, step, done: str, failed: str) -> None:
         """Run ``step`` of ``fault``; log what it did, or why it failed, and never raise: the
-        other faults must still be healed and torn down."""
+        other faults must still be healed and torn down. The event carries the fault's
+        ``index`` in the scenario, as ``fault_injected`` does (the report pairs them by it)."""
+        index = next(i for i, f in self.faults.items() if f is fault)
         try:
             result = step()
         except Exception as e:  # noqa: BLE001 - keep going with the others
-            self.log.emit(failed, fault=fault.name, message=str(e))
+            self.log.emit(failed, fault=fault.name, index=index, message=str(e))
         else:
             if result is not None:
-                self.log.emit(done, fault=fault.name, **result)
+                self.log.emit(done, fault=fault.name, index=index, **result)

@@ -175,10 +175,31 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
         _drive(sc, cluster, outcome, nemesis, log, on_progress)
     finally:
         nemesis.heal_all()
-        outcome.leaks = pool.give_back(cluster, backend)
+        try:
+            if outcome.refusal is None:  # a refused cluster's logs are in its refusal
+                _keep_node_logs(cluster, out_dir / "nodes")
+        finally:  # whatever happened, the cluster is given back (stopped or kept clean)
+            outcome.leaks = pool.give_back(cluster, backend)
         log.emit("scenario_end", leaks=outcome.leaks, kept=cluster in pool.idle.values())
         log.write(out_dir / "timeline.jsonl")
     return outcome
+
+
+def _keep_node_logs(cluster, where: Path, lines: int = 300) -> None:
+    """The tail of each node's Ray logs as ``nodes/node-<i>.log`` beside the timeline (the report
+    links them): the cluster's own directory goes when it is stopped. A real cluster's logs are
+    its owner's (not read)."""
+    # the class is asked, not the instance: a protocol's isinstance reads the instance's
+    # properties, which raise for a cluster that refused to start
+    if not callable(getattr(type(cluster), "logs", None)):
+        return
+    where.mkdir(exist_ok=True)
+    for i in range(cluster.spec.nodes):
+        try:
+            text = cluster.logs(i, lines)
+        except Exception as e:  # noqa: BLE001 - a missing log must not decide the scenario
+            text = f"(node {i}'s logs could not be read: {e})"
+        (where / f"node-{i}.log").write_text(text + "\n")
 
 
 def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -> None:

@@ -1,0 +1,188 @@
+"""Scenario reports: ``summary.json`` plus ``report.html``, one self-contained page (Plotly's
+JavaScript inlined once, so it opens offline and can be mailed or kept as a CI artifact).
+
+The page: a sortable summary of every scenario (result, duration, the figures checks report),
+then per scenario its timeline (:mod:`rlsim.report.figure`), its checks with their figures, and
+links to the trainer's output, each node's Ray logs and the raw timeline, all files beside the
+page in the scenario's folder.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from rlsim.checks import FIGURES
+from rlsim.report.lanes import read_events, story
+
+__all__ = ["figures", "render", "summaries", "verdicts_record"]
+
+
+def verdicts_record(name: str, ok: bool, seconds: float, verdicts) -> dict:
+    """One scenario's entry in ``summary.json`` (also ``<scenario>/verdicts.json``)."""
+    return {"scenario": name, "ok": ok, "seconds": round(seconds, 2),
+            "checks": [{"check": v.check, "ok": v.ok, "message": v.message, "value": v.value}
+                       for v in verdicts]}
+
+
+def figures(scenario: dict) -> dict[str, float]:
+    """The figures a scenario's checks measured (:data:`rlsim.checks.FIGURES`), by check."""
+    return {c["check"]: c["value"] for c in scenario["checks"]
+            if c["check"] in FIGURES and c.get("value") is not None}
+
+
+def summaries(root: Path) -> list[dict]:
+    """``summary.json`` (``rlsim run --report``), or each scenario's ``verdicts.json`` (pytest)."""
+    if (root / "summary.json").exists():
+        return json.loads((root / "summary.json").read_text())
+    return [json.loads(p.read_text()) for p in sorted(root.glob("*/verdicts.json"))]
+
+
+def render(root: str | Path) -> Path:
+    """(Re)write ``<root>/report.html`` from the summaries and each scenario's timeline."""
+    from plotly.offline import get_plotlyjs
+
+    root = Path(root)
+    summary = summaries(root)
+    passed = sum(s["ok"] for s in summary)
+    body = [f"<h1>rlsim scenarios: {passed}/{len(summary)} passed</h1>", _summary(summary)]
+    body += [_section(root, s) for s in summary]
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>rlsim report: {passed}/"
+            f"{len(summary)} passed</title><style>{CSS}</style><script>{get_plotlyjs()}</script>"
+            f"</head><body>{''.join(body)}<script>{SORT_JS}</script></body></html>")
+    out = root / "report.html"
+    out.write_text(page)
+    return out
+
+
+def _summary(summary: list[dict]) -> str:
+    heads = ["scenario", "result", "took (s)", *FIGURES.values(), "failed checks"]
+    rows = []
+    for s in summary:
+        fig = figures(s)
+        failed = "; ".join(c["check"] for c in s["checks"] if not c["ok"])
+        cells = [f"<a href='#{_id(s['scenario'])}'>{html.escape(s['scenario'])}</a>",
+                 _verdict(s["ok"]), _num(s["seconds"]),
+                 *(_num(fig[k]) if k in fig else "" for k in FIGURES),
+                 html.escape(failed)]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th title='click to sort'>{html.escape(h)}</th>" for h in heads)
+    return (f"<table class='summary sortable'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def _section(root: Path, s: dict) -> str:
+    from rlsim.report.figure import figure
+
+    name, folder = s["scenario"], root / s["scenario"]
+    parts = [f"<section id='{_id(name)}' class='scenario'><h2>{html.escape(name)}: "
+             f"{_verdict(s['ok'])} <small>{_num(s['seconds'])} s</small></h2>"]
+    timeline = folder / "timeline.jsonl"
+    events = read_events(timeline) if timeline.exists() else []
+    if events:
+        st = story(events)
+        before = [f"{k} {_num(v)} s" for k, v in st.setup.items()]
+        if st.reused:
+            before.insert(0, "the cluster of an earlier scenario, checked clean")
+        if before:
+            parts.append(f"<p class='setup'>before the clock starts: {', '.join(before)}</p>")
+        if st.refusal:
+            parts.append(f"<pre class='refusal'>cluster refused to start: "
+                         f"{html.escape(st.refusal)}</pre>")
+        fig = figure(st, _baseline(folder, events, st.t0))
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=False,
+                                 div_id=f"plot-{_id(name)}",
+                                 config={"displaylogo": False, "responsive": True}))
+    else:
+        parts.append("<p>(no timeline recorded)</p>")
+    parts.append(_checks(s))
+    parts.append(_links(root, folder))
+    return "".join(parts) + "</section>"
+
+
+def _checks(s: dict) -> str:
+    rows = "".join(
+        f"<tr><td>{_verdict(c['ok'], 'ok', 'FAILED')}</td><td>{html.escape(c['check'])}</td>"
+        f"<td>{'' if c.get('value') is None else html.escape(_num(c['value']))}</td>"
+        f"<td>{html.escape(c['message'])}</td></tr>" for c in s["checks"])
+    return (f"<table class='checks'><thead><tr><th></th><th>check</th><th>figure</th>"
+            f"<th>what was seen</th></tr></thead><tbody>{rows}</tbody></table>")
+
+
+def _links(root: Path, folder: Path) -> str:
+    files = (sorted(folder.glob("trainer-*.log")) + sorted(folder.glob("nodes/node-*.log"),
+             key=lambda p: int(p.stem.split("-")[1])) + [folder / "timeline.jsonl",
+             folder / "ray_events.jsonl"])
+    links = [f"<a href='{html.escape(p.relative_to(root).as_posix())}'>"
+             f"{html.escape(p.relative_to(folder).as_posix())}</a>" for p in files if p.exists()]
+    return f"<p class='links'>files: {' · '.join(links) or '(none)'}</p>"
+
+
+def _baseline(folder: Path, events: list[dict], t0: float) -> list[dict] | None:
+    """The fault-free twin's steps on the run's clock (its first launch aligned with the run's),
+    read from the twin's event log where it still is."""
+    done = next((e for e in events if e["type"] == "baseline_done"), None)
+    if done is None:
+        return None
+    for path in (folder / "baseline" / "events.jsonl",
+                 Path(done.get("run_dir", "")) / "events.jsonl"):
+        if path.is_file():
+            twin = read_events(path)
+            break
+    else:
+        return None
+    starts = [e["ts"] for e in events if e["type"] == "run_start" and not e.get("attempt")]
+    twin_start = next((e["ts"] for e in twin if e["type"] == "run_start"), None)
+    if not starts or twin_start is None:
+        return None
+    shift = twin_start - (starts[0] - t0)
+    return [{**e, "ts": e["ts"] - shift} for e in twin if e["type"] == "step_end" and "step" in e]
+
+
+def _verdict(ok: bool, yes: str = "PASS", no: str = "FAIL") -> str:
+    return f"<span class='{'pass' if ok else 'fail'}'>{yes if ok else no}</span>"
+
+
+def _num(v) -> str:
+    """A figure as people read it: seconds to the hundredth, counts whole."""
+    return f"{v:.2f}".rstrip("0").rstrip(".") if isinstance(v, float) else str(v)
+
+
+def _id(name: str) -> str:
+    return "sc-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in name)
+
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:18px;color:#222}
+table{border-collapse:collapse;margin:6px 0 10px}
+td,th{border:1px solid #ddd;padding:3px 7px;font-size:13px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}.sortable th{cursor:pointer}.sortable th:hover{background:#e6e6e6}
+.pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:600}
+section.scenario{border-top:2px solid #ccc;margin-top:22px}
+.setup,.links{font-size:12px;color:#555}pre.refusal{white-space:pre-wrap;color:#cf222e}
+"""
+
+# Click a column head to sort the summary by it (numbers as numbers, blanks last); again to flip.
+SORT_JS = """
+document.querySelectorAll('table.sortable').forEach(function (table) {
+  table.querySelectorAll('th').forEach(function (th, col) {
+    th.addEventListener('click', function () {
+      var body = table.tBodies[0], rows = Array.from(body.rows);
+      var dir = th.dataset.dir === 'asc' ? -1 : 1;
+      table.querySelectorAll('th').forEach(function (h) { delete h.dataset.dir; });
+      th.dataset.dir = dir === 1 ? 'asc' : 'desc';
+      function key(row) {
+        var t = row.cells[col].textContent.trim();
+        return t === '' ? null : (isNaN(Number(t)) ? t.toLowerCase() : Number(t));
+      }
+      rows.sort(function (a, b) {
+        var x = key(a), y = key(b);
+        if (x === null || y === null) { return x === y ? 0 : (x === null ? 1 : -1); }
+        return (x < y ? -1 : x > y ? 1 : 0) * dir;
+      });
+      rows.forEach(function (r) { body.appendChild(r); });
+    });
+  });
+});
+"""

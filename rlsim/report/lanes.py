@@ -1,0 +1,216 @@
+"""What a scenario's timeline says happened to each node and each fault, as spans of time: pure
+functions of the recorded events (``timeline.jsonl``), drawn by :mod:`rlsim.report.figure`.
+
+Times are seconds since the trainer's first launch (or, where it never started, since the cluster
+was ready): the cluster's start-up and the fault-free baseline run come before it and are
+reported as figures, not drawn as an empty band.
+
+A node's lane is ``alive`` until a kill (``kill_node``, ``kill_head``) makes it ``dead``;
+``restart_node`` is ``restarting`` for as long as the restart took, then ``alive``. Faults that
+leave a node up but impaired draw a narrower span over its lane until they are healed: ``paused``
+(``pause_node``), ``cut off`` (``partition``: every node of every group), ``port blocked``
+(``block_port``), ``GPU memory held`` (``gpu_oom``), ``memory squeezed`` (``host_oom``). Each fault
+also has its own lane, from injection to heal; a fault with nothing to undo (a kill) is as long as
+it took to do.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+# fault -> the state it puts its nodes in while in force (a kill changes the base state instead)
+IMPAIRS = {"pause_node": "paused", "partition": "cut off", "block_port": "port blocked",
+           "gpu_oom": "GPU memory held", "host_oom": "memory squeezed"}
+KILLS = frozenset({"kill_node", "kill_head"})
+
+
+@dataclass(frozen=True)
+class Span:
+    """``lane`` was ``state`` from ``start`` to ``end`` (seconds on the report's clock)."""
+
+    lane: str
+    state: str
+    start: float
+    end: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One event at ``t`` in ``lane``: ``label`` is its type, ``detail`` its other fields."""
+
+    lane: str
+    label: str
+    t: float
+    detail: str
+
+
+@dataclass
+class Story:
+    """A scenario's timeline as lanes: node states, fault spans, event marks, steps."""
+
+    t0: float
+    end: float
+    nodes: list[str]                # lane names, node 0 first
+    spans: list[Span]               # base node states, then impairments, then faults
+    marks: list[Mark]               # events by source lane, and Ray's and the trainer's node events
+    steps: list[dict]               # the trainer's step_end events, ts made relative
+    setup: dict[str, float]         # seconds before t0: cluster start, doctor, baseline
+    reused: bool = False            # the cluster was kept clean from an earlier scenario
+    refusal: str | None = None      # the cluster refused to start: the message
+
+
+def read_events(path: Path) -> list[dict]:
+    """The events of a JSON-lines file (a line cut short by a killed writer is skipped)."""
+    events = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return [e for e in events if isinstance(e, dict) and "ts" in e and "type" in e]
+
+
+def node_lane(index: int, address: str) -> str:
+    return f"node {index}{' (head)' if index == 0 else ''} {address}"
+
+
+def fault_lane(index: int, fault: str) -> str:
+    return f"fault {index}: {fault}"
+
+
+def story(events: list[dict]) -> Story:
+    """The lanes of one scenario's timeline (its events in time order)."""
+    events = sorted(events, key=lambda e: e["ts"])
+    first = {e["type"]: e for e in reversed(events)}
+    t0 = (first.get("trainer_started") or first.get("cluster_ready")
+          or first.get("scenario_start") or {"ts": events[0]["ts"] if events else 0.0})["ts"]
+    end = max([e["ts"] for e in events] + [t0]) - t0
+    ready = first.get("cluster_ready")
+    addresses = list(ready.get("nodes", [])) if ready else []
+    nodes = [node_lane(i, a) for i, a in enumerate(addresses)]
+    rel = [{**e, "ts": e["ts"] - t0} for e in events]
+    faults = _faults(rel, end)
+    spans = _node_states(nodes, faults, max(0.0, (ready["ts"] - t0) if ready else 0.0), end)
+    spans += _impairments(nodes, addresses, faults)
+    spans += [Span(fault_lane(i, f["fault"]), "fault", f["ts"], f["until"], _detail(f))
+              for i, f in faults.items()]
+    refused = first.get("cluster_refused")
+    return Story(t0=t0, end=end, nodes=nodes, spans=spans, marks=_marks(rel, addresses),
+                 steps=[e for e in rel if e["type"] == "step_end" and "step" in e],
+                 setup=_setup(events, t0), reused=bool(ready and ready.get("reused")),
+                 refusal=refused and refused.get("message"))
+
+
+def _faults(rel: list[dict], end: float) -> dict[int, dict]:
+    """Each injected fault by its index, with ``until``: when it was healed; for a fault with
+    nothing to undo, when it was done (``took_s`` after it fired)."""
+    faults: dict[int, dict] = {}
+    for e in rel:
+        if e["type"] == "fault_injected":
+            i = e.get("index", len(faults))
+            faults[i] = {**e, "until": e["ts"] + float(e.get("took_s") or 0.0), "healed": None}
+        elif e["type"] in ("fault_healed", "fault_heal_error"):
+            i = e.get("index")
+            if i is None:  # a timeline written before heals carried the index: pair by name
+                i = next((k for k, f in faults.items()
+                          if f["fault"] == e.get("fault") and f["healed"] is None), None)
+            if i in faults and faults[i]["healed"] is None:
+                faults[i].update(until=e["ts"], healed=e["type"] == "fault_healed")
+    for f in faults.values():  # in force until the end when its heal was never logged
+        if f["fault"] in IMPAIRS and f["healed"] is None:
+            f["until"] = end
+    return faults
+
+
+def _node_states(nodes: list[str], faults: dict[int, dict], start: float,
+                 end: float) -> list[Span]:
+    """Each node's base lane: alive, dead from a kill, restarting while a restart takes."""
+    changes: dict[int, list[tuple[float, str, str]]] = {i: [] for i in range(len(nodes))}
+    for i, f in sorted(faults.items(), key=lambda kv: kv[1]["ts"]):
+        node = f.get("node")
+        if not isinstance(node, int) or node not in changes:
+            continue
+        if f["fault"] in KILLS:
+            changes[node].append((f["ts"], "dead", fault_lane(i, f["fault"])))
+        elif f["fault"] == "restart_node":
+            changes[node].append((f["ts"], "restarting", fault_lane(i, f["fault"])))
+            back = "alive" if f.get("alive", True) else "dead"  # a restart that did not come up
+            changes[node].append((f["until"], back, f"restarted ({fault_lane(i, f['fault'])})"))
+    spans = []
+    for i, lane in enumerate(nodes):
+        state, since, why = "alive", start, "up since the cluster was ready"
+        for t, new, because in changes[i]:
+            if t > since:
+                spans.append(Span(lane, state, since, t, why))
+            state, since, why = new, max(t, since), because
+        spans.append(Span(lane, state, since, max(end, since), why))
+    return spans
+
+
+def _impairments(nodes: list[str], addresses: list[str], faults: dict[int, dict]) -> list[Span]:
+    spans = []
+    for i, f in faults.items():
+        state = IMPAIRS.get(f["fault"])
+        if state is None:
+            continue
+        hit = ([n for group in f.get("groups", []) for n in group] if f["fault"] == "partition"
+               else [f.get("node")])
+        for n in hit:
+            if isinstance(n, int) and 0 <= n < len(nodes):
+                spans.append(Span(nodes[n], state, f["ts"], f["until"],
+                                  f"{fault_lane(i, f['fault'])}: {_detail(f)}"))
+    return spans
+
+
+# events drawn in a node's lane: which field names the node (an index or an address)
+ON_NODE = {"node_lost": "ip", "ray_node_dead": "node", "ray_actor_died": "node"}
+NOT_MARKED = frozenset({"step_end", "fault_injected", "fault_healed"})  # drawn as lines and spans
+
+
+def _marks(rel: list[dict], addresses: list[str]) -> list[Mark]:
+    marks = []
+    for e in (e for e in rel if e["ts"] >= 0):  # the set-up before is a line of figures
+        if e["type"] == "fault_injected" and e.get("ip") in addresses:  # kill_role: its node
+            j = addresses.index(e["ip"])
+            marks.append(Mark(node_lane(j, e["ip"]), e["fault"], e["ts"], _detail(e)))
+        if e["type"] in NOT_MARKED:
+            continue
+        source = e.get("source", "trainer")
+        lane = "Ray (watched)" if e["type"].startswith("ray_") else source
+        marks.append(Mark(lane, e["type"], e["ts"], _detail(e)))
+        where = e.get(ON_NODE.get(e["type"], ""))
+        index = addresses.index(where) if where in addresses else where
+        if isinstance(index, int) and 0 <= index < len(addresses):
+            marks.append(Mark(node_lane(index, addresses[index]), e["type"], e["ts"], _detail(e)))
+    return marks
+
+
+def _setup(events: list[dict], t0: float) -> dict[str, float]:
+    """Seconds spent before the report's clock starts: cluster start, doctor, baseline."""
+    at = {e["type"]: e["ts"] for e in reversed(events)}
+    reused = any(e["type"] == "cluster_ready" and e.get("reused") for e in events)
+    out = {}
+    if "scenario_start" in at and "cluster_ready" in at and not reused:
+        out["cluster start"] = at["cluster_ready"] - at["scenario_start"]
+    if "doctor" in at:
+        out["doctor"] = next(e.get("seconds", 0.0) for e in events if e["type"] == "doctor")
+    if "baseline_done" in at and "cluster_ready" in at and at["baseline_done"] <= t0:
+        out["baseline run"] = at["baseline_done"] - at.get("doctor", at["cluster_ready"])
+    return {k: round(v, 2) for k, v in out.items()}
+
+
+SKIP = frozenset({"ts", "type", "source", "until", "healed"})
+
+
+def _detail(e: dict, width: int = 160) -> str:
+    """An event's other fields, one per line, each cut to ``width`` characters."""
+    lines = []
+    for k, v in e.items():
+        if k in SKIP:
+            continue
+        text = v if isinstance(v, str) else json.dumps(v, default=str)
+        lines.append(f"{k}: {text if len(text) <= width else text[:width] + '...'}")
+    return "\n".join(lines)

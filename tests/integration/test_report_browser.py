@@ -1,0 +1,110 @@
+"""The scenario report in a real browser: headless Chromium opens report.html rendered from
+timelines recorded by real catalogue runs (tests/fixtures/report: a kill with a restart, a
+partition, a pause, a port block, GPU and host memory faults, a relaunch, a failed scenario),
+and the page must raise no script error and draw, for every scenario, a lane per node, a lane
+and a shaded span per fault, the steps, and the checks. Screenshots are kept as CI artifacts
+in ``$RLSIM_ARTIFACTS`` (default ``reports/``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rlsim.report import render, summaries
+from rlsim.report.browser import find_chromium, look
+from rlsim.report.lanes import read_events, story
+from rlsim.scenario.session import require
+
+pytestmark = pytest.mark.integration
+RECORDED = Path(__file__).parents[1] / "fixtures" / "report"
+ARTIFACTS = Path(os.environ.get("RLSIM_ARTIFACTS", Path(__file__).parents[2] / "reports"))
+
+
+@pytest.fixture(scope="module")
+def seen(tmp_path_factory):
+    if find_chromium() is None:
+        require("no Chromium on PATH: the report's browser test needs Debian's `chromium` "
+                "(ci/setup.sh installs it as root)")
+    root = tmp_path_factory.mktemp("report")
+    shutil.copytree(RECORDED, root, dirs_exist_ok=True)
+    page = render(root)
+    return root, look(page, ARTIFACTS / "report-screenshots", then=SORT_BY_DURATION)
+
+
+# a user clicks the summary's "took (s)" head twice: the rows' durations, as they then stand
+SORT_BY_DURATION = """
+(() => {
+  const th = Array.from(document.querySelectorAll('table.summary th'))
+    .find(h => h.textContent === 'took (s)');
+  const took = () => Array.from(document.querySelectorAll('table.summary tbody tr'))
+    .map(r => Number(r.cells[th.cellIndex].textContent));
+  th.click(); const up = took(); th.click();
+  return JSON.stringify({up, down: took()});
+})()
+"""
+
+
+def test_the_page_raises_no_script_error_and_draws_every_timeline(seen):
+    root, look_ = seen
+    assert look_.errors == []
+    names = [s["scenario"] for s in summaries(root)]
+    assert look_.summary_rows == len(names) >= 8
+    assert [p["id"] for p in look_.plots] == [f"plot-sc-{n}" for n in names]
+    assert all(p["drawn"] and p["points"] for p in look_.plots)
+
+
+def test_each_node_and_each_fault_has_its_lane_and_each_fault_its_shading(seen):
+    root, look_ = seen
+    refused = 0
+    for plot, s in zip(look_.plots, summaries(root), strict=True):
+        st = story(read_events(root / s["scenario"] / "timeline.jsonl"))
+        faults = sorted({sp.lane for sp in st.spans if sp.state == "fault"})
+        assert set(st.nodes) | set(faults) <= set(plot["lanes"]), s["scenario"]
+        assert plot["shaded"] == 3 * len(faults), s["scenario"]  # one per panel per fault
+        if st.refusal:  # a cluster that never formed: no nodes, no trainer, the refusal said
+            refused += 1
+            assert plot["bars"] == 0 and "cluster_refused" in plot["legend"]
+            continue
+        assert len(st.nodes) >= 2 and faults, s["scenario"]
+        assert plot["bars"] >= len(st.nodes) + len(faults), s["scenario"]
+        assert "step" in plot["legend"], s["scenario"]
+    assert refused == 1
+
+
+def test_each_scenario_shows_its_checks_and_links_its_files(seen):
+    root, look_ = seen
+    for section, s in zip(look_.sections, summaries(root), strict=True):
+        folder = root / s["scenario"]
+        assert section["checks"] == len(s["checks"])
+        assert "timeline.jsonl" in section["links"]
+        nodes = [f"nodes/{p.name}" for p in sorted(folder.glob("nodes/node-*.log"))]
+        trainer = [p.name for p in sorted(folder.glob("trainer-*.log"))]
+        assert set(nodes + trainer) <= set(section["links"])
+        assert bool(nodes) == bool(trainer) == (s["scenario"] != "python_version_mismatch")
+
+
+def test_the_summary_sorts_by_a_column_when_its_head_is_clicked(seen):
+    root, look_ = seen
+    took = json.loads(look_.then)
+    durations = [s["seconds"] for s in summaries(root)]
+    assert took == {"up": sorted(durations), "down": sorted(durations, reverse=True)}
+
+
+def test_screenshots_are_kept_for_each_scenario(seen):
+    root, look_ = seen
+    assert len(look_.screenshots) == len(summaries(root)) + 1
+    for shot in look_.screenshots:
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def test_the_fixtures_were_recorded_by_the_current_runner():
+    """Every fault heal in the recorded timelines carries its index (what the report pairs by),
+    as the runner writes it now: re-record the fixtures when the timeline's form changes."""
+    for timeline in RECORDED.glob("*/timeline.jsonl"):
+        for e in map(json.loads, timeline.read_text().splitlines()):
+            if e["type"] == "fault_healed":
+                assert "index" in e, timeline
