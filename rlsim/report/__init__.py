@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 from rlsim.checks import FIGURES
 from rlsim.report.lanes import read_events, story
@@ -89,7 +90,7 @@ def _section(root: Path, s: dict) -> str:
             parts.append(f"<p class='setup'>before the clock starts: {', '.join(before)}</p>")
         if st.refusal:
             parts.append(f"<pre class='refusal'>cluster refused to start: "
-                         f"{html.escape(st.refusal)}</pre>")
+                         f"{html.escape(str(st.refusal))}</pre>")
         fig = figure(st, _baseline(folder, events, st.t0))
         parts.append(fig.to_html(full_html=False, include_plotlyjs=False,
                                  div_id=f"plot-{_id(name)}",
@@ -104,17 +105,18 @@ def _section(root: Path, s: dict) -> str:
 def _checks(s: dict) -> str:
     rows = "".join(
         f"<tr><td>{_verdict(c['ok'], 'ok', 'FAILED')}</td><td>{html.escape(c['check'])}</td>"
-        f"<td>{'' if c.get('value') is None else html.escape(_num(c['value']))}</td>"
+        f"<td>{'' if c.get('value') is None else _num(c['value'])}</td>"
         f"<td>{html.escape(c['message'])}</td></tr>" for c in s["checks"])
     return (f"<table class='checks'><thead><tr><th></th><th>check</th><th>figure</th>"
             f"<th>what was seen</th></tr></thead><tbody>{rows}</tbody></table>")
 
 
 def _links(root: Path, folder: Path) -> str:
-    files = (sorted(folder.glob("trainer-*.log")) + sorted(folder.glob("nodes/node-*.log"),
-             key=lambda p: int(p.stem.split("-")[1])) + [folder / "timeline.jsonl",
-             folder / "ray_events.jsonl"])
-    links = [f"<a href='{html.escape(p.relative_to(root).as_posix())}'>"
+    nodes = sorted(folder.glob("nodes/node-*.log"),
+                   key=lambda p: (len(p.name), p.name))  # node-2 before node-10
+    files = (sorted(folder.glob("trainer-*.log")) + nodes
+             + [folder / "timeline.jsonl", folder / "ray_events.jsonl"])
+    links = [f"<a href='{html.escape(quote(p.relative_to(root).as_posix()))}'>"
              f"{html.escape(p.relative_to(folder).as_posix())}</a>" for p in files if p.exists()]
     return f"<p class='links'>files: {' · '.join(links) or '(none)'}</p>"
 
@@ -126,8 +128,8 @@ def _baseline(folder: Path, events: list[dict], t0: float) -> list[dict] | None:
     if done is None:
         return None
     for path in (folder / "baseline" / "events.jsonl",
-                 Path(done.get("run_dir", "")) / "events.jsonl"):
-        if path.is_file():
+                 done.get("run_dir") and Path(done["run_dir"]) / "events.jsonl"):
+        if path and path.is_file():
             twin = read_events(path)
             break
     else:
@@ -145,8 +147,8 @@ def _verdict(ok: bool, yes: str = "PASS", no: str = "FAIL") -> str:
 
 
 def _num(v) -> str:
-    """A figure as people read it: seconds to the hundredth, counts whole."""
-    return f"{v:.2f}".rstrip("0").rstrip(".") if isinstance(v, float) else str(v)
+    """A figure as people read it (seconds to the hundredth, counts whole), escaped for HTML."""
+    return html.escape(f"{v:.2f}".rstrip("0").rstrip(".") if isinstance(v, float) else str(v))
 
 
 def _id(name: str) -> str:

@@ -4,16 +4,18 @@ plot drew (its lane labels, traces and shaded faults), and screenshots.
 Chromium is driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``: JSON
 messages ended by a NUL byte, commands on the browser's fd 3, answers on its fd 4), so nothing
 beyond the standard library and a ``chromium`` binary is needed. Used by the report's browser
-test and by ``rlsim report DIR --screenshot``.
+test and by ``rlsim report DIR --screenshots FOLDER``.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -77,8 +79,8 @@ def look(page: Path, screenshots: Path | None = None, width: int = 1400,
     if exe is None:
         raise BrowserError(f"no Chromium on PATH (looked for {', '.join(BROWSERS)}): install "
                            "Debian's `chromium` (ci/setup.sh does, as root)")
-    with tempfile.TemporaryDirectory(prefix="rlsim-chromium-") as profile, \
-            _DevTools(exe, profile, timeout) as tools:
+    with tempfile.TemporaryDirectory(prefix="rlsim-chromium-", ignore_cleanup_errors=True) \
+            as profile, _DevTools(exe, profile, timeout) as tools:
         target = tools.call("Target.createTarget", url="about:blank")["targetId"]
         session = tools.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         for domain in ("Runtime", "Log", "Page"):
@@ -87,8 +89,7 @@ def look(page: Path, screenshots: Path | None = None, width: int = 1400,
                    height=900, deviceScaleFactor=1, mobile=False)
         tools.call("Page.navigate", session=session, url=page.resolve().as_uri())
         tools.wait_event("Page.loadEventFired", session)
-        seen = json.loads(tools.call("Runtime.evaluate", session=session, expression=LOOK_JS,
-                                     awaitPromise=True, returnByValue=True)["result"]["value"])
+        seen = json.loads(tools.evaluate(session, LOOK_JS))
         result = Look(seen["title"], tools.errors(), seen["plots"], seen["sections"],
                       seen["summary_rows"])
         if screenshots is not None:
@@ -96,8 +97,7 @@ def look(page: Path, screenshots: Path | None = None, width: int = 1400,
             result.screenshots = _shoot(tools, session, screenshots, width,
                                         [s["id"] for s in seen["sections"]])
         if then is not None:
-            result.then = tools.call("Runtime.evaluate", session=session, expression=then,
-                                     awaitPromise=True, returnByValue=True)["result"].get("value")
+            result.then = tools.evaluate(session, then)
         return result
 
 
@@ -105,12 +105,10 @@ def _shoot(tools: _DevTools, session: str, folder: Path, width: int, ids: list[s
     """The page's first 1,600 px, then each section by its bounding box."""
     shots = [("report", {"x": 0, "y": 0, "width": width, "height": 1600})]
     for sid in ids:
-        box = json.loads(tools.call(
-            "Runtime.evaluate", session=session, returnByValue=True,
-            expression=f"(() => {{ const r = document.getElementById({json.dumps(sid)})"
-                       ".getBoundingClientRect(); return JSON.stringify({x: 0, y: r.top + "
-                       "window.scrollY, width: r.width + 20, height: r.height}); })()",
-        )["result"]["value"])
+        box = json.loads(tools.evaluate(
+            session, f"(() => {{ const r = document.getElementById({json.dumps(sid)})"
+                     ".getBoundingClientRect(); return JSON.stringify({x: 0, y: r.top + "
+                     "window.scrollY, width: r.width + 20, height: r.height}); })()"))
         shots.append((sid, box))
     out = []
     for name, clip in shots:
@@ -138,28 +136,48 @@ class _DevTools:
             os.dup2(a, 3)
             os.dup2(b, 4)
 
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--hide-scrollbars", "--remote-debugging-pipe", f"--user-data-dir={profile}"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                close_fds=False, preexec_fn=pipes_at_3_and_4)  # closing would close 3 and 4
-        os.close(to_browser)
-        os.close(from_browser)
+        try:
+            with self.log.open("wb") as log:
+                # its own session: the renderer and helper processes go with it (killpg)
+                self.proc = subprocess.Popen(
+                    [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                     "--hide-scrollbars", "--remote-debugging-pipe",
+                     f"--user-data-dir={profile}"],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                    close_fds=False, preexec_fn=pipes_at_3_and_4)  # closing would close 3, 4
+        except OSError as e:
+            for fd in (self.out, self.inp):
+                os.close(fd)
+            raise BrowserError(f"Chromium ({exe}) could not be started: {e}") from None
+        finally:
+            os.close(to_browser)
+            os.close(from_browser)
 
     def __enter__(self) -> _DevTools:
         return self
 
     def __exit__(self, *exc) -> None:
         try:
-            self._send("Browser.close", None, {})
-            self.proc.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait()
+            with contextlib.suppress(BrowserError, subprocess.TimeoutExpired):
+                self._send("Browser.close", None, {})
+                self.proc.wait(timeout=10)
         finally:
+            # what is left of its session (helpers outlive a browser that was killed)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
             os.close(self.out)
             os.close(self.inp)
+
+    def evaluate(self, session: str, expression: str):
+        """The value of a JavaScript expression (awaited); BrowserError when it throws."""
+        answer = self.call("Runtime.evaluate", session=session, expression=expression,
+                           awaitPromise=True, returnByValue=True)
+        if "exceptionDetails" in answer:
+            d = answer["exceptionDetails"]
+            raise BrowserError("the page's script threw: " + str(
+                d.get("exception", {}).get("description") or d.get("text")))
+        return answer.get("result", {}).get("value")
 
     def call(self, method: str, session: str | None = None, **params) -> dict:
         sent = self._send(method, session, params)
@@ -202,13 +220,18 @@ class _DevTools:
         msg = {"id": self.next_id, "method": method, "params": params}
         if session:
             msg["sessionId"] = session
-        os.write(self.out, json.dumps(msg).encode() + b"\0")
+        try:
+            os.write(self.out, json.dumps(msg).encode() + b"\0")
+        except OSError as e:  # the browser is gone (broken pipe)
+            raise BrowserError(f"Chromium: {method} not sent ({e}){self._stderr()}") from None
         return self.next_id
 
     def _read(self, deadline: float, waiting_for: str) -> dict:
+        poll = select.poll()  # not select(): a long pytest run may hold fds past 1024
+        poll.register(self.inp, select.POLLIN)
         while b"\0" not in self.buffer:
             left = deadline - time.monotonic()
-            ready, _, _ = select.select([self.inp], [], [], max(left, 0))
+            ready = poll.poll(max(left, 0) * 1000)
             chunk = os.read(self.inp, 1 << 20) if ready else b""
             if not chunk:
                 why = "no answer" if not ready else "the browser exited"
@@ -217,7 +240,10 @@ class _DevTools:
                                    f"({self.timeout:g} s){err}")
             self.buffer += chunk
         raw, self.buffer = self.buffer.split(b"\0", 1)
-        msg = json.loads(raw)
+        try:
+            msg = json.loads(raw)
+        except ValueError:
+            raise BrowserError(f"Chromium sent what is not JSON: {raw[:200]!r}") from None
         if "method" in msg:
             self.events.append(msg)
         return msg

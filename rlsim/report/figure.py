@@ -40,7 +40,7 @@ REWARD = "rollout/reward_mean"
 def figure(story: Story, baseline: list[dict] | None = None) -> go.Figure:
     """The figure of one scenario (``baseline``: the twin's step_end events, clock from its
     own first event)."""
-    lanes = sorted({s.lane for s in story.spans if s.state == "fault"}) + story.nodes
+    lanes = list(dict.fromkeys(s.lane for s in story.spans if s.state == "fault")) + story.nodes
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.04,
                         row_heights=[max(len(lanes), 1) * 26, 3 * 22, 200],
                         specs=[[{}], [{}], [{"secondary_y": True}]])
@@ -51,7 +51,7 @@ def figure(story: Story, baseline: list[dict] | None = None) -> go.Figure:
         if s.state == "fault":
             fig.add_vrect(x0=s.start, x1=max(s.end, s.start + 0.05), fillcolor=COLORS["fault"],
                           opacity=0.08, line_width=0, layer="below", row="all", col=1)
-    end = max(story.end, 1.0)
+    end = max([story.end, 1.0] + [e["ts"] for e in baseline or []])
     fig.update_xaxes(range=[-0.02 * end, end * 1.02], showgrid=True)
     fig.update_xaxes(title_text="seconds since the trainer started", row=3, col=1)
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lanes)), row=1, col=1,
@@ -95,13 +95,13 @@ def _marks(fig: go.Figure, story: Story, lanes: set[str]) -> None:
         for label, marks in sorted(by_type.items()):
             symbol, color = MARKERS.get(label, ("circle", "#7f7f7f"))
             fig.add_trace(go.Scatter(
-                mode="markers", name=label, legendgroup=label, showlegend=row == 2 or
+                mode="markers", name=_br(label), legendgroup=label, showlegend=row == 2 or
                 label not in {m.label for m in story.marks if m.lane in EVENT_LANES},
                 x=[m.t for m in marks], y=[m.lane for m in marks],
                 marker={"symbol": symbol, "color": color, "size": 10,
                         "line": {"width": 1.5, "color": color}},
                 customdata=[[_br(m.detail)] for m in marks],
-                hovertemplate=f"<b>{label}</b> at %{{x:.2f}} s<br>%{{customdata[0]}}"
+                hovertemplate=f"<b>{_br(label)}</b> at %{{x:.2f}} s<br>%{{customdata[0]}}"
                               "<extra>%{y}</extra>"), row=row, col=1)
 
 
@@ -118,7 +118,9 @@ def _steps(fig: go.Figure, steps: list[dict], baseline: list[dict] | None) -> No
                 attempt = e.get("attempt")
             x.append(round(e["ts"], 3))
             y.append(e["step"])
-            r.append((e.get("metrics") or {}).get(REWARD))
+            metrics = e.get("metrics")
+            reward = metrics.get(REWARD) if isinstance(metrics, dict) else None
+            r.append(reward if isinstance(reward, int | float) else None)
         fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines+markers",
                                  marker={"size": 4}, line={"color": "#1f77b4", "dash": dash}),
                       row=3, col=1, secondary_y=False)
@@ -130,6 +132,7 @@ def _steps(fig: go.Figure, steps: list[dict], baseline: list[dict] | None) -> No
 
 
 def _br(text: str) -> str:
-    """Plotly hover text breaks lines with <br>, and reads < and > as markup."""
+    """Plotly hover text breaks lines with <br>, reads < and > as markup and %{...} as a
+    template field."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace(
-        "\n", "<br>")
+        "%{", "%&#123;").replace("\n", "<br>")

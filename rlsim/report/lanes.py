@@ -63,14 +63,21 @@ class Story:
 
 
 def read_events(path: Path) -> list[dict]:
-    """The events of a JSON-lines file (a line cut short by a killed writer is skipped)."""
+    """The events of a JSON-lines file: objects with a numeric ``ts`` and a string ``type``
+    (a line cut short by a killed writer, or written by hand wrong, is skipped)."""
     events = []
     for line in path.read_text(errors="replace").splitlines():
         try:
-            events.append(json.loads(line))
+            e = json.loads(line)
         except ValueError:
             continue
-    return [e for e in events if isinstance(e, dict) and "ts" in e and "type" in e]
+        if isinstance(e, dict) and _number(e.get("ts")) and isinstance(e.get("type"), str):
+            events.append(e)
+    return events
+
+
+def _number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def node_lane(index: int, address: str) -> str:
@@ -89,7 +96,7 @@ def story(events: list[dict]) -> Story:
           or first.get("scenario_start") or {"ts": events[0]["ts"] if events else 0.0})["ts"]
     end = max([e["ts"] for e in events] + [t0]) - t0
     ready = first.get("cluster_ready")
-    addresses = list(ready.get("nodes", [])) if ready else []
+    addresses = [str(a) for a in ready.get("nodes") or []] if ready else []
     nodes = [node_lane(i, a) for i, a in enumerate(addresses)]
     rel = [{**e, "ts": e["ts"] - t0} for e in events]
     faults = _faults(rel, end)
@@ -99,7 +106,7 @@ def story(events: list[dict]) -> Story:
               for i, f in faults.items()]
     refused = first.get("cluster_refused")
     return Story(t0=t0, end=end, nodes=nodes, spans=spans, marks=_marks(rel, addresses),
-                 steps=[e for e in rel if e["type"] == "step_end" and "step" in e],
+                 steps=[e for e in rel if e["type"] == "step_end" and _number(e.get("step"))],
                  setup=_setup(events, t0), reused=bool(ready and ready.get("reused")),
                  refusal=refused and refused.get("message"))
 
@@ -111,16 +118,22 @@ def _faults(rel: list[dict], end: float) -> dict[int, dict]:
     for e in rel:
         if e["type"] == "fault_injected":
             i = e.get("index", len(faults))
-            faults[i] = {**e, "until": e["ts"] + float(e.get("took_s") or 0.0), "healed": None}
+            took = e.get("took_s") if _number(e.get("took_s")) else 0.0
+            faults[i] = {**e, "fault": str(e.get("fault", "fault")), "until": e["ts"] + took,
+                         "healed": None}
         elif e["type"] in ("fault_healed", "fault_heal_error"):
             i = e.get("index")
             if i is None:  # a timeline written before heals carried the index: pair by name
                 i = next((k for k, f in faults.items()
                           if f["fault"] == e.get("fault") and f["healed"] is None), None)
-            if i in faults and faults[i]["healed"] is None:
-                faults[i].update(until=e["ts"], healed=e["type"] == "fault_healed")
+            if i not in faults or faults[i]["healed"] is not None:
+                continue
+            if e["type"] == "fault_healed":
+                faults[i].update(until=e["ts"], healed=True)
+            else:  # an undo that failed is not tried again: the fault stays in force
+                faults[i].update(healed=False, heal_error=e.get("message", ""))
     for f in faults.values():  # in force until the end when its heal was never logged
-        if f["fault"] in IMPAIRS and f["healed"] is None:
+        if f["fault"] in IMPAIRS and not f["healed"]:
             f["until"] = end
     return faults
 

@@ -97,8 +97,7 @@ class Nemesis:
         index = next(i for i, f in self.faults.items() if f is fault)
         try:
             result = step()
+            if result is not None:  # what it did, then whose it was (never overwritten)
+                self.log.emit(done, **{**result, "fault": fault.name, "index": index})
         except Exception as e:  # noqa: BLE001 - keep going with the others
             self.log.emit(failed, fault=fault.name, index=index, message=str(e))
-        else:
-            if result is not None:
-                self.log.emit(done, fault=fault.name, index=index, **result)

@@ -173,33 +173,35 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
             outcome.baseline_dir = _baseline(sc, cluster, out_dir / "baseline", log, pool,
                                              backend)
         _drive(sc, cluster, outcome, nemesis, log, on_progress)
-    finally:
-        nemesis.heal_all()
+    finally:  # whatever happened (Ctrl-C in a heal too), the cluster is given back
         try:
+            nemesis.heal_all()
             if outcome.refusal is None:  # a refused cluster's logs are in its refusal
-                _keep_node_logs(cluster, out_dir / "nodes")
-        finally:  # whatever happened, the cluster is given back (stopped or kept clean)
-            outcome.leaks = pool.give_back(cluster, backend)
-        log.emit("scenario_end", leaks=outcome.leaks, kept=cluster in pool.idle.values())
-        log.write(out_dir / "timeline.jsonl")
+                _keep_node_logs(cluster, out_dir / "nodes", log)
+        finally:
+            try:
+                outcome.leaks = pool.give_back(cluster, backend)
+            finally:
+                log.emit("scenario_end", leaks=outcome.leaks,
+                         kept=cluster in pool.idle.values())
+                log.write(out_dir / "timeline.jsonl")
     return outcome
 
 
-def _keep_node_logs(cluster, where: Path, lines: int = 300) -> None:
+def _keep_node_logs(cluster, where: Path, log: Recorder, lines: int = 300) -> None:
     """The tail of each node's Ray logs as ``nodes/node-<i>.log`` beside the timeline (the report
     links them): the cluster's own directory goes when it is stopped. A real cluster's logs are
-    its owner's (not read)."""
+    its owner's (not read). Never raises: a log that cannot be kept is a timeline event."""
     # the class is asked, not the instance: a protocol's isinstance reads the instance's
     # properties, which raise for a cluster that refused to start
     if not callable(getattr(type(cluster), "logs", None)):
         return
-    where.mkdir(exist_ok=True)
-    for i in range(cluster.spec.nodes):
-        try:
-            text = cluster.logs(i, lines)
-        except Exception as e:  # noqa: BLE001 - a missing log must not decide the scenario
-            text = f"(node {i}'s logs could not be read: {e})"
-        (where / f"node-{i}.log").write_text(text + "\n")
+    try:
+        where.mkdir(exist_ok=True)
+        for i in range(cluster.spec.nodes):
+            (where / f"node-{i}.log").write_text(cluster.logs(i, lines) + "\n")
+    except Exception as e:  # noqa: BLE001 - a missing log must not decide the scenario
+        log.emit("node_logs_error", message=f"{type(e).__name__}: {e}"[:300])
 
 
 def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -> None:

@@ -110,3 +110,40 @@ def test_the_page_holds_every_scenario_its_plot_checks_and_files(tmp_path):
     assert "id='plot-sc-a'" in page.replace('"', "'") and "(no timeline recorded)" in page
     assert "href='a/trainer-0.log'" in page and "href='a/nodes/node-1.log'" in page
     assert "<td>0.7</td>" in page and "it did &lt;not&gt;" in page and "b &lt;x&gt;" in page
+
+
+def test_a_heal_that_failed_leaves_the_fault_in_force_and_says_why():
+    st = story(timeline(injected(5.0, 0, "pause_node", node=1),
+                        {"ts": 7.0, "source": "rlsim", "type": "fault_heal_error",
+                         "fault": "pause_node", "index": 0, "message": "cgroup gone"}))
+    assert lane(st, 1)[1:] == [("paused", 5.0, 40.0)]
+    fault = next(s for s in st.spans if s.state == "fault")
+    assert (fault.end, "heal_error: cgroup gone" in fault.detail) == (40.0, True)
+
+
+def test_lines_a_report_cannot_place_are_skipped_not_fatal(tmp_path):
+    path = tmp_path / "timeline.jsonl"
+    good = timeline(injected(5.0, 0, "kill_node", node=1, took_s="soon"),
+                    {"ts": 6.0, "type": "step_end", "step": 1, "metrics": ["not", "a", "dict"]},
+                    {"ts": 7.0, "type": "step_end", "step": "two"})
+    path.write_text("".join(json.dumps(e) + "\n" for e in good) + "\n".join([
+        '{"ts": null, "type": "x"}', '{"ts": "1", "type": "x"}', '{"ts": 1, "type": ["x"]}',
+        '{"ts": true, "type": "x"}', '[1, 2]', '{"ts": 150.0, "type": "cut sh']) + "\n")
+    from rlsim.report.figure import figure
+    from rlsim.report.lanes import read_events
+
+    events = read_events(path)
+    assert len(events) == len(good)
+    st = story(events)
+    assert [e["step"] for e in st.steps] == [1]
+    assert lane(st, 1) == [("alive", 0.0, 5.0), ("dead", 5.0, 40.0)]
+    figure(st)  # draws
+
+
+def test_numbers_and_names_reach_the_page_escaped(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps([
+        {"scenario": "a", "ok": True, "seconds": "<img src=x onerror=alert(1)>", "checks": [
+            {"check": "restarts", "ok": True, "message": "m", "value": "<b>1</b>"}]}]))
+    page = render(tmp_path).read_text()
+    assert "<img src=x" not in page and "<b>1</b>" not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
