@@ -21,7 +21,9 @@ from rlsim.spec import ClusterSpec
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module", params=["local", "docker"])
+# docker in the slow tier (~35 s of the test command on 2 cores): the faults are the backend
+# methods the docker scenarios and the compliance suite already run there
+@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.slow)])
 def cluster(request):
     from rlsim.net.iptables import Firewall
 
