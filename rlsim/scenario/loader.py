@@ -105,12 +105,19 @@ def _parse(p: Path, text: str) -> tuple[object, dict[tuple, int]]:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         problem = getattr(e, "problem", None) or getattr(e, "context", None) or str(e)
+        if "nesting depth" in str(problem):  # libyaml's own limit (PyYAML >= 6.0.4), met first
+            raise ScenarioError(_too_deep(p, mark.line + 1 if mark else 1)) from None
         raise ScenarioError(f"{p}:{mark.line + 1 if mark else 1}: not valid YAML: "
                             f"{' '.join(str(problem).split())}") from None
     except (ValueError, OverflowError) as e:  # a value that looks like a date but is none
         raise ScenarioError(f"{p}:1: not valid YAML: {e}") from None
     finally:
         loader.dispose()
+
+
+def _too_deep(p: Path, line: int) -> str:
+    return (f"{p}:{line}: nested more than {MAX_DEPTH} levels deep; a scenario is a few levels "
+            "of mappings and lists")
 
 
 def _compose(p: Path, loader) -> tuple[Node | None, dict[tuple, int]]:
@@ -142,8 +149,7 @@ def _compose(p: Path, loader) -> tuple[Node | None, dict[tuple, int]]:
             root = node if root is None else root
             if not isinstance(node, ScalarNode):
                 if len(stack) >= MAX_DEPTH:
-                    raise ScenarioError(f"{p}:{line}: nested more than {MAX_DEPTH} levels deep; "
-                                        "a scenario is a few levels of mappings and lists")
+                    raise ScenarioError(_too_deep(p, line))
                 stack.append([node, path, None, {}])
     return root, lines
 
