@@ -26,6 +26,7 @@ from trainer.config import TrainerConfig, preflight
 from trainer.contract import HEAD_RESOURCE
 from trainer.data import PromptLoader, load_prompts
 from trainer.errors import (
+    ActorsNeverStarted,
     CheckpointError,
     CheckpointNotShared,
     CheckpointWriteFailed,
@@ -214,6 +215,7 @@ def run(cfg: TrainerConfig) -> int:
         _watch_head(log, cfg.fault_tolerance.gcs_reconnect_timeout_s, t0)
         r = Run(cfg, plan, log, lease)
         head = _head_id()
+        stale_seen = False
         while True:
             try:
                 try:
@@ -223,13 +225,16 @@ def run(cfg: TrainerConfig) -> int:
                 break
             except TrainerError as e:
                 step = r.step
-                if not e.recoverable:
+                # a restarted attempt whose actors never started: once, as a job Ray lost
+                stale = isinstance(e, ActorsNeverStarted) and r.restarts > 0 and not stale_seen
+                stale_seen = stale_seen or stale
+                if not (e.recoverable or stale):
                     raise
                 lost = _record_loss(log, r, e)
                 if r.restarts >= cfg.fault_tolerance.max_restarts:
                     raise
-                head, heads = _reconnect_if_head_restarted(log, head, cfg.fault_tolerance,
-                                                           job_lost=isinstance(e, JobLost))
+                head, heads = _reconnect_if_head_restarted(
+                    log, head, cfg.fault_tolerance, job_lost=isinstance(e, JobLost) or stale)
                 r.restarts += 1
                 log.attempt = r.restarts
                 log.emit("restart", restart=r.restarts, cause="node_lost" if lost else e.kind,
@@ -372,8 +377,10 @@ def _reconnect_if_head_restarted(log: EventLog, head: str | None, ft,
 
     Both signs can miss: the new head's raylet answers on the old one's address while the GCS
     still lists the old head alone. The next attempt then finds its placement groups removed
-    (``job_lost``, seen once in a loaded test run) and this reconnects whatever the node table
-    says."""
+    (``job_lost``, seen once in a loaded test run), or its placement groups placed but its actors
+    never started (:class:`ActorsNeverStarted` after ``init_timeout_s``, seen once in a loaded
+    test run: "rendezvous store: 1 of 1 calls still running"), and this reconnects whatever the
+    node table says."""
     deadline = time.monotonic() + ft.gcs_reconnect_timeout_s
     nodes = ray.nodes()
     old = next((n for n in nodes if n["NodeID"] == head and n["Alive"]), None)

@@ -48,6 +48,15 @@ class ResourceTimeout(TrainerError):
     kind = "resource_timeout"
 
 
+class ActorsNeverStarted(ResourceTimeout):
+    """The workers' first calls did not return within ``fault_tolerance.init_timeout_s``. After
+    a restart this is also what a driver whose job the GCS no longer serves sees (restarted from
+    its store, Ray 2.60 leaves such a job's actor creations waiting forever); the driver then
+    reconnects once as a new driver and tries again."""
+
+    kind = "resource_timeout"
+
+
 class WorkerLost(TrainerError):
     """A role's worker (or the node under it) died mid-call."""
 

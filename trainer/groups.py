@@ -21,6 +21,7 @@ from trainer.checkpoint import storage_refused
 from trainer.config import TrainerConfig
 from trainer.contract import HEAD_RESOURCE, MEMORY_LABEL
 from trainer.errors import (
+    ActorsNeverStarted,
     CheckpointWriteFailed,
     CollectiveError,
     ResourceTimeout,
@@ -117,12 +118,12 @@ class Roles:
         for trains, slots in worlds.items():
             slots.sort(key=lambda s: s.ranks[trains[0]])
             store = self._get([self.workers[slots[0].index].open_store.remote()], deadline,
-                              "rendezvous store", ResourceTimeout)[0]
+                              "rendezvous store", ActorsNeverStarted)[0]
             for rank, slot in enumerate(slots):
                 join[slot.index] = (store, rank, len(slots))
         refs = [self.workers[s.index].setup.remote(*join.get(s.index, (None, 0, 1)))
                 for s in self.plan.workers]
-        self.where = self._get(refs, deadline, "worker set-up", ResourceTimeout)
+        self.where = self._get(refs, deadline, "worker set-up", ActorsNeverStarted)
 
     def __enter__(self) -> Roles:
         return self
