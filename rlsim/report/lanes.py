@@ -105,9 +105,10 @@ def story(events: list[dict]) -> Story:
     spans += [Span(fault_lane(i, f["fault"]), "fault", f["ts"], f["until"], _detail(f))
               for i, f in faults.items()]
     refused = first.get("cluster_refused")
+    reused = bool(ready and ready.get("reused"))
     return Story(t0=t0, end=end, nodes=nodes, spans=spans, marks=_marks(rel, addresses),
                  steps=[e for e in rel if e["type"] == "step_end" and _number(e.get("step"))],
-                 setup=_setup(events, t0), reused=bool(ready and ready.get("reused")),
+                 setup=_setup(events, t0, reused), reused=reused,
                  refusal=refused and refused.get("message"))
 
 
@@ -201,10 +202,10 @@ def _marks(rel: list[dict], addresses: list[str]) -> list[Mark]:
     return marks
 
 
-def _setup(events: list[dict], t0: float) -> dict[str, float]:
-    """Seconds spent before the report's clock starts: cluster start, doctor, baseline."""
+def _setup(events: list[dict], t0: float, reused: bool) -> dict[str, float]:
+    """Seconds spent before the report's clock starts: cluster start (none when reused),
+    doctor, baseline."""
     at = {e["type"]: e["ts"] for e in reversed(events)}
-    reused = any(e["type"] == "cluster_ready" and e.get("reused") for e in events)
     out = {}
     if "scenario_start" in at and "cluster_ready" in at and not reused:
         out["cluster start"] = at["cluster_ready"] - at["scenario_start"]
