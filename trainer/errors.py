@@ -54,8 +54,6 @@ class ActorsNeverStarted(ResourceTimeout):
     its store, Ray 2.60 leaves such a job's actor creations waiting forever); the driver then
     reconnects once as a new driver and tries again."""
 
-    kind = "resource_timeout"
-
 
 class WorkerLost(TrainerError):
     """A role's worker (or the node under it) died mid-call."""

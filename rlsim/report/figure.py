@@ -87,6 +87,7 @@ def _spans(fig: go.Figure, spans: list[Span]) -> None:
 
 def _marks(fig: go.Figure, story: Story, lanes: set[str]) -> None:
     """One marker trace per event type: node events in the top panel, the rest in the middle."""
+    in_events = {m.label for m in story.marks if m.lane in EVENT_LANES}  # legend given there
     for row, keep in ((1, lambda m: m.lane in lanes), (2, lambda m: m.lane in EVENT_LANES)):
         by_type: dict[str, list] = {}
         for m in story.marks:
@@ -95,8 +96,8 @@ def _marks(fig: go.Figure, story: Story, lanes: set[str]) -> None:
         for label, marks in sorted(by_type.items()):
             symbol, color = MARKERS.get(label, ("circle", "#7f7f7f"))
             fig.add_trace(go.Scatter(
-                mode="markers", name=_br(label), legendgroup=label, showlegend=row == 2 or
-                label not in {m.label for m in story.marks if m.lane in EVENT_LANES},
+                mode="markers", name=_br(label), legendgroup=label,
+                showlegend=row == 2 or label not in in_events,
                 x=[m.t for m in marks], y=[m.lane for m in marks],
                 marker={"symbol": symbol, "color": color, "size": 10,
                         "line": {"width": 1.5, "color": color}},
