@@ -50,18 +50,21 @@ class Launch(BaseModel):
         return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
 
 
-def head_steps(launch: Launch, address: str, report: str) -> list[str]:
+def head_steps(launch: Launch, address: str, report: str, on_head: str = "") -> list[str]:
     """The shell lines the head runs once Ray is up on every node (``address``: the GCS, a shell
     expression; ``report``: this run's report directory): wait for the nodes, the doctor, the
-    scenarios; the last line leaves the scenarios' exit status in ``$status``."""
-    py, allow = launch.python, " --allow-disruptive" if launch.allow_disruptive else ""
+    scenarios; the last line leaves the scenarios' exit status in ``$status``. ``on_head``
+    prefixes each command that must run on the head node (Slurm: a job step there)."""
+    py, allow = shlex.quote(launch.python), " --allow-disruptive" if launch.allow_disruptive else ""
     scenarios = " ".join(shlex.quote(s) for s in launch.scenarios)
     return [
         f'mkdir -p "{report}"',
-        f'{py} -m rlsim.launch.wait --address "{address}" --nodes {launch.nodes} '
+        f'{on_head}{py} -m rlsim.launch.wait --address "{address}" --nodes {launch.nodes} '
         f"--gpus-per-node {launch.gpus_per_node} --timeout {int(launch.wait_s)} || exit 3",
-        f'{py} -m rlsim.cli doctor --ray-address "{address}" --json > "{report}/doctor.json"',
-        f'{py} -m rlsim.cli run {scenarios} --backend real --ray-address "{address}" '
+        f'{on_head}{py} -m rlsim.cli doctor --ray-address "{address}" --json '
+        f'> "{report}/doctor.json"',
+        f'echo "rlsim launch: doctor exited $? (the nodes and findings: {report}/doctor.json)"',
+        f'{on_head}{py} -m rlsim.cli run {scenarios} --backend real --ray-address "{address}" '
         f'--report "{report}"{allow}; status=$?',
         f'echo "rlsim launch: scenarios exited $status; report in {report}"',
     ]

@@ -12,7 +12,7 @@ loopback address on hosts whose /etc/hosts maps the name to 127.0.1.1.
 
 from __future__ import annotations
 
-from rlsim.launch.model import Launch
+from rlsim.launch.model import Launch, head_steps
 
 TEMPLATE = r"""#!/bin/bash
 # Written by `rlsim launch slurm`: Ray on {nodes} node(s) x {gpus} GPU(s), then rlsim's doctor and
@@ -29,11 +29,9 @@ set -uo pipefail
 PY={python}
 RAY="$(dirname "$(command -v "$PY")")/ray"
 PORT={port}
-SCENARIOS=({scenarios})
 # a directory every node shares: the report and Ray's token for this job live here
 REPORT_ROOT={report_dir}
 REPORT="$REPORT_ROOT/$SLURM_JOB_ID"
-WAIT_S={wait_s}
 # pyxis options that run every step in the container image (--image); empty: on the host
 IN=({container})
 mkdir -p "$REPORT"
@@ -79,16 +77,9 @@ for node in "${{NODES[@]:1}}"; do
   STEPS+=($!)
 done
 
-# bounded: every node alive in ray.nodes() with its GPUs, or the job ends saying which are missing
-on "$HEAD" "$PY" -m rlsim.launch.wait --address "$HEAD_IP:$PORT" --nodes {nodes} \
-  --gpus-per-node {gpus} --timeout "$WAIT_S" || exit 3
-
-on "$HEAD" "$PY" -m rlsim.cli doctor --ray-address "$HEAD_IP:$PORT" --json > "$REPORT/doctor.json"
-echo "rlsim launch: doctor exited $? (the nodes and findings: $REPORT/doctor.json)"
-on "$HEAD" "$PY" -m rlsim.cli run "${{SCENARIOS[@]}}" --backend real \
-  --ray-address "$HEAD_IP:$PORT" --report "$REPORT"{allow}
-status=$?
-echo "rlsim launch: scenarios exited $status; report in $REPORT"
+# bounded: every node alive in ray.nodes() with its GPUs, or the job ends saying which are missing;
+# then the doctor and the scenarios, each a job step on the head
+{steps}
 exit $status
 """
 
@@ -100,9 +91,8 @@ def script(launch: Launch, name: str) -> str:
     return TEMPLATE.format(
         name=name, nodes=launch.nodes, gpus=launch.gpus_per_node, gpu_line=gpu_line,
         time=launch.time, python=_q(launch.python), port=launch.port,
-        scenarios=" ".join(_q(s) for s in launch.scenarios), report_dir=_q(launch.report_dir),
-        wait_s=int(launch.wait_s), container=container,
-        allow=" --allow-disruptive" if launch.allow_disruptive else "")
+        report_dir=_q(launch.report_dir), container=container,
+        steps="\n".join(head_steps(launch, "$HEAD_IP:$PORT", "$REPORT", on_head='on "$HEAD" ')))
 
 
 def _q(text: str) -> str:

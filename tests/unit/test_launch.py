@@ -47,10 +47,11 @@ def test_the_script_is_valid_bash_and_names_what_it_runs(tmp_path):
     assert code == 0, out
     assert subprocess.run(["bash", "-n", str(tmp_path / "rlsim-acceptance.sbatch")]).returncode == 0
     for line in ("#SBATCH --nodes=4", "#SBATCH --gres=gpu:8", "#SBATCH --ntasks-per-node=1",
-                 "SCENARIOS=(/shared/rlsim/scenarios)", "REPORT_ROOT=/shared/reports",
+                 "-m rlsim.cli run /shared/rlsim/scenarios --backend real",
+                 "REPORT_ROOT=/shared/reports",
                  "IN=(--container-image=nvcr.io/me/rl:1 "
                  "--container-mounts=/shared/reports:/shared/reports)",
-                 "--nodes 4 \\\n  --gpus-per-node 8", "--allow-disruptive",
+                 "--nodes 4 --gpus-per-node 8", "--allow-disruptive",
                  "scontrol show node \"$1\""):
         assert line in script, line
     commands = [x for x in script.splitlines() if not x.lstrip().startswith("#")]
