@@ -421,6 +421,12 @@ def _connect_real(doc, ray_address: str):
         raise typer.Exit(2) from None
     with doc.connecting(ray_address, DOCTOR_CONNECT_TIMEOUT_S):
         silence = doc.gcs_silence(host, port)
+        if silence is None and (refusal := doc.gcs_refusal(host, port)):
+            from rlsim.backends.real import refusal_line
+
+            err.print(f"rlsim doctor: {refusal_line(ray_address, refusal)}", markup=False,
+                      highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
         if silence is None:
             try:
                 return RealCluster(ray_address).start()

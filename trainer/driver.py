@@ -40,7 +40,7 @@ from trainer.events import EventLog
 from trainer.groups import Roles, alive_gpu_nodes, label_memory_gb
 from trainer.memory import fit, gpu_capacity
 from trainer.placement import Plan, plan_placement
-from trainer.reach import gcs_silence, parse_address
+from trainer.reach import gcs_refusal, gcs_silence, parse_address
 
 ALGORITHMS = {"grpo": grpo.step, "ppo": ppo.step}
 
@@ -405,16 +405,19 @@ def _reconnect_if_head_restarted(log: EventLog, head: str | None, ft,
 AUTH_HINT = ("a cluster with token auth (rlsim's clusters have it) refuses a driver without "
              "its token: export RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH=<its token file> "
              "before starting (`rlsim status` prints both)")
+TOKEN_HINT = "check RAY_AUTH_TOKEN_PATH names the cluster's token (`rlsim status` prints it)"
 
 
 def _connect(run_dir: Path | None = None) -> None:
     """Join the cluster named by RAY_ADDRESS, or raise ClusterUnreachable saying in one line
     what is wrong and what to export. The address is asked first (3 s at most): Ray's own
-    connect to an address nobody serves retries for minutes. With ``run_dir``, Ray's own
-    messages while joining go to ``run_dir/ray_connect.log``."""
+    connect to an address nobody serves retries for minutes, and to a cluster that refuses this
+    process's token for about 20 s. With ``run_dir``, Ray's own messages while joining go to
+    ``run_dir/ray_connect.log``."""
     if ray.is_initialized():
         return
     address = os.environ.get("RAY_ADDRESS", "auto")
+    hint = AUTH_HINT if os.environ.get("RAY_AUTH_MODE") != "token" else TOKEN_HINT
     if ":" in address and "://" not in address:
         try:
             host, port = parse_address(address)
@@ -425,16 +428,17 @@ def _connect(run_dir: Path | None = None) -> None:
             raise ClusterUnreachable(f"no Ray cluster answers at RAY_ADDRESS={address} "
                                      f"({silence}); start it, or export the address `rlsim "
                                      "status` prints")
+        if refusal := gcs_refusal(host, port):
+            raise ClusterUnreachable(f"cannot join the Ray cluster at {address}: {refusal}; "
+                                     f"{hint}")
     try:
-        # Ray's C++ client prints a warning a second while a GCS refuses it (a missing token:
-        # ~20 of them): kept in the run directory instead, and the refusal said in one line
+        # Ray's C++ client prints a warning a second while a GCS refuses it: kept in the run
+        # directory instead, and the refusal said in one line
         quiet = _stderr_to(run_dir / "ray_connect.log") if run_dir else contextlib.nullcontext()
         with quiet:
             ray.init(address=address, logging_level="ERROR",
                      log_to_driver=os.environ.get("TRAINER_WORKER_LOGS") == "1")
     except Exception as e:  # noqa: BLE001 - Ray's many ways of refusing a driver: one line each
-        hint = AUTH_HINT if os.environ.get("RAY_AUTH_MODE") != "token" else \
-            "check RAY_AUTH_TOKEN_PATH names the cluster's token (`rlsim status` prints it)"
         raise ClusterUnreachable(f"cannot join the Ray cluster at {address}: "
                                  f"{first_line(e)}; {hint}") from None
 

@@ -259,9 +259,10 @@ def snapshot(proc_root: Path = Path("/proc")) -> dict[int, Proc]:
 
 
 def address_problem(address: str) -> str | None:
-    """Why no Ray cluster can be joined at ``address`` (not HOST:PORT, or no GCS answers there
-    within seconds), or None. Ray's own connect to a silent address retries for minutes."""
-    from trainer.reach import gcs_silence, parse_address
+    """Why no Ray cluster can be joined at ``address`` (not HOST:PORT, no GCS answers there
+    within seconds, or it refuses this process's token), or None. Ray's own connect retries a
+    silent address for minutes and a refused token for about 20 s."""
+    from trainer.reach import gcs_refusal, gcs_silence, parse_address
 
     try:
         host, port = parse_address(address)
@@ -270,7 +271,22 @@ def address_problem(address: str) -> str | None:
     if silence := gcs_silence(host, port):
         return (f"--backend real: no Ray cluster answers at {address} ({silence}); fix: give "
                 "the head's GCS address (HOST:PORT) with --ray-address")
+    if refusal := gcs_refusal(host, port):
+        return f"--backend real: {refusal_line(address, refusal)}"
     return None
+
+
+# what a refused driver must export, as the cluster's owner set it up
+TOKEN_FIX = ("a cluster with token auth needs RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH (its "
+             "token file) exported first")
+
+
+def refusal_line(address: str, refusal: str) -> str:
+    """One line for a cluster that refuses this process's token (:func:`gcs_refusal`), with the
+    fix for how this process is set up."""
+    fix = "check that RAY_AUTH_TOKEN_PATH names the cluster's own token file" \
+        if os.environ.get("RAY_AUTH_MODE") == "token" else TOKEN_FIX
+    return f"the Ray cluster at {address} refuses this process ({refusal}); fix: {fix}"
 
 
 class RealCluster:
@@ -327,9 +343,7 @@ class RealCluster:
             ray.init(address=self._address, namespace="rlsim", log_to_driver=False,
                      configure_logging=False)
         except Exception as e:  # noqa: BLE001 - Ray's ways of refusing a driver: one line
-            auth = "" if os.environ.get("RAY_AUTH_MODE") == "token" else (
-                "; a cluster with token auth needs RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH "
-                "exported first")
+            auth = "" if os.environ.get("RAY_AUTH_MODE") == "token" else f"; {TOKEN_FIX}"
             raise ClusterStartError(f"--backend real: cannot join the Ray cluster at "
                                     f"{self._address}: {str(e).strip().splitlines()[0]}{auth}"
                                     ) from None

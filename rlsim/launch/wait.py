@@ -1,7 +1,8 @@
 """Wait, bounded, until a Ray cluster has its nodes: ``python -m rlsim.launch.wait --address
 HOST:PORT --nodes N --gpus-per-node G --timeout S``. Reads ``ray.nodes()`` (never ``ray status |
 grep``): exit 0 once N alive nodes each have at least G GPUs; exit 1 after S seconds, printing
-the nodes seen; exit 2 for bad arguments. Used by the launchers ``rlsim launch`` writes."""
+the nodes seen; exit 2 for bad arguments, or at once for a cluster that refuses this process's
+token. Used by the launchers ``rlsim launch`` writes."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus-per-node", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600)
     args = ap.parse_args(argv)
-    from rlsim.doctor import gcs_silence, parse_address
+    from rlsim.doctor import gcs_refusal, gcs_silence, parse_address
 
     try:
         host, port = parse_address(args.address)
@@ -43,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
         silence = None if ray.is_initialized() else gcs_silence(host, port, 2.0)
         if silence:
             ok, line = False, f"no Ray head answers at {args.address} yet ({silence})"
+        elif not ray.is_initialized() and (refusal := gcs_refusal(host, port, 2.0)):
+            from rlsim.backends.real import refusal_line
+
+            print(f"rlsim wait: {refusal_line(args.address, refusal)}", file=sys.stderr)
+            return 2  # waiting does not change a token
         else:
             if not ray.is_initialized():
                 ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from waits import alive, wait_until
@@ -48,22 +49,54 @@ def leftovers(st: state.ClusterState) -> dict:
     }
 
 
+def _without_token(address: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    return {**env, "RAY_ADDRESS": address}
+
+
 def test_a_trainer_without_the_token_is_refused_in_one_line(shared, tmp_path):
     """The most common first mistake: a driver started without the token settings. The cluster
-    refuses it (Ray retries ~20 s, printing a warning a second); the trainer says in one line
-    what is wrong and what to export, keeps Ray's messages in its run directory, exits 2."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-    env["RAY_ADDRESS"] = shared.address
+    refuses it; the trainer asks the GCS once before Ray's own connect (which retries ~20 s,
+    printing a warning a second), says in one line what is wrong and what to export, exits 2."""
     out = subprocess.run([sys.executable, "-m", "trainer", "--config",
                           "fixtures/trainer/grpo_tiny.yaml", f"run_dir={tmp_path}/run"],
-                         env=env, capture_output=True, text=True, timeout=120)
+                         env=_without_token(shared.address), capture_output=True, text=True,
+                         timeout=120)
     lines = (out.stdout + out.stderr).strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1, lines
     assert lines[0].startswith(f"trainer: ClusterUnreachable: cannot join the Ray cluster at "
-                               f"{shared.address}") and "export RAY_AUTH_MODE=token" in lines[0]
-    assert "InvalidAuthToken" in (tmp_path / "run" / "ray_connect.log").read_text()
+                               f"{shared.address}: InvalidAuthToken") \
+        and "export RAY_AUTH_MODE=token" in lines[0]
+    assert not (tmp_path / "run" / "ray_connect.log").exists()  # refused before Ray's connect
     events = (tmp_path / "run" / "events.jsonl").read_text()
     assert '"kind": "cluster_unreachable"' in events
+
+
+def test_a_wrong_token_is_refused_in_one_line_by_trainer_doctor_and_launcher(shared, tmp_path):
+    """A token file that is not the cluster's (another cluster's, a stale one): the trainer,
+    ``rlsim doctor`` and the launchers' wait each say so in one line and exit 2. Without any
+    token settings the doctor and the wait say what to export."""
+    wrong = tmp_path / "token"
+    wrong.write_text("0" * 64)
+    with_wrong = {**_without_token(shared.address), "RAY_AUTH_MODE": "token",
+                  "RAY_AUTH_TOKEN_PATH": str(wrong)}
+    out = subprocess.run([sys.executable, "-m", "trainer", "--config",
+                          "fixtures/trainer/grpo_tiny.yaml", f"run_dir={tmp_path}/run"],
+                         env=with_wrong, capture_output=True, text=True, timeout=120)
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, lines
+    assert "InvalidAuthToken" in lines[0] and "check RAY_AUTH_TOKEN_PATH" in lines[0]
+    rlsim = str(Path(sys.executable).parent / "rlsim")
+    for env, fix in ((with_wrong, "RAY_AUTH_TOKEN_PATH names the cluster's own token file"),
+                     (_without_token(shared.address), "needs RAY_AUTH_MODE=token")):
+        for cmd, who in (([rlsim, "doctor", "--ray-address", shared.address], "rlsim doctor"),
+                         ([sys.executable, "-m", "rlsim.launch.wait", "--address",
+                           shared.address, "--nodes", "2", "--timeout", "30"], "rlsim wait")):
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+            said = (out.stdout + out.stderr).strip()
+            assert out.returncode == 2, said
+            assert said.startswith(f"{who}: the Ray cluster at {shared.address} refuses this "
+                                   "process (InvalidAuthToken") and fix in said, said
 
 
 @pytest.mark.root
