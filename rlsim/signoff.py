@@ -17,7 +17,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from rlsim.checks import FIGURES
-from rlsim.report import figures
+from rlsim.report import figure_text, figures
 
 
 def doctor_record(report) -> dict:
@@ -98,8 +98,9 @@ def render(root: str | Path) -> tuple[Path, Path]:
     for s in summary:
         fig = figures(s)
         failed = "; ".join(c["message"] for c in s["checks"] if not c["ok"])
-        rows.append([s["scenario"], "PASS" if s["ok"] else "FAIL", f"{s['seconds']} s",
-                     *(f"{fig[k]:g}" if k in fig else "-" for k in FIGURES), failed or "-"])
+        rows.append([s["scenario"], "PASS" if s["ok"] else "FAIL",
+                     f"{figure_text(s['seconds'])} s",
+                     *(figure_text(fig[k]) if k in fig else "-" for k in FIGURES), failed or "-"])
     body += ["<h2>Scenarios</h2>", _table(
         ["scenario", "result", "took", *FIGURES.values(), "failed checks"], rows),
              "<p>Timelines: <a href='report.html'>report.html</a></p>"]

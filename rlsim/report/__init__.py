@@ -17,7 +17,7 @@ from urllib.parse import quote
 from rlsim.checks import FIGURES
 from rlsim.report.lanes import read_events, story
 
-__all__ = ["figures", "render", "summaries", "verdicts_record"]
+__all__ = ["figure_text", "figures", "render", "summaries", "verdicts_record"]
 
 
 def verdicts_record(name: str, ok: bool, seconds: float, verdicts) -> dict:
@@ -146,9 +146,14 @@ def _verdict(ok: bool, yes: str = "PASS", no: str = "FAIL") -> str:
     return f"<span class='{'pass' if ok else 'fail'}'>{yes if ok else no}</span>"
 
 
+def figure_text(v) -> str:
+    """A figure as people read it on a page (seconds to the hundredth, counts whole); the
+    sign-off page prints it the same way. Machine-read outputs (JUnit, JSON) keep every digit."""
+    return f"{v:.2f}".rstrip("0").rstrip(".") if isinstance(v, float) else str(v)
+
+
 def _num(v) -> str:
-    """A figure as people read it (seconds to the hundredth, counts whole), escaped for HTML."""
-    return html.escape(f"{v:.2f}".rstrip("0").rstrip(".") if isinstance(v, float) else str(v))
+    return html.escape(figure_text(v))
 
 
 def _id(name: str) -> str:
