@@ -212,8 +212,7 @@ def cluster(
     if detach:
         console.print(f"# detached: `rlsim status {name}`, `rlsim down {name}`")
         return
-    console.print("# Ctrl-C tears the cluster down")
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    console.print("# Ctrl-C (or SIGTERM) tears the cluster down")
     try:
         while True:
             signal.pause()
@@ -587,14 +586,35 @@ def _scenario_commands() -> None:
 _scenario_commands()
 
 
+_signalled: list[int] = []
+
+
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM unwinds the command as Ctrl-C does (see :func:`main`)."""
+    _signalled.append(signum)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
     """The ``rlsim`` entry point. Leftovers of abandoned clusters are reaped by the commands that
-    start or stop clusters, never by the ones that only read (``status``, ``validate``)."""
+    start or stop clusters, never by the ones that only read (``status``, ``validate``).
+
+    SIGTERM (a scheduler's cancel, ``timeout``, ``kill``) ends any command as Ctrl-C does: on the
+    way out it heals the faults it injected and stops the clusters it started (Python's default
+    would die at once and leave them to the next command's reaping). A command it ends with an
+    error exits 143."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         app(args=argv, prog_name="rlsim")
     except HomeError as e:
         err.print(f"rlsim: {e}", style="red", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
+    except SystemExit as e:
+        if _signalled and e.code not in (0, None):
+            err.print("rlsim: stopped by SIGTERM; what it had started is stopped",
+                      markup=False, highlight=False)
+            sys.exit(143)
+        raise
 
 
 if __name__ == "__main__":

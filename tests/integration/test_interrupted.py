@@ -1,0 +1,67 @@
+"""SIGTERM (a scheduler's cancel, `timeout`) in the middle of `rlsim run`: the run unwinds as from
+Ctrl-C, so the fault in force is healed, the cluster is stopped and the timeline is written; the
+command exits 143. Without this, Python dies at once and leaves the rules and the raylets to the
+next command's reaping."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from waits import wait_until
+
+from rlsim import procs, state
+from rlsim.net import iptables
+from rlsim.scenario.session import require
+
+pytestmark = pytest.mark.integration
+
+SCENARIO = """\
+name: cut_off_when_cancelled
+description: node 1 is cut off from the start; the run is cancelled while the cut is in force
+cluster: {nodes: 2, gpus_per_node: 1}
+trainer:
+  config: fixtures/trainer/grpo_tiny.yaml
+faults:
+  - at: {seconds: 0}
+    partition: {groups: [[1]]}
+expect:
+  - completes: {}
+"""
+
+
+def _rules(cluster_name: str) -> list[str]:
+    out = subprocess.run(["iptables", "-S"], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if f"rlsim:{cluster_name}-" in line]
+
+
+@pytest.mark.root
+def test_sigterm_during_a_fault_heals_it_and_stops_the_cluster(tmp_path: Path):
+    require(iptables.Firewall.available())
+    path = tmp_path / "cancelled.yaml"
+    path.write_text(SCENARIO)
+    rlsim = str(Path(sys.executable).parent / "rlsim")
+    run = subprocess.Popen([rlsim, "run", str(path), "--report", str(tmp_path / "out")],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    name = f"sc{run.pid}-0"  # the runner names a scenario's cluster sc<pid>-<n>
+    try:
+        wait_until(lambda: run.poll() is not None or any(" -j DROP" in r for r in _rules(name)),
+                   90, "the partition's rules in force")
+        assert run.poll() is None, run.communicate()[0]
+        session = state.load(name).session
+        run.send_signal(signal.SIGTERM)
+        out, _ = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 143, out
+    assert "stopped by SIGTERM" in out
+    assert _rules(name) == [] and procs.find(session) == [] and state.load(name) is None
+    timeline = [json.loads(line) for line in
+                (tmp_path / "out" / "cut_off_when_cancelled" / "timeline.jsonl").open()]
+    assert [e["type"] for e in timeline if e["type"].startswith("fault_")] == \
+        ["fault_injected", "fault_healed"]
