@@ -35,12 +35,22 @@ def _labels(pid: int) -> dict[str, str] | None:
     return labels if SESSION_VAR in labels else None
 
 
-def _is_zombie(pid: int) -> bool:
+def _state(pid: int) -> str | None:
+    """The process's state letter in /proc (R, S, T, Z, ...), None if it is gone."""
     try:
         stat = (PROC / str(pid) / "stat").read_text()
     except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+        return None
+    return stat.rsplit(")", 1)[-1].split()[0]
+
+
+def _is_zombie(pid: int) -> bool:
+    return _state(pid) in (None, "Z")
+
+
+def stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped by a signal (SIGSTOP: a node paused without cgroups)."""
+    return _state(pid) == "T"
 
 
 def find(session: str | None = None, node: int | None = None) -> list[int]:

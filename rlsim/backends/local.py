@@ -151,9 +151,10 @@ class LocalCluster(StartedCluster):
     def nodes(self, exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
         st = self._st
         pids = {node.index: self._pids(node.index) for node in st.plan.nodes}
-        # With the head gone there is no GCS to ask (Ray's client would retry for ~15 s).
+        # With the head gone or paused there is no GCS to ask (Ray's client would retry for ~15 s
+        # and raise): nobody is seen alive, as on docker
         alive = alive_nodes(self.address, str(state.auth_token_path()), exclude_ids) \
-            if pids[0] else {}
+            if pids[0] and not self._paused(0, pids[0]) else {}
         shapes = st.spec.node_shapes()
         return [NodeInfo.seen(node.index, node.address, alive.get(node.address),
                               shapes[node.index].gpus, pids[node.index])
@@ -205,6 +206,13 @@ class LocalCluster(StartedCluster):
                 f"({st.plan.nodes[failed].address}) failed to start (exit {proc.returncode}). "
                 f"Log tail:\n" + self.logs(failed)
             )
+
+    def _paused(self, index: int, pids: list[int]) -> bool:
+        """Whether node ``index`` is paused (:meth:`pause_node`): its cgroup frozen, or without
+        cgroups its processes stopped."""
+        if self._st.cgroups:
+            return cgroups.NodeGroup(self._st.session, index).frozen()
+        return any(procs.stopped(pid) for pid in pids)
 
     def _pids(self, index: int) -> list[int]:
         st = self._st

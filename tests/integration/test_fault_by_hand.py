@@ -83,6 +83,21 @@ def test_kill_and_restart_a_node(cluster):
     assert alive(cluster) == [0, 1, 2] and in_force(cluster) == []
 
 
+def test_status_answers_at_once_while_the_head_is_paused(cluster):
+    """A paused head has no GCS to ask (Ray's client would retry ~15 s, then raise): status lists
+    the pause and sees no node alive."""
+    fault(cluster, "pause-node", "0")
+    try:
+        result = CliRunner().invoke(cli.app, ["status", cluster.spec.name, "--json"])
+        assert result.exit_code == 0, result.output
+        [seen] = json.loads(result.output)
+        assert [f["action"] for f in seen["faults"]] == ["pause-node"]
+        assert not any(n["alive"] for n in seen["nodes"])
+    finally:
+        fault(cluster, "resume-node", "0")
+    wait_until(lambda: alive(cluster) == [0, 1, 2], 20, "every node seen again")
+
+
 def test_stopping_the_cluster_ends_a_pending_self_heal(cluster):
     fault(cluster, "pause-node", "1", "--for", "120")
     helpers = [p for p in psutil.process_iter(["cmdline"])
