@@ -275,6 +275,10 @@ def status(
         c = attach(entry)
         nodes = c.nodes()
         gone = state.is_abandoned(entry, live)
+        try:
+            in_force, ledger_error = _faults(entry), None
+        except ValueError as e:  # the ledger does not parse: said, with the way out
+            in_force, ledger_error = [], str(e)
         out.append(
             {
                 "name": entry.spec.name,
@@ -282,7 +286,8 @@ def status(
                 "address": c.address,
                 "dashboard": c.dashboard_url,
                 "abandoned": gone,
-                "faults": _faults(entry),
+                "faults": in_force,
+                **({"faults_error": ledger_error} if ledger_error else {}),
                 "nodes": [
                     {"index": x.index, "role": x.role, "address": x.address, "alive": x.alive,
                      "gpus": x.gpus, "pids": len(x.pids), "shape": x.shape(),
@@ -300,6 +305,9 @@ def status(
                               f"{' ' + f['port'] if f.get('port') else ''}{heals}; heal: "
                               f"rlsim fault {entry.spec.name} heal", markup=False,
                               highlight=False, soft_wrap=True)
+            if ledger_error:
+                err.print(ledger_error, style="red", markup=False, highlight=False,
+                          soft_wrap=True)
             _print_connect(c)
             if gone:
                 err.print(f"{entry.spec.name}: abandoned (its owner, pid {entry.owner_pid}, is "

@@ -34,9 +34,26 @@ class FaultError(ValueError):
     """The action cannot be done as asked; the message names the argument and the fix."""
 
 
+MAX_FOR_S = 86400.0  # --for: a day at most, as a scenario's fault
+
+
 def ledger(st: ClusterState) -> list[dict]:
+    """The faults in force; FaultError naming the file and the way out when it does not parse
+    (``heal`` still works then: it undoes every rule and frozen node and starts it anew)."""
     path = st.root / "faults.json"
-    return json.loads(path.read_text()) if path.exists() else []
+    if not path.exists():
+        return []
+    try:
+        entries = json.loads(path.read_text())
+        if not isinstance(entries, list) or not all(
+                isinstance(e, dict) and isinstance(e.get("action"), str)
+                and isinstance(e.get("nodes"), list) for e in entries):
+            raise ValueError("not a list of faults")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise FaultError(f"{path}: the fault ledger does not parse ({e}); fix: `rlsim fault "
+                         f"{st.spec.name} heal` undoes every rule and frozen node and starts "
+                         "it anew") from None
+    return entries
 
 
 def _save(st: ClusterState, entries: list[dict]) -> None:
@@ -67,18 +84,30 @@ def apply(name: str, action: str, args: list[str], sources: str | None = None,
     if for_s is not None and action not in TIMED:
         raise FaultError(f"--for heals {', '.join(TIMED)} on its own, not {action}; fix: drop "
                          "--for")
+    if for_s is not None and not 0 < for_s <= MAX_FOR_S:  # inf, nan: never healed on its own
+        raise FaultError(f"--for {for_s}: give seconds between 0.1 and {MAX_FOR_S:g} (a day)")
+    if sources is not None and action != "block-port":
+        raise FaultError(f"--from names the sources of block-port, not {action}; fix: drop "
+                         "--from")
     need = {"heal": 0, "block-port": 2}.get(action, 1)
     if len(args) != need:
         usage = {"heal": "heal", "block-port": "block-port NODE PORT|gcs|dashboard"}.get(
             action, f"{action} NODE" + ("[,NODE...]" if action == "partition" else ""))
         raise FaultError(f"{action} takes {need} argument(s): rlsim fault {name} {usage}")
     c = attach(st)
+    if action == "heal":  # a ledger that does not parse is no reason not to heal
+        try:
+            in_force = ledger(st)
+        except FaultError:
+            in_force = []
+    else:
+        in_force = ledger(st)
     try:
-        done, undo, entry, gone = _do(c, st, action, args, sources, ledger(st))
+        done, undo, entry, gone = _do(c, st, action, args, sources, in_force)
     except (NotImplementedError, IndexError) as e:
         raise FaultError(str(e)) from None
     with state.locked():  # the ledger only: the action itself ran unlocked (restarts take s)
-        entries = [e for e in ledger(st) if not gone(e)]
+        entries = [] if action == "heal" else [e for e in ledger(st) if not gone(e)]
         if entry is not None:  # ids never repeat: a pending self-heal undoes its own fault only
             entry.update(id=uuid.uuid4().hex[:8], since=time.time(),
                          until=time.time() + for_s if for_s else None)
@@ -105,6 +134,14 @@ def _do(c, st: ClusterState, action: str, args: list[str], sources: str | None,
         return (f"healed {healed} fault(s) and every rule and frozen node left", "-", None,
                 lambda e: e["id"] in ids)
     nodes = _nodes(args[0], st, "NODE")
+    if action != "partition" and len(nodes) > 1:
+        raise FaultError(f"{action} {args[0]}: one node at a time; fix: run it once per node")
+    down = {e["nodes"][0]: e["action"] for e in entries
+            if e["action"] in ("kill-node", "pause-node")}
+    if action in ("kill-node", "pause-node") and nodes[0] in down:
+        undo = {"kill-node": "restart-node", "pause-node": "resume-node"}[down[nodes[0]]]
+        raise FaultError(f"{action} {nodes[0]}: node {nodes[0]} is already down "
+                         f"({down[nodes[0]]}); fix: `rlsim fault {name} {undo} {nodes[0]}` first")
     if action in ("kill-node", "restart-node") and nodes[0] == 0:
         raise FaultError(f"{action} 0: node 0 is the head; an rlsim cluster cannot restart it "
                          f"(its GCS has no external store): `rlsim down {name}` and start anew")
@@ -131,10 +168,16 @@ def _do(c, st: ClusterState, action: str, args: list[str], sources: str | None,
         return (f"cut node(s) {nodes} off from {rest} ({len(rules)} iptables rules)",
                 f"rlsim fault {name} heal", {"action": action, "nodes": nodes,
                                               "rules": [asdict(r) for r in rules]}, _keep)
-    try:
-        ports = c.port(args[1]) if not args[1].isdigit() else (int(args[1]), int(args[1]))
-    except KeyError as e:
-        raise FaultError(f"PORT {args[1]!r}: {e.args[0]}") from None
+    if args[1].isascii() and args[1].isdigit():
+        if not 1 <= int(args[1]) <= 65535:
+            raise FaultError(f"PORT {args[1]}: a TCP port is 1-65535, or name one (gcs, "
+                             "dashboard)")
+        ports = (int(args[1]), int(args[1]))
+    else:
+        try:
+            ports = c.port(args[1])
+        except KeyError as e:
+            raise FaultError(f"PORT {args[1]!r}: {e.args[0]}") from None
     src = _nodes(sources, st, "--from") if sources else None
     rules = c.block_port(nodes[0], ports, src)
     who = f"from node(s) {src}" if src else "from every other node"

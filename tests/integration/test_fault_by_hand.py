@@ -83,6 +83,32 @@ def test_kill_and_restart_a_node(cluster):
     assert alive(cluster) == [0, 1, 2] and in_force(cluster) == []
 
 
+def test_bad_fault_arguments_are_refused_in_words_and_change_nothing(cluster):
+    name = cluster.spec.name
+    for args, said in ((["block-port", "1", "\u00b2"], "unknown port name"),
+                       (["block-port", "1", "0"], "a TCP port is 1-65535"),
+                       (["block-port", "1", "99999"], "a TCP port is 1-65535"),
+                       (["pause-node", "1", "--for", "inf"], "--for inf: give seconds"),
+                       (["pause-node", "1,2"], "one node at a time"),
+                       (["pause-node", "1", "--from", "0"], "--from names the sources")):
+        result = CliRunner().invoke(cli.app, ["fault", name, *args])
+        assert result.exit_code == 2 and said in result.output, (args, result.output)
+    assert in_force(cluster) == [] and alive(cluster) == [0, 1, 2]
+    fault(cluster, "pause-node", "2")
+    again = CliRunner().invoke(cli.app, ["fault", name, "kill-node", "2"])
+    assert again.exit_code == 2 and "node 2 is already down (pause-node)" in again.output
+    assert [f["action"] for f in in_force(cluster)] == ["pause-node"]
+    # a ledger that does not parse: status says so, every other action refuses, heal still heals
+    (cluster.state.root / "faults.json").write_text('[{"act')
+    seen = json.loads(CliRunner().invoke(cli.app, ["status", name, "--json"]).output)[0]
+    assert "the fault ledger does not parse" in seen["faults_error"]
+    refused = CliRunner().invoke(cli.app, ["fault", name, "partition", "1"])
+    assert refused.exit_code == 2 and f"rlsim fault {name} heal" in refused.output
+    fault(cluster, "heal")
+    assert in_force(cluster) == []
+    wait_until(lambda: alive(cluster) == [0, 1, 2], 20, "node 2 thawed by heal")
+
+
 def test_status_answers_at_once_while_the_head_is_paused(cluster):
     """A paused head has no GCS to ask (Ray's client would retry ~15 s, then raise): status lists
     the pause and sees no node alive."""
