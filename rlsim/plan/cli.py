@@ -105,6 +105,10 @@ def plan(
             raise PlanInputError(f"a size in the launch is zero or missing where {framework} "
                                  f"divides by it or reads it ({type(e).__name__}: {e}); fix: "
                                  "give GPUs, nodes and batch sizes of at least 1") from None
+        except AttributeError as e:  # a list or a number where the config has a section
+            raise PlanInputError(f"a section of the {framework} config has the wrong type "
+                                 f"({e}); fix: write it as a mapping (key: value), as "
+                                 f"{framework}'s own example configs do") from None
         placement = place(layout, nodes)
         if emit_scenario is not None:
             from rlsim.plan.emit import write_scenario

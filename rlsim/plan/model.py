@@ -23,6 +23,23 @@ class PlanInputError(ValueError):
     parse); the message names the flag, key or file and the fix."""
 
 
+# The largest cluster rlsim plans, as `rlsim launch` starts: a launch asking more is refused
+# before any list of that size is built (a typo of 99999999999 nodes would hang the reader)
+MAX_NODES, MAX_GPUS_PER_NODE = 4096, 64
+MAX_GPUS = MAX_NODES * MAX_GPUS_PER_NODE
+
+
+def bounded(value: int, key: str, least: int, most: int) -> int:
+    """``value`` of launch setting ``key`` if it is within ``least..most``; else PlanInputError
+    naming the key, the bounds and the fix."""
+    if value > most:
+        raise PlanInputError(f"{key}={value}: more than the {most} rlsim plans; fix: give the "
+                             "size the launch really asks for")
+    if value < least:
+        raise PlanInputError(f"{key}={value}: give {least} or more")
+    return value
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing the framework or Ray would do with this launch: ``error`` (it fails or hangs),
@@ -163,15 +180,19 @@ def parse_cluster(text: str) -> list[Node]:
     try:
         if "x" in text:
             n, g = (int(v) for v in text.split("x"))
-            nodes = [Node(g)] * n
+            gpus = [g] * bounded(n, "--cluster nodes", 1, MAX_NODES)  # before the list
         else:
-            nodes = [Node(int(v)) for v in text.split(",")]
+            gpus = [int(v) for v in text.split(",")]
+    except PlanInputError:
+        raise
     except ValueError:
-        nodes = []
-    if not nodes or any(n.gpus < 0 for n in nodes) or len(nodes) > 4096:
+        gpus = []
+    if not gpus or any(g < 0 for g in gpus):
         raise PlanInputError(f"--cluster {text}: write NODESxGPUS (e.g. 4x8) or the GPUs of each "
                              "node, comma-joined (e.g. 8,8,4)")
-    return nodes
+    bounded(len(gpus), "--cluster nodes", 1, MAX_NODES)
+    bounded(max(gpus), "--cluster GPUs per node", 0, MAX_GPUS_PER_NODE)
+    return [Node(g) for g in gpus]
 
 
 class _Free:

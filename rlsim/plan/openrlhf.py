@@ -27,11 +27,23 @@ import difflib
 import json
 from pathlib import Path
 
-from rlsim.plan.model import Finding, Group, Layout, PlanInputError, launch_argv
+from rlsim.plan.model import (
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_NODES,
+    Finding,
+    Group,
+    Layout,
+    PlanInputError,
+    bounded,
+    launch_argv,
+)
 
 DATA = Path(__file__).parent / "data"
 VERSIONS = ("v0.11.0", "v0.10.1.post2", "v0.8.11")  # newest first
 ENTRY = ("openrlhf.cli.train_ppo_ray", "train_ppo_ray.py")
+SIZES = ((".num_nodes", MAX_NODES), (".num_gpus_per_node", MAX_GPUS_PER_NODE),
+         (".num_engines", MAX_GPUS), (".tensor_parallel_size", MAX_GPUS))
 # dotted name (v0.10.2+) -> flat name (up to v0.10.1), for the flags placement reads
 FLAT = {
     "actor.num_nodes": "actor_num_nodes", "actor.num_gpus_per_node": "actor_num_gpus_per_node",
@@ -125,7 +137,10 @@ class Read:
         return self.values.get(self.flag(name))
 
     def int(self, name: str) -> int:
-        return self._number(name, int, "a whole number")
+        value = self._number(name, int, "a whole number")
+        # sizes the readers build lists of: bounded before any is built
+        most = next((m for end, m in SIZES if name.endswith(end)), None)
+        return value if most is None else bounded(value, self.flag(name), -most, most)
 
     def float(self, name: str) -> float:
         return self._number(name, float, "a number")

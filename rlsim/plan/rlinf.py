@@ -19,7 +19,7 @@ placement group pinned there.
 
 from __future__ import annotations
 
-from rlsim.plan.model import Finding, Group, Layout, Node, PlanInputError
+from rlsim.plan.model import MAX_GPUS, MAX_NODES, Finding, Group, Layout, Node, PlanInputError
 from rlsim.plan.roll import load
 
 REASONING = ("actor", "rollout", "reward")
@@ -65,6 +65,8 @@ def _span(text: str, where: str) -> list[int]:
                              "e.g. 0-7 or all") from None
     if hi < lo or lo < 0:
         raise PlanInputError(f"{where}: {text!r}: a range goes from low to high, from 0")
+    if hi >= MAX_GPUS:
+        raise PlanInputError(f"{where}: {text!r}: rlsim plans at most {MAX_GPUS} GPUs")
     return list(range(lo, hi + 1))
 
 
@@ -75,6 +77,9 @@ def layout(path: str, nodes: list[Node]) -> Layout:
     if type(num) is not int or num <= 0:
         raise PlanInputError(f"{path}: cluster.num_nodes: 'num_nodes' must be a positive "
                              f"integer. But got {num!r}")
+    if num > MAX_NODES:
+        raise PlanInputError(f"{path}: cluster.num_nodes={num}: rlsim plans at most "
+                             f"{MAX_NODES} nodes")
     placement = cluster.get("component_placement")
     if not isinstance(placement, dict) or not placement:
         raise PlanInputError(f"{path}: cluster.component_placement is missing; fix: e.g. "

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from rlsim.plan.model import Finding, Group, Layout, Node, PlanInputError
+from rlsim.plan.model import MAX_GPUS, Finding, Group, Layout, Node, PlanInputError
 
 ROLES = ("actor_train", "actor_infer", "reference", "critic", "reward", "reward_model",
          "validation", "teacher", "student_train", "student_infer")
@@ -55,7 +55,10 @@ def _eval(node: ast.AST) -> list[int]:
         if node.func.id == "list" and len(node.args) == 1:
             return _eval(node.args[0])
         if node.func.id == "range" and 1 <= len(node.args) <= 3:
-            return list(range(*(_int(a) for a in node.args)))
+            indices = range(*(_int(a) for a in node.args))
+            if len(indices) > MAX_GPUS:
+                raise ValueError(f"{len(indices)} GPUs, more than the {MAX_GPUS} rlsim plans")
+            return list(indices)
     raise ValueError("only list literals, list(...), range(...) and + are read")
 
 
@@ -71,7 +74,11 @@ def load(path: str) -> dict:
     except OSError as e:
         raise PlanInputError(f"{path}: cannot read it ({e.strerror})") from None
     except yaml.YAMLError as e:
-        raise PlanInputError(f"{path}: not YAML ({str(e).splitlines()[0]})") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise PlanInputError(f"{path}: not YAML{where} ({str(e).splitlines()[0]})") from None
+    except UnicodeDecodeError:
+        raise PlanInputError(f"{path}: not text (a binary file?); give the YAML config") from None
     if not isinstance(data, dict):
         raise PlanInputError(f"{path}: a ROLL or RLinf config is a YAML mapping")
     return data

@@ -25,7 +25,16 @@ from pathlib import Path
 
 import yaml
 
-from rlsim.plan.model import Finding, Group, Layout, PlanInputError, launch_argv
+from rlsim.plan.model import (
+    MAX_GPUS_PER_NODE,
+    MAX_NODES,
+    Finding,
+    Group,
+    Layout,
+    PlanInputError,
+    bounded,
+    launch_argv,
+)
 
 DATA = Path(__file__).parent / "data"
 ENTRY = ("verl.trainer.main_ppo", "verl/trainer/main_ppo.py")
@@ -122,7 +131,8 @@ def layout(argv: list[str]) -> Layout:
 
 def _layout(name: str, cfg) -> Layout:
     t, arr = cfg.trainer, cfg.actor_rollout_ref
-    nnodes, per_node = int(t.nnodes), int(t.n_gpus_per_node)
+    nnodes = bounded(int(t.nnodes), "trainer.nnodes", 1, MAX_NODES)
+    per_node = bounded(int(t.n_gpus_per_node), "trainer.n_gpus_per_node", 1, MAX_GPUS_PER_NODE)
     kl = bool(cfg.algorithm.use_kl_in_reward or arr.actor.use_kl_loss)
     critic = bool(cfg.critic.enable) if cfg.critic.enable is not None else \
         cfg.algorithm.adv_estimator == "gae"
@@ -136,7 +146,10 @@ def _layout(name: str, cfg) -> Layout:
                     "trainer.nnodes x trainer.n_gpus_per_node", cpus=BUNDLE_CPUS)
               for k in range(nnodes)]
     if own_rm_pool:
-        rm_nodes, rm_gpus = int(rm.get("nnodes", 0)), int(rm.get("n_gpus_per_node", 0))
+        rm_nodes = bounded(int(rm.get("nnodes", 0)), "reward_model.nnodes", -MAX_NODES,
+                           MAX_NODES)
+        rm_gpus = bounded(int(rm.get("n_gpus_per_node", 0)), "reward_model.n_gpus_per_node",
+                          -MAX_GPUS_PER_NODE, MAX_GPUS_PER_NODE)
         for key, v in (("n_gpus_per_node", rm_gpus), ("nnodes", rm_nodes)):
             if v <= 0:
                 findings.append(Finding("error", f"reward_model.enable_resource_pool needs its "

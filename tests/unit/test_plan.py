@@ -213,10 +213,42 @@ def test_emitting_is_checked_by_the_reference_trainer_itself():
     (["plan", "openrlhf", "--cluster", "1x8", "--", f"{OPENRLHF} --ring_attn_size 0"],
      "zero or missing"),
     (["plan", "verl", "--cluster", "1x8", "--",
-      "python3 -m verl.trainer.main_ppo trainer.nnodes=0"], "zero or missing"),
+      "python3 -m verl.trainer.main_ppo trainer.nnodes=0"], "trainer.nnodes=0: give 1 or more"),
+    (["plan", "verl", "--cluster", "1x8", "--",
+      "python3 -m verl.trainer.main_ppo trainer.nnodes=-2"], "trainer.nnodes=-2: give 1 or more"),
+    # sizes a reader would build lists of are bounded first (these hung, building them)
+    (["plan", "verl", "--cluster", "1x8", "--",
+      "python3 -m verl.trainer.main_ppo trainer.nnodes=99999999999"],
+     "trainer.nnodes=99999999999: more than the 4096 rlsim plans"),
+    (["plan", "verl", "--cluster", "2x99999999999", "--", "python3 -m verl.trainer.main_ppo"],
+     "--cluster GPUs per node=99999999999: more than the 64"),
+    (["plan", "verl", "--cluster", "9999999999x8", "--", "python3 -m verl.trainer.main_ppo"],
+     "--cluster nodes=9999999999: more than the 4096"),
+    (["plan", "openrlhf", "--cluster", "1x8", "--",
+      f"{OPENRLHF} --actor_num_gpus_per_node 99999999999"],
+     "--actor_num_gpus_per_node=99999999999: more than the 64"),
     (["plan", "verl", "--cluster", "1x8", "--emit-scenario", "/nonexistent-dir/x.yaml", "--",
       "python3 -m verl.trainer.main_ppo trainer.nnodes=1"], "cannot write it"),
 ])
 def test_zero_sizes_and_unwritable_files_are_bad_input_not_tracebacks(args, words):
     code, out = run(*args)
+    assert code == 2 and words in out and "Traceback" not in out, out
+
+
+@pytest.mark.parametrize(("framework", "text", "words"), [
+    ("roll", "actor_train:\n  device_mapping: list(range(0,100000000))\n",
+     "100000000 GPUs, more than the 262144 rlsim plans"),
+    ("roll", "rewards: [1, 2]\n", "a section of the roll config has the wrong type"),
+    ("rlinf", "cluster: [1]\n", "a section of the rlinf config has the wrong type"),
+    ("rlinf", "cluster:\n  num_nodes: 99999\n", "rlsim plans at most 4096 nodes"),
+    ("roll", "actor_train: {device_mapping: [0,\n", "not YAML at line 2"),
+    ("roll", b"\x89PNG\r\n\x1a\n\x00\xff", "not text (a binary file?)"),
+])
+def test_a_config_of_the_wrong_shape_or_size_is_bad_input(tmp_path, framework, text, words):
+    path = tmp_path / "config.yaml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    code, out = run("plan", framework, "--cluster", "2x8", str(path))
     assert code == 2 and words in out and "Traceback" not in out, out
