@@ -16,8 +16,10 @@ import json
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+from pydantic import BaseModel
+
 from rlsim.checks import FIGURES
-from rlsim.report import figure_text, figures
+from rlsim.report import figure_text, figures, summaries
 
 
 def doctor_record(report) -> dict:
@@ -35,14 +37,38 @@ def doctor_record(report) -> dict:
                           "fix": f.fix} for f in report.findings]}
 
 
+class _Node(BaseModel):
+    index: int
+    address: str
+    host: str | None = None
+    error: str | None = None
+    versions: dict[str, str | None] = {}
+    hardware: dict = {}
+    reaches: str
+
+
+class _Finding(BaseModel):
+    level: str
+    check: str
+    message: str
+    fix: str
+
+
+class _Record(BaseModel):
+    nodes: list[_Node]
+    findings: list[_Finding] = []
+
+
 def _doctor(path: Path) -> dict | None:
-    """The doctor's record, or None: absent, or empty or cut short (a doctor that could not
-    reach the cluster wrote nothing): the report says so instead of failing the run."""
+    """The doctor's record, or None: absent, empty, cut short (a doctor that could not reach
+    the cluster wrote nothing) or not a doctor's record: the page says so instead of failing
+    the run."""
     try:
         record = json.loads(path.read_text())
-    except (OSError, ValueError):
+        _Record.model_validate(record)
+    except (OSError, ValueError):  # ValidationError is a ValueError
         return None
-    return record if isinstance(record, dict) and "nodes" in record else None
+    return record
 
 
 def _gpus(hw: dict) -> tuple[str, str]:
@@ -50,14 +76,17 @@ def _gpus(hw: dict) -> tuple[str, str]:
     gpus = hw.get("gpus")
     if gpus is None:
         return "no nvidia-smi (fake or no GPUs)", "-"
+    if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
+        return "unreadable GPU record", "-"
     if any("error" in g for g in gpus):
         return "; ".join(g.get("error", "") for g in gpus if "error" in g), "-"
     models: dict[str, int] = {}
     for g in gpus:
-        key = f"{g['name']} ({int(g['memory_mib']) // 1024} GiB)" \
-            if str(g.get("memory_mib", "")).isdigit() else g["name"]
+        name = str(g.get("name", "unnamed GPU"))
+        key = f"{name} ({int(g['memory_mib']) // 1024} GiB)" \
+            if str(g.get("memory_mib", "")).isdigit() else name
         models[key] = models.get(key, 0) + 1
-    drivers = sorted({g["driver"] for g in gpus})
+    drivers = sorted({str(g.get("driver", "-")) for g in gpus})
     return ", ".join(f"{n} x {m}" for m, n in models.items()) or "none", ", ".join(drivers)
 
 
@@ -71,7 +100,7 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 def render(root: str | Path) -> tuple[Path, Path]:
     """Write ``signoff.html`` and ``junit.xml`` in ``root``; their paths."""
     root = Path(root)
-    summary = json.loads((root / "summary.json").read_text())
+    summary = summaries(root)
     doctor = _doctor(root / "doctor.json")
     passed = sum(s["ok"] for s in summary)
     body = [f"<h1>rlsim sign-off: {passed}/{len(summary)} scenarios passed</h1>"]

@@ -14,10 +14,13 @@ import json
 from pathlib import Path
 from urllib.parse import quote
 
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator
+
 from rlsim.checks import FIGURES
 from rlsim.report.lanes import read_events, story
 
-__all__ = ["figure_text", "figures", "render", "summaries", "verdicts_record"]
+__all__ = ["ReportInputError", "figure_text", "figures", "render", "summaries",
+           "verdicts_record"]
 
 
 def verdicts_record(name: str, ok: bool, seconds: float, verdicts) -> dict:
@@ -33,22 +36,68 @@ def figures(scenario: dict) -> dict[str, float]:
             if c["check"] in FIGURES and c.get("value") is not None}
 
 
+class ReportInputError(ValueError):
+    """A report folder's record does not parse or has the wrong shape; the message names the
+    file, the field and the fix."""
+
+
+class _Check(BaseModel):
+    check: str
+    ok: bool
+    message: str
+    value: float | None = None
+
+
+class _Scenario(BaseModel):
+    scenario: str = Field(pattern=r"^[^/\\]+$")  # a folder name under the root
+    ok: bool
+    seconds: float
+    checks: list[_Check]
+
+    @field_validator("scenario")
+    @classmethod
+    def _folder(cls, v: str) -> str:
+        if v in (".", ".."):
+            raise ValueError("a scenario's name is a folder under the report, not . or ..")
+        return v
+
+
 def summaries(root: Path) -> list[dict]:
-    """``summary.json`` (``rlsim run --report``), or each scenario's ``verdicts.json`` (pytest)."""
+    """``summary.json`` (``rlsim run --report``), or each scenario's ``verdicts.json`` (pytest);
+    ReportInputError naming the file and the field when one does not hold such records."""
     if (root / "summary.json").exists():
-        return json.loads((root / "summary.json").read_text())
-    return [json.loads(p.read_text()) for p in sorted(root.glob("*/verdicts.json"))]
+        return _records(root / "summary.json", list[_Scenario])
+    return [_records(p, _Scenario) for p in sorted(root.glob("*/verdicts.json"))]
 
 
-def render(root: str | Path) -> Path:
-    """(Re)write ``<root>/report.html`` from the summaries and each scenario's timeline."""
+def _records(path: Path, shape):
+    fix = "fix: write the folder again with `rlsim run --report DIR`"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ReportInputError(f"{path}: not readable JSON ({type(e).__name__}: "
+                               f"{str(e)[:200]}); {fix}") from None
+    try:
+        TypeAdapter(shape).validate_python(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "(the whole file)"
+        raise ReportInputError(f"{path}: {where}: {first['msg']}; {fix}") from None
+    return data
+
+
+def render(root: str | Path, problems: list[str] | None = None) -> Path:
+    """(Re)write ``<root>/report.html`` from the summaries and each scenario's timeline. A
+    timeline that cannot be drawn is said in its scenario's section and added to ``problems``;
+    records that do not parse raise ReportInputError."""
     from plotly.offline import get_plotlyjs
 
     root = Path(root)
     summary = summaries(root)
+    problems = [] if problems is None else problems
     passed = sum(s["ok"] for s in summary)
     body = [f"<h1>rlsim scenarios: {passed}/{len(summary)} passed</h1>", _summary(summary)]
-    body += [_section(root, s) for s in summary]
+    body += [_section(root, s, problems) for s in summary]
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>rlsim report: {passed}/"
             f"{len(summary)} passed</title><style>{CSS}</style><script>{get_plotlyjs()}</script>"
             f"</head><body>{''.join(body)}<script>{SORT_JS}</script></body></html>")
@@ -73,13 +122,28 @@ def _summary(summary: list[dict]) -> str:
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
-def _section(root: Path, s: dict) -> str:
-    from rlsim.report.figure import figure
-
+def _section(root: Path, s: dict, problems: list[str]) -> str:
     name, folder = s["scenario"], root / s["scenario"]
     parts = [f"<section id='{_id(name)}' class='scenario'><h2>{html.escape(name)}: "
              f"{_verdict(s['ok'])} <small>{_num(s['seconds'])} s</small></h2>"]
     timeline = folder / "timeline.jsonl"
+    try:
+        parts += _timeline(folder, timeline, name)
+    except (OSError, TypeError, ValueError, KeyError, AttributeError) as e:
+        # a hand-edited or foreign line: this scenario's drawing is lost, not the page
+        problem = (f"{timeline}: not drawn ({type(e).__name__}: {str(e)[:200]}); fix: run the "
+                   "scenario again, or remove the line that does not match what rlsim writes")
+        problems.append(problem)
+        parts.append(f"<pre class='refusal'>{html.escape(problem)}</pre>")
+    parts.append(_checks(s))
+    parts.append(_links(root, folder))
+    return "".join(parts) + "</section>"
+
+
+def _timeline(folder: Path, timeline: Path, name: str) -> list[str]:
+    from rlsim.report.figure import figure
+
+    parts = []
     events = read_events(timeline) if timeline.exists() else []
     if events:
         st = story(events)
@@ -97,9 +161,7 @@ def _section(root: Path, s: dict) -> str:
                                  config={"displaylogo": False, "responsive": True}))
     else:
         parts.append("<p>(no timeline recorded)</p>")
-    parts.append(_checks(s))
-    parts.append(_links(root, folder))
-    return "".join(parts) + "</section>"
+    return parts
 
 
 def _checks(s: dict) -> str:

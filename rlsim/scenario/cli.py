@@ -235,25 +235,54 @@ def report(
 ) -> None:
     """Re-render ``report.html`` from a report folder (and open it, or check it in headless
     Chromium)."""
-    from rlsim.report import render
+    from rlsim.report import ReportInputError, render
 
+    def refuse(message: str) -> typer.Exit:
+        console.print(f"rlsim report: {message}", style="red", markup=False, highlight=False,
+                      soft_wrap=True)
+        return typer.Exit(2)
+
+    if not root.is_dir():
+        raise refuse(f"{root}: {'no such folder' if not root.exists() else 'not a folder'}; "
+                     "give the folder rlsim run --report DIR wrote")
     if not (root / "summary.json").is_file() and not list(root.glob("*/verdicts.json")):
-        console.print(f"{root}: no summary.json (write one with rlsim run --report DIR)",
-                      style="red", markup=False, highlight=False)
-        raise typer.Exit(2)
-    out = render(root)
-    console.print(f"report: {out}", markup=False, highlight=False)
-    if (root / "summary.json").is_file():
-        from rlsim import signoff
+        raise refuse(f"{root}: no summary.json (write one with rlsim run --report DIR)")
+    if screenshots is not None:  # before anything is rewritten
+        try:
+            screenshots.mkdir(parents=True, exist_ok=True)
+            probe = screenshots / ".rlsim-write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise refuse(f"--screenshots {screenshots}: cannot write there "
+                         f"({e.strerror or e}); give a folder this user can write") from None
+    problems: list[str] = []
+    try:
+        out = render(root, problems)
+        console.print(f"report: {out}", markup=False, highlight=False)
+        if (root / "summary.json").is_file():
+            from rlsim import signoff
 
-        html_path, junit = signoff.render(root)
-        console.print(f"sign-off: {html_path} and {junit}", markup=False, highlight=False)
+            html_path, junit = signoff.render(root)
+            console.print(f"sign-off: {html_path} and {junit}", markup=False, highlight=False)
+    except ReportInputError as e:
+        raise refuse(str(e)) from None
+    except OSError as e:
+        raise refuse(f"{root}: cannot write the report there ({e.strerror or e}); give a "
+                     "folder this user can write") from None
+    for problem in problems:
+        console.print(f"rlsim report: {problem}", style="red", markup=False, highlight=False,
+                      soft_wrap=True)
     if screenshots is not None:
         _check_in_browser(out, screenshots)
     if open_:
         import webbrowser
 
-        webbrowser.open(out.resolve().as_uri())
+        if not webbrowser.open(out.resolve().as_uri()):
+            console.print(f"rlsim report --open: no browser found here; open {out} yourself",
+                          markup=False, highlight=False)
+    if problems:
+        raise typer.Exit(2)
 
 
 def _check_in_browser(page: Path, screenshots: Path) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from rlsim.report import render
+import pytest
+
+from rlsim.report import ReportInputError, render
 from rlsim.report.lanes import node_lane, story
 
 NODES = ["127.77.0.10", "127.77.0.11", "127.77.0.12"]
@@ -140,10 +142,15 @@ def test_lines_a_report_cannot_place_are_skipped_not_fatal(tmp_path):
     figure(st)  # draws
 
 
-def test_numbers_and_names_reach_the_page_escaped(tmp_path):
+def test_names_and_messages_reach_the_page_escaped_and_numbers_must_be_numbers(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps([
-        {"scenario": "a", "ok": True, "seconds": "<img src=x onerror=alert(1)>", "checks": [
-            {"check": "restarts", "ok": True, "message": "m", "value": "<b>1</b>"}]}]))
+        {"scenario": "<img src=x onerror=alert(1)>", "ok": True, "seconds": 1.5, "checks": [
+            {"check": "restarts", "ok": False, "message": "<b>1</b>", "value": 1}]}]))
     page = render(tmp_path).read_text()
     assert "<img src=x" not in page and "<b>1</b>" not in page
-    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page and "&lt;b&gt;1&lt;/b&gt;" in page
+    (tmp_path / "summary.json").write_text(json.dumps([
+        {"scenario": "a", "ok": True, "seconds": "<img src=x onerror=alert(1)>", "checks": []}]))
+    with pytest.raises(ReportInputError, match=r"summary.json: 0.seconds: Input should be a "
+                                               "valid number"):
+        render(tmp_path)

@@ -53,3 +53,16 @@ def test_without_a_readable_doctor_record_it_says_how_to_get_one(tmp_path):
     (tmp_path / "doctor.json").write_text("")  # a doctor that could not reach the cluster
     page, _ = render(tmp_path)
     assert "No readable doctor.json" in page.read_text()
+
+
+def test_a_doctor_record_of_the_wrong_shape_is_said_on_the_page(tmp_path):
+    (tmp_path / "summary.json").write_text("[]")
+    for record in ({"nodes": 5}, {"nodes": [{}], "findings": []}, [1, 2]):
+        (tmp_path / "doctor.json").write_text(json.dumps(record))
+        page, _ = render(tmp_path)
+        assert "No readable doctor.json" in page.read_text(), record
+    node = {"index": 0, "address": "10.0.0.1", "reaches": "1/1",
+            "hardware": {"gpus": [{"memory_mib": "81559"}]}}  # no name, no driver
+    (tmp_path / "doctor.json").write_text(json.dumps({"nodes": [node], "findings": []}))
+    page, _ = render(tmp_path)
+    assert "<td>1 x unnamed GPU (79 GiB)</td><td>-</td>" in page.read_text()

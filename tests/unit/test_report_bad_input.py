@@ -1,0 +1,89 @@
+"""`rlsim report DIR` on folders that are not what `rlsim run --report` writes: exit 2 with one
+line naming the file, the field and the fix, never a traceback. A timeline line of the wrong shape
+costs only that scenario's drawing: the page is written and says which file and why."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rlsim import cli
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "report"
+GOOD = {"scenario": "head_lost", "ok": True, "seconds": 12.5,
+        "checks": [{"check": "detected_within_s", "ok": True, "message": "0.8 s", "value": 0.8}]}
+
+
+def report(root: Path, *more: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli.app, ["report", str(root), *more])
+    assert "Traceback" not in result.output and result.exception is None or \
+        isinstance(result.exception, SystemExit), result.output
+    return result.exit_code, " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(("summary", "words"), [
+    ('[{"scenario": "head_lost", "ok": tr', "summary.json: not readable JSON (JSONDecodeError"),
+    (b"\x89PNG\r\n\x1a\n\xff", "summary.json: not readable JSON (UnicodeDecodeError"),
+    ({"a": 1}, "summary.json: (the whole file): Input should be a valid list"),
+    ([{**GOOD, "seconds": None}], "summary.json: 0.seconds: Input should be a valid number"),
+    ([{**GOOD, "checks": [{**GOOD["checks"][0], "value": "fast"}]}],
+     "summary.json: 0.checks.0.value: Input should be a valid number"),
+    ([{k: v for k, v in GOOD.items() if k != "checks"}], "summary.json: 0.checks: Field required"),
+    ([{**GOOD, "scenario": "../../etc"}], "summary.json: 0.scenario: String should match"),
+])
+def test_a_summary_of_the_wrong_shape_is_named_with_its_field(tmp_path, summary, words):
+    path = tmp_path / "summary.json"
+    if isinstance(summary, bytes):
+        path.write_bytes(summary)
+    else:
+        path.write_text(summary if isinstance(summary, str) else json.dumps(summary))
+    code, out = report(tmp_path)
+    assert code == 2 and words in out and "fix: write the folder again" in out, out
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_a_verdicts_file_of_the_wrong_shape_is_named(tmp_path):
+    (tmp_path / "head_lost").mkdir()
+    (tmp_path / "head_lost" / "verdicts.json").write_text("[1, 2]")
+    code, out = report(tmp_path)
+    assert code == 2 and "head_lost/verdicts.json: (the whole file)" in out, out
+
+
+@pytest.mark.parametrize("line", [
+    {"type": "cluster_ready", "nodes": 5},
+    {"type": "fault_injected", "fault": "kill_node", "index": [1]},
+    {"type": "fault_healed", "fault": "kill_node", "index": {"a": 1}},
+    {"type": "baseline_done", "run_dir": 5, "returncode": 0},
+])
+def test_a_timeline_line_of_the_wrong_shape_costs_only_its_drawing(tmp_path, line):
+    shutil.copytree(FIXTURE / "head_lost", tmp_path / "head_lost")
+    shutil.copytree(FIXTURE / "host_oom", tmp_path / "host_oom")
+    summary = [s for s in json.loads((FIXTURE / "summary.json").read_text())
+               if s["scenario"] in ("head_lost", "host_oom")]
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    timeline = tmp_path / "head_lost" / "timeline.jsonl"
+    lines = timeline.read_text().splitlines()
+    first = json.loads(lines[0])
+    bad = json.dumps({"ts": first["ts"] + 0.001, "source": "rlsim", **line})
+    timeline.write_text("\n".join([lines[0], bad, *lines[1:]]) + "\n")  # read before its twin
+    code, out = report(tmp_path)
+    assert code == 2 and "head_lost/timeline.jsonl: not drawn" in out and "fix: run the " \
+        "scenario again" in out, out
+    page = (tmp_path / "report.html").read_text()
+    assert "head_lost/timeline.jsonl: not drawn" in page and "plot-sc-host_oom" in page
+
+
+def test_a_folder_that_is_missing_or_a_file_and_an_unwritable_screenshots_folder(tmp_path):
+    code, out = report(tmp_path / "nope")
+    assert code == 2 and "no such folder" in out, out
+    (tmp_path / "afile").write_text("")
+    code, out = report(tmp_path / "afile")
+    assert code == 2 and "not a folder" in out, out
+    (tmp_path / "summary.json").write_text(json.dumps([GOOD]))
+    code, out = report(tmp_path, "--screenshots", str(tmp_path / "afile"))
+    assert code == 2 and "--screenshots" in out and "cannot write there" in out, out
+    assert not (tmp_path / "report.html").exists()  # refused before anything was rewritten
