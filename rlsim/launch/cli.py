@@ -39,7 +39,8 @@ def launch(
     gpus_per_node: int = typer.Option(..., help="GPUs each node has."),
     image: str | None = typer.Option(None, help="Container image every node runs (Slurm: "
                                      "pyxis --container-image)."),
-    accelerator: str = typer.Option("H100", help="GPU type to ask for (SkyPilot, dstack)."),
+    accelerator: str | None = typer.Option(None, help="GPU type to ask for (SkyPilot, dstack; "
+                                           "default H100)."),
     scenarios: Annotated[list[str] | None, typer.Option(
         help="Scenario files or folders as the nodes see them (repeatable or comma-joined; "
              "default for Slurm: the catalogue beside this rlsim).")] = None,
@@ -48,7 +49,8 @@ def launch(
     python: str | None = typer.Option(None, help="The Python with rlsim and Ray on every node "
                                       "(default: this one for Slurm, python3 in the image "
                                       "elsewhere)."),
-    time: str = typer.Option("01:00:00", help="The job's time limit."),
+    time: str | None = typer.Option(None, help="The job's time limit (Slurm, KubeRay, dstack; "
+                                    "default 01:00:00), in Slurm's forms."),
     port: int = typer.Option(6379, help="The head's GCS port."),
     wait: float = typer.Option(600, help="Seconds the nodes may take to join."),
     allow_disruptive: bool = typer.Option(False, "--allow-disruptive", help="Run scenarios "
@@ -59,7 +61,19 @@ def launch(
     if platform not in PLATFORMS:
         _fail(f"{platform!r}: rlsim launch writes {', '.join(PLATFORMS)}")
     render, name, start, default_python = PLATFORMS[platform]
-    scenarios = [p for given in scenarios or [] for p in given.split(",") if p]
+    # an option a platform has no place for is refused, not dropped without a word
+    if accelerator is not None and platform in ("slurm", "kuberay"):
+        _fail(f"--accelerator {accelerator}: {platform} asks for GPUs by count; a GPU type is "
+              "the site's (Slurm: edit the #SBATCH --gres line, e.g. gpu:h100:8; KubeRay: a "
+              "nodeSelector); fix: drop --accelerator")
+    if time is not None and platform == "skypilot":
+        _fail("--time: a SkyPilot task has no time limit of its own; fix: drop --time (end it "
+              "with `sky down`, or give the cluster an autostop)")
+    given = scenarios or []
+    scenarios = [p.strip() for g in given for p in g.split(",") if p.strip()]
+    if given and not scenarios:
+        _fail(f"--scenarios {','.join(given)!r}: names no file or folder; give the scenario "
+              "files or folders as the nodes see them (e.g. --scenarios /opt/rlsim/scenarios)")
     if not scenarios and platform != "slurm":
         _fail("--scenarios: give the scenario files or folders as the image sees them (e.g. "
               "--scenarios /opt/rlsim/scenarios)")
@@ -67,8 +81,8 @@ def launch(
     fields = dict(nodes=nodes, gpus_per_node=gpus_per_node, python=python or default_python,
                   scenarios=scenarios or [str(repo / "scenarios")],
                   report_dir=report_dir or str((out / "reports").resolve()), image=image,
-                  time=time, port=port, wait_s=wait, allow_disruptive=allow_disruptive,
-                  accelerator=accelerator)
+                  time=time or "01:00:00", port=port, wait_s=wait,
+                  allow_disruptive=allow_disruptive, accelerator=accelerator or "H100")
     try:
         spec = Launch(**fields)
     except ValidationError as e:

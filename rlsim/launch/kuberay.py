@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shlex
 from pathlib import Path
 
 import yaml
@@ -31,10 +32,10 @@ def rayjob(launch: Launch) -> dict:
     if not launch.image:
         raise ValueError("--image: KubeRay runs every node as a pod of a container image; give "
                          "one with rlsim and Ray installed")
-    report = f"{launch.report_dir}/$(date +%Y%m%d-%H%M%S)"
+    report = f'{shlex.quote(launch.report_dir)}/"$(date +%Y%m%d-%H%M%S)"'
     # the job's driver runs on the head: Ray Jobs gives it the cluster's GCS as RAY_ADDRESS;
     # the cluster's own auth mode (KubeRay's default: none) unless the pod sets one
-    steps = ['export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"', f'REPORT="{report}"',
+    steps = ['export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"', f"REPORT={report}",
              *head_steps(launch, "$RAY_ADDRESS", "$REPORT"), "exit $status"]
     mount = [{"name": "reports", "mountPath": launch.report_dir}]
     return {
@@ -94,6 +95,4 @@ def script(launch: Launch, name: str) -> str:
 
 
 def _quote(text: str) -> str:
-    import shlex
-
     return shlex.quote(text)

@@ -21,10 +21,10 @@ class Launch(BaseModel):
     image: str | None = Field(None, description="a container image every node runs")
     accelerator: str = Field("H100", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
                              description="the GPU type to ask for (SkyPilot, dstack)")
-    time: str = Field("01:00:00", pattern=r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$",
-                      description="the job's time limit (Slurm D-HH:MM:SS)")
+    time: str = Field("01:00:00", description="the job's time limit, in any of Slurm's forms "
+                      "(MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS); written as D-HH:MM:SS")
     port: int = Field(6379, ge=1024, le=65535, description="the head's GCS port")
-    wait_s: float = Field(600, gt=0, le=86400, description="bound on the nodes joining")
+    wait_s: float = Field(600, ge=1, le=86400, description="bound on the nodes joining")
     allow_disruptive: bool = False
 
     @field_validator("python")
@@ -33,6 +33,16 @@ class Launch(BaseModel):
         if "/" in v and not v.startswith("/"):
             raise ValueError(f"{v!r}: give an absolute path or a command name (python3)")
         return v
+
+    @field_validator("time")
+    @classmethod
+    def _time(cls, v: str) -> str:
+        seconds = slurm_seconds(v)
+        if not 1 <= seconds <= MAX_TIME_S:
+            raise ValueError(f"a job's time limit is 1 second to {MAX_TIME_S // 86400} days")
+        days, rest = divmod(seconds, 86400)
+        return f"{days}-{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}" if days \
+            else f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
 
     @field_validator("report_dir")
     @classmethod
@@ -45,9 +55,32 @@ class Launch(BaseModel):
     @property
     def seconds(self) -> int:
         """The time limit in seconds."""
-        days, _, clock = self.time.rpartition("-")
-        h, m, sec = (int(x) for x in clock.split(":"))
-        return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
+        return slurm_seconds(self.time)
+
+
+MAX_TIME_S = 365 * 86400
+TIME_FIX = ("write it as Slurm does: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS "
+            "(e.g. 01:00:00)")
+
+
+def slurm_seconds(text: str) -> int:
+    """A time limit in any of Slurm's forms, in seconds; ValueError naming the forms otherwise.
+    Seconds are below 60, so are minutes after hours, and hours after days."""
+    days, dash, clock = text.strip().rpartition("-")
+    fields = clock.split(":")
+    if len(fields) > 3 or not all(f.isascii() and f.isdigit()
+                                  for f in fields + ([days] if dash else [])):
+        raise ValueError(TIME_FIX)
+    n = [int(f) for f in fields]
+    if dash:  # D-HH, D-HH:MM, D-HH:MM:SS
+        h, m, sec = (n + [0, 0])[:3]
+    else:  # MM, MM:SS, HH:MM:SS
+        h, m, sec = (0, n[0], 0) if len(n) == 1 else (0, *n) if len(n) == 2 else tuple(n)
+    hours_given = dash or len(n) == 3
+    if sec > 59 or (hours_given and m > 59) or (dash and h > 23):
+        raise ValueError(f"seconds, minutes after hours and hours after days are below 60, "
+                         f"60 and 24; {TIME_FIX}")
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
 
 
 def head_steps(launch: Launch, address: str, report: str, on_head: str = "") -> list[str]:
@@ -75,20 +108,23 @@ def rank_script(launch: Launch, rank: str, head_ip: str, my_ip: str, gpus: str,
     """The one script every node of a multi-node task runs (SkyPilot, dstack): node ``rank`` 0
     starts the Ray head, runs :func:`head_steps`, stops its Ray and exits with the scenarios'
     status; the others join the head and block until it goes. Arguments are shell expressions
-    over the platform's own variables."""
-    steps = "\n  ".join(head_steps(launch, "$HEAD_IP:$PORT", f"{launch.report_dir}/{run_id}"))
+    over the platform's own variables; the user's values (Python, report directory) are quoted
+    once, into variables."""
+    steps = "\n  ".join(head_steps(launch, "$HEAD_IP:$PORT", "$REPORT"))
     return f"""set -u
 # the task's own network: Ray without auth here (rlsim's token auth is for shared hosts)
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
-RAY="$(dirname "$(command -v {launch.python})")/ray"
+PY={shlex.quote(launch.python)}
+RAY="$(dirname "$(command -v "$PY")")/ray"
 HEAD_IP="{head_ip}"
 MY_IP="{my_ip}"
 PORT={launch.port}
+REPORT={shlex.quote(launch.report_dir)}/"{run_id}"
 RAY_TMP="/tmp/ray-rlsim-{run_id}"
 if [ "{rank}" = 0 ]; then
   # however the head's part ends (a failed wait included), this task's Ray stops: only the
   # processes of its temp dir, never `ray stop`; the workers' `ray start --block` then return
-  trap '{launch.python} -m rlsim.launch.stop "$RAY_TMP"' EXIT
+  trap '"$PY" -m rlsim.launch.stop "$RAY_TMP"' EXIT
   "$RAY" start --head --port "$PORT" --node-ip-address "$HEAD_IP" --temp-dir "$RAY_TMP" \\
     --num-gpus "{gpus}"
   {steps}

@@ -47,6 +47,7 @@ def dstack(launch: Launch) -> dict:
             '$(echo "$DSTACK_NODES_IPS" | sed -n "$((DSTACK_NODE_RANK + 1))p")',
             "$DSTACK_GPUS_PER_NODE", "$DSTACK_RUN_NAME")],
         "resources": {"gpu": f"{launch.accelerator}:{launch.gpus_per_node}"},
+        "max_duration": f"{launch.seconds}s",  # --time: dstack stops the run after it
     }
     if launch.image:
         task["image"] = launch.image

@@ -3,6 +3,7 @@ stop helper takes for the job's Ray, the written sbatch script, and bad input (e
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 
 import pytest
@@ -62,7 +63,19 @@ def test_the_script_is_valid_bash_and_names_what_it_runs(tmp_path):
     (["slurm", "--nodes", "0", "--gpus-per-node", "8"], "--nodes 0"),
     (["slurm", "--nodes", "2", "--gpus-per-node", "8", "--report-dir", "rel"],
      "--report-dir rel: 'rel' is not an absolute path"),
-    (["slurm", "--nodes", "2", "--gpus-per-node", "8", "--time", "1h"], "--time 1h"),
+    (["slurm", "--nodes", "2", "--gpus-per-node", "8", "--time", "1h"],
+     "--time 1h: write it as Slurm does"),
+    (["slurm", "--nodes", "2", "--gpus-per-node", "8", "--time", "00:00:00"],
+     "a job's time limit is 1 second to 365 days"),
+    (["slurm", "--nodes", "2", "--gpus-per-node", "8", "--time", "99:99:99"],
+     "minutes after hours"),
+    (["slurm", "--nodes", "2", "--gpus-per-node", "8", "--wait", "0.4"], "--wait 0.4"),
+    (["slurm", "--nodes", "2", "--gpus-per-node", "8", "--scenarios", ","],
+     "names no file or folder"),
+    (["slurm", "--nodes", "2", "--gpus-per-node", "8", "--accelerator", "A100"],
+     "slurm asks for GPUs by count"),
+    (["skypilot", "--nodes", "2", "--gpus-per-node", "8", "--scenarios", "/s", "--time", "2:00"],
+     "a SkyPilot task has no time limit"),
     (["pbs", "--nodes", "2", "--gpus-per-node", "8"], "'pbs': rlsim launch writes slurm"),
 ])
 def test_bad_input_exits_2_naming_the_option(tmp_path, args, words):
@@ -126,3 +139,53 @@ def test_skypilot_and_dstack_tasks_are_valid_against_their_own_models(tmp_path, 
         assert part in script, part
     assert "A100:8" in str(doc["resources"])
     assert tasks.problems(platform, {**doc, **broken})  # their schema catches it
+
+
+HOSTILE = {"python": "/opt/my py'thon/bin/python", "report": '/shared/re"ports $HOME',
+           "scenario": "/s/x y;rm -rf z.yaml"}
+
+
+def _scripts(platform: str, path) -> list[str]:
+    """The shell each platform runs: the sbatch file, the RayJob's `bash -c` argument, the
+    task's run/commands."""
+    import yaml
+
+    text = path.read_text()
+    if platform == "slurm":
+        return [text]
+    doc = yaml.safe_load(text)
+    if platform == "kuberay":
+        return [shlex.split(doc["spec"]["entrypoint"])[2]]
+    return [doc["run"]] if platform == "skypilot" else doc["commands"]
+
+
+@pytest.mark.parametrize("platform", ["slurm", "kuberay", "skypilot", "dstack"])
+def test_quotes_spaces_and_dollars_in_the_users_values_reach_the_shell_as_written(tmp_path,
+                                                                                   platform):
+    code, out = run(platform, "--nodes", "2", "--gpus-per-node", "8", "--out", str(tmp_path),
+                    "--python", HOSTILE["python"], "--report-dir", HOSTILE["report"],
+                    "--scenarios", HOSTILE["scenario"], "--image", "img:1")
+    assert code == 0, out
+    [written] = [p for p in tmp_path.iterdir() if p.is_file()]
+    for script in _scripts(platform, written):
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+        # the line that runs the scenarios, echoed instead of run: the words the shell hands
+        # over are the user's values, unsplit and unexpanded
+        [line] = [ln.strip() for ln in script.replace("; ", "\n").splitlines()
+                  if "-m rlsim.cli run" in ln]
+        line = line.removeprefix('on "$HEAD" ').removesuffix("; status=$?")
+        argv = subprocess.run(["bash", "-c", "printf '%s\\n' " + line], text=True,
+                              capture_output=True, env={"PATH": "/usr/bin:/bin"}).stdout
+        assert argv.splitlines()[:5] == [HOSTILE["python"], "-m", "rlsim.cli", "run",
+                                         HOSTILE["scenario"]], argv
+        assert shlex.quote(HOSTILE["report"]) in script  # quoted once, into a variable
+
+
+@pytest.mark.parametrize(("given", "seconds", "written"), [
+    ("90", 5400, "01:30:00"), ("90:30", 5430, "01:30:30"), ("01:00:00", 3600, "01:00:00"),
+    ("2-12", 216000, "2-12:00:00"), ("1-00:30", 88200, "1-00:30:00"),
+    ("1-02:03:04", 93784, "1-02:03:04"),
+])
+def test_every_slurm_time_form_is_read_and_written_one_way(given, seconds, written):
+    spec = launch_spec(time=given)
+    assert (spec.seconds, spec.time) == (seconds, written)
