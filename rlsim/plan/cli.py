@@ -96,6 +96,12 @@ def plan(
         if rehearse and ray_address:
             raise PlanInputError("--rehearse starts a simulated cluster of the --cluster shape; "
                                  "give --cluster instead of --ray-address")
+        if cpus_per_node is not None and not 0 < cpus_per_node < float("inf"):
+            raise PlanInputError(f"--cpus-per-node {cpus_per_node}: give the CPUs each node "
+                                 "has, above 0")
+        if rehearse and not 0 < rehearse_timeout <= 3600:
+            raise PlanInputError(f"--rehearse-timeout {rehearse_timeout}: give seconds between "
+                                 "0 and 3600 for each group")
         nodes = parse_cluster(cluster) if cluster else live_nodes(ray_address)
         if cpus_per_node is not None:
             nodes = [Node(n.gpus, cpus_per_node) for n in nodes]

@@ -129,10 +129,18 @@ def layout(argv: list[str]) -> Layout:
         raise PlanInputError(f"a placement value is not a number: {e}") from None
 
 
+def _whole(value, key: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise PlanInputError(f"{key}={value}: not a whole number; fix: e.g. {key}=2") from None
+
+
 def _layout(name: str, cfg) -> Layout:
     t, arr = cfg.trainer, cfg.actor_rollout_ref
-    nnodes = bounded(int(t.nnodes), "trainer.nnodes", 1, MAX_NODES)
-    per_node = bounded(int(t.n_gpus_per_node), "trainer.n_gpus_per_node", 1, MAX_GPUS_PER_NODE)
+    nnodes = bounded(_whole(t.nnodes, "trainer.nnodes"), "trainer.nnodes", 1, MAX_NODES)
+    per_node = bounded(_whole(t.n_gpus_per_node, "trainer.n_gpus_per_node"),
+                       "trainer.n_gpus_per_node", 1, MAX_GPUS_PER_NODE)
     kl = bool(cfg.algorithm.use_kl_in_reward or arr.actor.use_kl_loss)
     critic = bool(cfg.critic.enable) if cfg.critic.enable is not None else \
         cfg.algorithm.adv_estimator == "gae"

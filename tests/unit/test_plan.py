@@ -227,6 +227,12 @@ def test_emitting_is_checked_by_the_reference_trainer_itself():
     (["plan", "openrlhf", "--cluster", "1x8", "--",
       f"{OPENRLHF} --actor_num_gpus_per_node 99999999999"],
      "--actor_num_gpus_per_node=99999999999: more than the 64"),
+    (["plan", "verl", "--cluster", "1x8", "--", "python3 -m verl.trainer.main_ppo "
+      "trainer.nnodes=abc"], "trainer.nnodes=abc: not a whole number"),
+    (["plan", "verl", "--cluster", "1x8", "--cpus-per-node", "-4", "--",
+      "python3 -m verl.trainer.main_ppo"], "--cpus-per-node -4.0: give the CPUs"),
+    (["plan", "verl", "--cluster", "1x8", "--rehearse", "--rehearse-timeout", "-1", "--",
+      "python3 -m verl.trainer.main_ppo"], "--rehearse-timeout -1.0: give seconds"),
     (["plan", "verl", "--cluster", "1x8", "--emit-scenario", "/nonexistent-dir/x.yaml", "--",
       "python3 -m verl.trainer.main_ppo trainer.nnodes=1"], "cannot write it"),
 ])
