@@ -598,8 +598,10 @@ _signalled: list[int] = []
 
 
 def _on_sigterm(signum, frame) -> None:
-    """SIGTERM unwinds the command as Ctrl-C does (see :func:`main`)."""
+    """SIGTERM unwinds the command as Ctrl-C does (see :func:`main`); a second one (a scheduler
+    and its step daemon both signal) must not interrupt the healing the first one started."""
     _signalled.append(signum)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -618,7 +620,8 @@ def main(argv: list[str] | None = None) -> None:
         err.print(f"rlsim: {e}", style="red", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
     except SystemExit as e:
-        if _signalled and e.code not in (0, None):
+        # ray.init() puts in a SIGTERM handler of its own, sys.exit(15): the same unwinding
+        if (_signalled and e.code not in (0, None)) or e.code == signal.SIGTERM:
             err.print("rlsim: stopped by SIGTERM; what it had started is stopped",
                       markup=False, highlight=False)
             sys.exit(143)

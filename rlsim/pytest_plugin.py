@@ -117,9 +117,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         from pathlib import Path
 
         if list(Path(report).glob("*/verdicts.json")):
+            import sys
+
             from rlsim.report import render
 
-            render(report)
+            problems: list[str] = []
+            render(report, problems)
+            for problem in problems:
+                print(f"rlsim report: {problem}", file=sys.stderr)
 
 
 def pytest_configure(config: pytest.Config) -> None:

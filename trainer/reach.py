@@ -75,7 +75,8 @@ def gcs_refusal(host: str, port: int, timeout_s: float = GCS_ANSWER_TIMEOUT_S) -
         metadata = _get_authentication_metadata_tuple()
     except Exception:  # noqa: BLE001 - no Ray, or a token setting it cannot read: Ray will say
         return None
-    channel = grpc.insecure_channel(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    channel = grpc.insecure_channel(f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+                                    options=[("grpc.enable_http_proxy", 0)])  # as Ray's own
     try:
         channel.unary_unary(GCS_PROBE_METHOD, request_serializer=bytes,
                             response_deserializer=bytes)(b"", timeout=timeout_s,

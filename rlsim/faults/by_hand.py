@@ -45,15 +45,22 @@ def ledger(st: ClusterState) -> list[dict]:
         return []
     try:
         entries = json.loads(path.read_text())
-        if not isinstance(entries, list) or not all(
-                isinstance(e, dict) and isinstance(e.get("action"), str)
-                and isinstance(e.get("nodes"), list) for e in entries):
-            raise ValueError("not a list of faults")
+        if not isinstance(entries, list) or not all(_entry_ok(e) for e in entries):
+            raise ValueError("not a list of faults as rlsim fault writes them")
     except (ValueError, UnicodeDecodeError) as e:
         raise FaultError(f"{path}: the fault ledger does not parse ({e}); fix: `rlsim fault "
                          f"{st.spec.name} heal` undoes every rule and frozen node and starts "
                          "it anew") from None
     return entries
+
+
+def _entry_ok(e) -> bool:
+    """Whether ``e`` is a ledger entry as :func:`apply` writes it."""
+    return (isinstance(e, dict) and isinstance(e.get("id"), str) and e.get("action") in ACTIONS
+            and isinstance(e.get("nodes"), list) and len(e["nodes"]) > 0
+            and all(type(n) is int for n in e["nodes"])
+            and (e.get("until") is None or type(e["until"]) in (int, float))
+            and isinstance(e.get("rules", []), list))
 
 
 def _save(st: ClusterState, entries: list[dict]) -> None:
@@ -131,8 +138,12 @@ def _do(c, st: ClusterState, action: str, args: list[str], sources: str | None,
     if action == "heal":
         healed = heal(c, st, entries)
         ids = {e["id"] for e in entries}
-        return (f"healed {healed} fault(s) and every rule and frozen node left", "-", None,
-                lambda e: e["id"] in ids)
+        # a killed node is brought back by its entry; one whose entry is lost (a ledger that
+        # did not parse) is named, with the command that brings it back
+        down = [n.index for n in c.nodes() if n.index and not n.pids]
+        still = "".join(f"; node {i} is down: rlsim fault {name} restart-node {i}" for i in down)
+        return (f"healed {healed} fault(s) and every rule and frozen node left{still}", "-",
+                None, lambda e: e["id"] in ids)
     nodes = _nodes(args[0], st, "NODE")
     if action != "partition" and len(nodes) > 1:
         raise FaultError(f"{action} {args[0]}: one node at a time; fix: run it once per node")

@@ -140,7 +140,7 @@ class Read:
         value = self._number(name, int, "a whole number")
         # sizes the readers build lists of: bounded before any is built
         most = next((m for end, m in SIZES if name.endswith(end)), None)
-        return value if most is None else bounded(value, self.flag(name), -most, most)
+        return value if most is None else bounded(value, self.flag(name), 0, most)
 
     def float(self, name: str) -> float:
         return self._number(name, float, "a number")
@@ -184,7 +184,9 @@ def _roles(f: Read) -> dict[str, int]:
         roles["reward"] = size["reward"]
     engines = f.int("vllm.num_engines") if f.raw("vllm.num_engines") is not None else 0
     if engines > 0:
-        roles["vllm"] = engines * f.int("vllm.tensor_parallel_size")
+        roles["vllm"] = bounded(engines * f.int("vllm.tensor_parallel_size"),
+                                f"{f.flag('vllm.num_engines')} x "
+                                f"{f.flag('vllm.tensor_parallel_size')}", 0, MAX_GPUS)
     return roles
 
 

@@ -50,20 +50,25 @@ def _eval(node: ast.AST) -> list[int]:
     if isinstance(node, ast.List | ast.Tuple):
         return [_int(e) for e in node.elts]
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return _eval(node.left) + _eval(node.right)
+        return _at_most(_eval(node.left) + _eval(node.right))
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
         if node.func.id == "list" and len(node.args) == 1:
             return _eval(node.args[0])
         if node.func.id == "range" and 1 <= len(node.args) <= 3:
-            indices = range(*(_int(a) for a in node.args))
-            if len(indices) > MAX_GPUS:
-                raise ValueError(f"{len(indices)} GPUs, more than the {MAX_GPUS} rlsim plans")
-            return list(indices)
+            return list(_at_most(range(*(_int(a) for a in node.args))))
     raise ValueError("only list literals, list(...), range(...) and + are read")
+
+
+def _at_most(indices):
+    if len(indices) > MAX_GPUS:
+        raise ValueError(f"{len(indices)} GPUs, more than the {MAX_GPUS} rlsim plans")
+    return indices
 
 
 def _int(node: ast.AST) -> int:
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        if abs(node.value) > MAX_GPUS:  # a GPU index (or range bound) past any cluster
+            raise ValueError(f"{node.value} is past the {MAX_GPUS} GPUs rlsim plans")
         return node.value
     raise ValueError("only whole numbers are read")
 

@@ -132,7 +132,7 @@ def layout(argv: list[str]) -> Layout:
 def _whole(value, key: str) -> int:
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # .inf is a float YAML reads
         raise PlanInputError(f"{key}={value}: not a whole number; fix: e.g. {key}=2") from None
 
 
@@ -154,10 +154,10 @@ def _layout(name: str, cfg) -> Layout:
                     "trainer.nnodes x trainer.n_gpus_per_node", cpus=BUNDLE_CPUS)
               for k in range(nnodes)]
     if own_rm_pool:
-        rm_nodes = bounded(int(rm.get("nnodes", 0)), "reward_model.nnodes", -MAX_NODES,
-                           MAX_NODES)
-        rm_gpus = bounded(int(rm.get("n_gpus_per_node", 0)), "reward_model.n_gpus_per_node",
-                          -MAX_GPUS_PER_NODE, MAX_GPUS_PER_NODE)
+        rm_nodes = bounded(_whole(rm.get("nnodes", 0), "reward_model.nnodes"),
+                           "reward_model.nnodes", 0, MAX_NODES)
+        rm_gpus = bounded(_whole(rm.get("n_gpus_per_node", 0), "reward_model.n_gpus_per_node"),
+                          "reward_model.n_gpus_per_node", 0, MAX_GPUS_PER_NODE)
         for key, v in (("n_gpus_per_node", rm_gpus), ("nnodes", rm_nodes)):
             if v <= 0:
                 findings.append(Finding("error", f"reward_model.enable_resource_pool needs its "

@@ -78,7 +78,7 @@ def _records(path: Path, shape):
         raise ReportInputError(f"{path}: not readable JSON ({type(e).__name__}: "
                                f"{str(e)[:200]}); {fix}") from None
     try:
-        TypeAdapter(shape).validate_python(data)
+        TypeAdapter(shape).validate_python(data, strict=True)  # "ok": "false" is no verdict
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "(the whole file)"

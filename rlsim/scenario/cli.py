@@ -141,8 +141,11 @@ def run(
     from rlsim import signoff
     from rlsim.report import render
 
-    console.print(f"report: {render(root)} (summary.json and <scenario>/timeline.jsonl beside it)",
-                  markup=False, highlight=False)
+    problems: list[str] = []
+    console.print(f"report: {render(root, problems)} (summary.json and <scenario>/timeline.jsonl "
+                  "beside it)", markup=False, highlight=False)
+    for problem in problems:  # a timeline rlsim wrote and cannot draw: its own bug, said
+        console.print(f"report: {problem}", style="red", markup=False, highlight=False)
     html_path, junit = signoff.render(root)
     console.print(f"sign-off: {html_path} and {junit}", markup=False, highlight=False)
     if failed:

@@ -98,15 +98,19 @@ def test_bad_fault_arguments_are_refused_in_words_and_change_nothing(cluster):
     again = CliRunner().invoke(cli.app, ["fault", name, "kill-node", "2"])
     assert again.exit_code == 2 and "node 2 is already down (pause-node)" in again.output
     assert [f["action"] for f in in_force(cluster)] == ["pause-node"]
+    fault(cluster, "kill-node", "1")
     # a ledger that does not parse: status says so, every other action refuses, heal still heals
+    # and names the killed node its lost entry would have restarted
     (cluster.state.root / "faults.json").write_text('[{"act')
     seen = json.loads(CliRunner().invoke(cli.app, ["status", name, "--json"]).output)[0]
     assert "the fault ledger does not parse" in seen["faults_error"]
     refused = CliRunner().invoke(cli.app, ["fault", name, "partition", "1"])
     assert refused.exit_code == 2 and f"rlsim fault {name} heal" in refused.output
-    fault(cluster, "heal")
+    said = " ".join(fault(cluster, "heal").split())
+    assert f"node 1 is down: rlsim fault {name} restart-node 1" in said, said
     assert in_force(cluster) == []
-    wait_until(lambda: alive(cluster) == [0, 1, 2], 20, "node 2 thawed by heal")
+    fault(cluster, "restart-node", "1")
+    wait_until(lambda: alive(cluster) == [0, 1, 2], 20, "node 2 thawed, node 1 back")
 
 
 def test_status_answers_at_once_while_the_head_is_paused(cluster):

@@ -229,6 +229,11 @@ def test_emitting_is_checked_by_the_reference_trainer_itself():
      "--actor_num_gpus_per_node=99999999999: more than the 64"),
     (["plan", "verl", "--cluster", "1x8", "--", "python3 -m verl.trainer.main_ppo "
       "trainer.nnodes=abc"], "trainer.nnodes=abc: not a whole number"),
+    (["plan", "verl", "--cluster", "1x8", "--", "python3 -m verl.trainer.main_ppo "
+      "trainer.nnodes=.inf"], "trainer.nnodes=inf: not a whole number"),
+    (["plan", "openrlhf", "--cluster", "1x8", "--",
+      f"{OPENRLHF} --vllm_num_engines 100000 --vllm_tensor_parallel_size 100000"],
+     "--vllm_num_engines x --vllm_tensor_parallel_size=10000000000: more than the 262144"),
     (["plan", "verl", "--cluster", "1x8", "--cpus-per-node", "-4", "--",
       "python3 -m verl.trainer.main_ppo"], "--cpus-per-node -4.0: give the CPUs"),
     (["plan", "verl", "--cluster", "1x8", "--rehearse", "--rehearse-timeout", "-1", "--",
@@ -243,8 +248,12 @@ def test_zero_sizes_and_unwritable_files_are_bad_input_not_tracebacks(args, word
 
 @pytest.mark.parametrize(("framework", "text", "words"), [
     ("roll", "actor_train:\n  device_mapping: list(range(0,100000000))\n",
-     "100000000 GPUs, more than the 262144 rlsim plans"),
+     "100000000 is past the 262144 GPUs rlsim plans"),
+    ("roll", "actor_train:\n  device_mapping: list(range(0,200000))+list(range(0,200000))\n",
+     "400000 GPUs, more than the 262144 rlsim plans"),
     ("roll", "rewards: [1, 2]\n", "a section of the roll config has the wrong type"),
+    ("roll", "actor_train:\n  device_mapping: '[0, 99999999999]'\n",
+     "99999999999 is past the 262144 GPUs rlsim plans"),
     ("rlinf", "cluster: [1]\n", "a section of the rlinf config has the wrong type"),
     ("rlinf", "cluster:\n  num_nodes: 99999\n", "rlsim plans at most 4096 nodes"),
     ("roll", "actor_train: {device_mapping: [0,\n", "not YAML at line 2"),

@@ -34,6 +34,7 @@ def report(root: Path, *more: str) -> tuple[int, str]:
      "summary.json: 0.checks.0.value: Input should be a valid number"),
     ([{k: v for k, v in GOOD.items() if k != "checks"}], "summary.json: 0.checks: Field required"),
     ([{**GOOD, "scenario": "../../etc"}], "summary.json: 0.scenario: String should match"),
+    ([{**GOOD, "ok": "false"}], "summary.json: 0.ok: Input should be a valid boolean"),
 ])
 def test_a_summary_of_the_wrong_shape_is_named_with_its_field(tmp_path, summary, words):
     path = tmp_path / "summary.json"

@@ -250,7 +250,7 @@ def test_pytest_reports_bad_scenario_files_as_invalid_items(pytester):
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["report", "{tmp}/[/oops]"], ["[/oops]: no summary.json"]),
+    (["report", "{tmp}/[/oops]"], ["[/oops]: no such folder"]),
     (["run", "scenarios/head_lost.yaml", "--backend", "[/x]", "--report", "{tmp}/r"],
      ["--backend [/x]: unknown (local, docker, real)"]),
 ])
