@@ -28,6 +28,7 @@ from rlsim.spec import ClusterState
 ACTIONS = ("kill-node", "restart-node", "pause-node", "resume-node", "partition", "block-port",
            "heal")
 TIMED = ("pause-node", "partition", "block-port")  # the ones --for heals on its own
+UNDO = {"kill-node": "restart-node", "pause-node": "resume-node"}  # what brings a node back
 
 
 class FaultError(ValueError):
@@ -102,13 +103,12 @@ def apply(name: str, action: str, args: list[str], sources: str | None = None,
             action, f"{action} NODE" + ("[,NODE...]" if action == "partition" else ""))
         raise FaultError(f"{action} takes {need} argument(s): rlsim fault {name} {usage}")
     c = attach(st)
-    if action == "heal":  # a ledger that does not parse is no reason not to heal
-        try:
-            in_force = ledger(st)
-        except FaultError:
-            in_force = []
-    else:
+    try:
         in_force = ledger(st)
+    except FaultError:
+        if action != "heal":
+            raise
+        in_force = []  # a ledger that does not parse is no reason not to heal
     try:
         done, undo, entry, gone = _do(c, st, action, args, sources, in_force)
     except (NotImplementedError, IndexError) as e:
@@ -147,18 +147,18 @@ def _do(c, st: ClusterState, action: str, args: list[str], sources: str | None,
     nodes = _nodes(args[0], st, "NODE")
     if action != "partition" and len(nodes) > 1:
         raise FaultError(f"{action} {args[0]}: one node at a time; fix: run it once per node")
-    down = {e["nodes"][0]: e["action"] for e in entries
-            if e["action"] in ("kill-node", "pause-node")}
-    if action in ("kill-node", "pause-node") and nodes[0] in down:
-        undo = {"kill-node": "restart-node", "pause-node": "resume-node"}[down[nodes[0]]]
+    down = {e["nodes"][0]: e["action"] for e in entries if e["action"] in UNDO}
+    if action in UNDO and nodes[0] in down:
         raise FaultError(f"{action} {nodes[0]}: node {nodes[0]} is already down "
-                         f"({down[nodes[0]]}); fix: `rlsim fault {name} {undo} {nodes[0]}` first")
+                         f"({down[nodes[0]]}); fix: `rlsim fault {name} {UNDO[down[nodes[0]]]} "
+                         f"{nodes[0]}` first")
     if action in ("kill-node", "restart-node") and nodes[0] == 0:
         raise FaultError(f"{action} 0: node 0 is the head; an rlsim cluster cannot restart it "
                          f"(its GCS has no external store): `rlsim down {name}` and start anew")
-    if action in ("kill-node", "pause-node"):  # the node stays down until its undo
-        verb, did, undo = {"kill-node": (c.kill_node, "killed", "restart-node"),
-                           "pause-node": (c.pause_node, "froze", "resume-node")}[action]
+    if action in UNDO:  # the node stays down until its undo
+        verb, did = {"kill-node": (c.kill_node, "killed"),
+                     "pause-node": (c.pause_node, "froze")}[action]
+        undo = UNDO[action]
         pids = verb(nodes[0])
         return (f"{did} node {nodes[0]} ({len(pids)} processes)",
                 f"rlsim fault {name} {undo} {nodes[0]}", {"action": action, "nodes": nodes},
