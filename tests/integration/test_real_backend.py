@@ -48,7 +48,10 @@ expect:
 """
 
 
+# slow tier (about 65 s of the test command on 2 cores: a cluster and a whole scenario); the
+# node agent's kill paths run in the test command below (kill_role, kill_head, a wrapped agent)
 @pytest.mark.integration
+@pytest.mark.slow
 @pytest.mark.rlsim_cluster(nodes=3, gpus_per_node=1)
 def test_kill_node_through_the_node_agent(rlsim_cluster, tmp_path: Path):
     path = tmp_path / "real_kill_node.yaml"
