@@ -41,8 +41,8 @@ class Launch(BaseModel):
         if not 1 <= seconds <= MAX_TIME_S:
             raise ValueError(f"a job's time limit is 1 second to {MAX_TIME_S // 86400} days")
         days, rest = divmod(seconds, 86400)
-        return f"{days}-{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}" if days \
-            else f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+        clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+        return f"{days}-{clock}" if days else clock
 
     @field_validator("report_dir")
     @classmethod
