@@ -34,6 +34,8 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
+from rlsim.host.home import auth_token_path
+
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT))
 FORMATS = ROOT / "fixtures" / "formats"
@@ -183,11 +185,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--scenarios", nargs="*", default=DEFAULT_SCENARIOS)
     args = ap.parse_args()
-    from rlsim import state
 
     # Ray fixes its auth mode at import: rlsim's clusters answer to rlsim's token
     os.environ.setdefault("RAY_AUTH_MODE", "token")
-    os.environ.setdefault("RAY_AUTH_TOKEN_PATH", str(state.auth_token_path()))
+    os.environ.setdefault("RAY_AUTH_TOKEN_PATH", str(auth_token_path()))
     console = Console(width=120)
     console.print(offline(args.steps))
     if args.scenarios:

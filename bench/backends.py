@@ -20,7 +20,7 @@ from rich.table import Table
 from rlsim.backends.docker import DockerCluster, engine_problem
 from rlsim.backends.gcs import export_auth_env
 from rlsim.backends.local import LocalCluster
-from rlsim.spec import ClusterSpec
+from rlsim.host.spec import ClusterSpec
 
 
 def node_pids(cluster, index: int) -> list[int]:

@@ -29,10 +29,10 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-from rlsim import cgroups
 from rlsim.backends.gcs import node_table
 from rlsim.backends.local import LocalCluster
-from rlsim.spec import ClusterSpec, HealthChecks
+from rlsim.host import cgroups
+from rlsim.host.spec import ClusterSpec, HealthChecks
 
 RAY_DEFAULTS = HealthChecks(initial_delay_ms=5000, period_ms=3000, timeout_ms=10000,
                             failure_threshold=5)

@@ -30,7 +30,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from rlsim.backends.local import LocalCluster  # noqa: E402
-from rlsim.spec import ClusterSpec  # noqa: E402
+from rlsim.host.spec import ClusterSpec  # noqa: E402
 from trainer.config import load_config  # noqa: E402
 from trainer.inprocess import run_inprocess  # noqa: E402
 

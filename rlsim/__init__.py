@@ -15,8 +15,8 @@ _EXPORTS = {
     "NodeInfo": "rlsim.backends.base",
     "DockerCluster": "rlsim.backends.docker",
     "LocalCluster": "rlsim.backends.local",
-    "ClusterSpec": "rlsim.spec",
-    "HealthChecks": "rlsim.spec",
+    "ClusterSpec": "rlsim.host.spec",
+    "HealthChecks": "rlsim.host.spec",
 }
 __all__ = ["Backend", "ClusterSpec", "ClusterStartError", "DockerCluster", "HealthChecks",
            "LocalCluster", "NodeInfo"]
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from rlsim.backends.base import Backend, ClusterStartError, NodeInfo
     from rlsim.backends.docker import DockerCluster
     from rlsim.backends.local import LocalCluster
-    from rlsim.spec import ClusterSpec, HealthChecks
+    from rlsim.host.spec import ClusterSpec, HealthChecks
 
 
 def __getattr__(name: str):

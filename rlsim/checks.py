@@ -19,11 +19,10 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
-from rlsim.adapters.base import HARNESS_EVENTS
+from rlsim.contract import DETECTION_EVENTS
 from rlsim.faults import DISRUPTIVE
-from rlsim.params import DAY, Strict, first_error, regex
-from rlsim.scenario.timeline import Outcome
-from trainer.contract import DETECTION_EVENTS
+from rlsim.fields import DAY, Strict, first_error, regex
+from rlsim.history import HARNESS_EVENTS, Outcome
 
 
 @dataclass

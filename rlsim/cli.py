@@ -14,14 +14,14 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from rlsim import procs, state
 from rlsim.backends import attach, cluster_class
 from rlsim.backends.base import ClusterStartError, NodeInfo
 from rlsim.backends.local import LocalCluster
 from rlsim.backends.reaper import reap, reap_abandoned, reap_corrupt, reap_orphans
-from rlsim.net import iptables
-from rlsim.shape import NODE_TYPES, NodeShape
-from rlsim.spec import ClusterShape, ClusterSpec, HealthChecks, HomeError, name_problem
+from rlsim.host import iptables, procs, state
+from rlsim.host.home import HomeError
+from rlsim.host.shape import NODE_TYPES, NodeShape
+from rlsim.host.spec import ClusterShape, ClusterSpec, HealthChecks, name_problem
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 console = Console()

@@ -23,8 +23,8 @@ import pytest
 
 from rlsim.backends.gcs import export_auth_env
 from rlsim.backends.local import LocalCluster
+from rlsim.host.spec import ClusterSpec
 from rlsim.scenario.session import close_pool
-from rlsim.spec import ClusterSpec
 
 _counter = itertools.count()
 
@@ -142,7 +142,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _spec(request: pytest.FixtureRequest) -> ClusterSpec:
-    fields: dict = {}  # the cluster-shape defaults (rlsim.spec.ClusterShape), as everywhere
+    fields: dict = {}  # the cluster-shape defaults (rlsim.host.spec.ClusterShape), as everywhere
     marker = request.node.get_closest_marker("rlsim_cluster")
     if marker:
         fields.update(marker.kwargs)

@@ -2,6 +2,6 @@
 
 ``python -m trainer --config fixtures/trainer/grpo_tiny.yaml`` (see ``trainer/config.py``).
 
-Importing the package imports nothing else (no torch, no Ray), so a harness may read its
-contract (:mod:`trainer.contract`) and event types (:mod:`trainer.events`) cheaply.
+Importing the package imports nothing else (no torch, no Ray), so a harness may read its event
+types (:mod:`trainer.events`) cheaply. What it shares with rlsim is :mod:`rlsim.contract`.
 """

@@ -20,10 +20,11 @@ from pathlib import Path
 import ray
 import torch
 
+from rlsim.contract import HEAD_RESOURCE
+from rlsim.reach import gcs_refusal, gcs_silence, parse_address
 from trainer import checkpoint as ckpt
 from trainer import grpo, ppo
 from trainer.config import TrainerConfig, preflight
-from trainer.contract import HEAD_RESOURCE
 from trainer.data import PromptLoader, load_prompts
 from trainer.errors import (
     ActorsNeverStarted,
@@ -40,7 +41,6 @@ from trainer.events import EventLog
 from trainer.groups import Roles, alive_gpu_nodes, label_memory_gb
 from trainer.memory import fit, gpu_capacity
 from trainer.placement import Plan, plan_placement
-from trainer.reach import gcs_refusal, gcs_silence, parse_address
 
 ALGORITHMS = {"grpo": grpo.step, "ppo": ppo.step}
 

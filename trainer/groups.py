@@ -17,9 +17,9 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from rlsim.contract import HEAD_RESOURCE, MEMORY_LABEL
 from trainer.checkpoint import storage_refused
 from trainer.config import TrainerConfig
-from trainer.contract import HEAD_RESOURCE, MEMORY_LABEL
 from trainer.errors import (
     ActorsNeverStarted,
     CheckpointWriteFailed,

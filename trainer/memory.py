@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlsim.contract import RESERVE_FILE
 from trainer.config import TrainerConfig
-from trainer.contract import RESERVE_FILE
 from trainer.errors import SimulatedCudaOOM
 from trainer.placement import Plan
 

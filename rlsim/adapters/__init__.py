@@ -3,7 +3,7 @@
 Adding one: a module with an :class:`~rlsim.adapters.base.Adapter` subclass, its line here.
 """
 
-from rlsim.adapters.base import HARNESS_EVENTS, PLACEHOLDERS, Adapter, Launch
+from rlsim.adapters.base import PLACEHOLDERS, Adapter, TrainerLaunch
 from rlsim.adapters.events import EventsAdapter
 from rlsim.adapters.nemo_rl import NemoRLAdapter
 from rlsim.adapters.openrlhf import OpenRLHFAdapter
@@ -15,4 +15,4 @@ ADAPTERS: dict[str, Adapter] = {a.name: a for a in (
     RlsimAdapter(), EventsAdapter(), RayTrainAdapter(), VerlAdapter(), OpenRLHFAdapter(),
     NemoRLAdapter())}
 
-__all__ = ["ADAPTERS", "HARNESS_EVENTS", "PLACEHOLDERS", "Adapter", "Launch"]
+__all__ = ["ADAPTERS", "PLACEHOLDERS", "Adapter", "TrainerLaunch"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-from rlsim.scenario.timeline import EventTail
+from rlsim.history import EventTail
 
 # Trainer commands run in the repository root: a relative path in a scenario is relative to it.
 REPO = Path(__file__).resolve().parents[2]
@@ -30,12 +30,9 @@ def resolve(path: str) -> Path:
 # n for the n-th relaunch) and the cluster's GCS address
 PLACEHOLDERS = ("python", "run_dir", "attempt", "ray_address")
 
-# the event types the runner records for every adapter (source rlsim), from Ray itself
-HARNESS_EVENTS = frozenset({"ray_node_dead", "ray_actor_died"})
-
 
 @dataclass(frozen=True)
-class Launch:
+class TrainerLaunch:
     """One start of the trainer: what the placeholders of its command stand for."""
 
     python: str
@@ -66,12 +63,12 @@ class Adapter:
     # also leaves per-step metrics a twin can be compared with
     observes: ClassVar[frozenset[str]]
 
-    def command(self, trainer, launch: Launch) -> list[str]:
+    def command(self, trainer, launch: TrainerLaunch) -> list[str]:
         """The argv of one launch of the scenario's ``trainer`` section: by default its
         ``command`` with the placeholders filled in."""
         return [launch.fill(arg) for arg in trainer.command]
 
-    def env(self, trainer, launch: Launch) -> dict[str, str]:
+    def env(self, trainer, launch: TrainerLaunch) -> dict[str, str]:
         """What this adapter adds to each launch's environment (after the scenario's ``env``)."""
         return {}
 

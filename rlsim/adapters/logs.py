@@ -27,8 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim.adapters.base import Adapter, Launch
-from rlsim.scenario.timeline import new_lines
+from rlsim.adapters.base import Adapter, TrainerLaunch
+from rlsim.history import new_lines
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 RAY_PREFIX = re.compile(r"^\((?P<actor>[^\s()]+) pid=\d+(?:, ip=[^)]*)?\) ?")
@@ -160,7 +160,7 @@ class LogAdapter(Adapter):
 
 def filled(trainer, run_dir: Path) -> list[str]:
     """The command as launched (placeholders filled): where it says its checkpoints go."""
-    launch = Launch(python=sys.executable, run_dir=run_dir, attempt=0, ray_address="")
+    launch = TrainerLaunch(python=sys.executable, run_dir=run_dir, attempt=0, ray_address="")
     return [launch.fill(arg) for arg in trainer.command]
 
 

@@ -9,7 +9,7 @@ needed; a relaunched job that resumes from its storage path is not reported as a
 
 from __future__ import annotations
 
-from rlsim.adapters.base import Adapter, Launch
+from rlsim.adapters.base import Adapter, TrainerLaunch
 
 CALLBACK = "rlsim.adapters.ray_train_callback.RlsimCallback"
 CALLBACKS_VAR = "RAY_TRAIN_CALLBACKS"
@@ -20,7 +20,7 @@ class RayTrainAdapter(Adapter):
     observes = frozenset({"step_end", "checkpoint_saved", "resume", "worker_died", "restart",
                           "error", "run_end"})
 
-    def env(self, trainer, launch: Launch) -> dict[str, str]:
+    def env(self, trainer, launch: TrainerLaunch) -> dict[str, str]:
         """The user's own RAY_TRAIN_CALLBACKS (scenario env) are kept, rlsim's is added."""
         own = trainer.env.get(CALLBACKS_VAR, "")
         return {CALLBACKS_VAR: ",".join(c for c in (own, CALLBACK) if c)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from rlsim.adapters.base import Adapter, Launch, resolve
+from rlsim.adapters.base import Adapter, TrainerLaunch, resolve
 from trainer.events import EVENT_TYPES
 
 
@@ -13,7 +13,7 @@ class RlsimAdapter(Adapter):
     name = "rlsim"
     observes = EVENT_TYPES | {"metrics.jsonl"}
 
-    def command(self, trainer, launch: Launch) -> list[str]:
+    def command(self, trainer, launch: TrainerLaunch) -> list[str]:
         return [launch.python, "-m", "trainer", "--config", str(resolve(trainer.config)),
                 f"run_dir={launch.run_dir}", *overrides(trainer)]
 

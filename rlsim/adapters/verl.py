@@ -24,9 +24,9 @@ import json
 import re
 from pathlib import Path
 
-from rlsim.adapters.base import Launch, resolve
+from rlsim.adapters.base import TrainerLaunch, resolve
 from rlsim.adapters.logs import LogAdapter, Reader, finite, number, read_text
-from rlsim.scenario.timeline import new_lines
+from rlsim.history import new_lines
 
 STEP = re.compile(r"(?:^|\])step:(?P<step>\d+)(?: - (?P<rest>.*))?$")
 SAVING = re.compile(r"^local_global_step_folder: (?P<path>.*global_step_\d+)$")
@@ -102,7 +102,7 @@ class VerlAdapter(LogAdapter):
     name = "verl"
     reader = VerlReader
 
-    def env(self, trainer, launch: Launch) -> dict[str, str]:
+    def env(self, trainer, launch: TrainerLaunch) -> dict[str, str]:
         if FILE_LOGGER_VAR in trainer.env:
             return {}
         return {FILE_LOGGER_VAR: str(launch.run_dir / f"verl-metrics-{launch.attempt}.jsonl")}

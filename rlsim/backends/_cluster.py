@@ -13,14 +13,14 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim import state
 from rlsim.backends.base import NodeInfo
 from rlsim.backends.reaper import reap_abandoned
-from rlsim.net import iptables
-from rlsim.net.alloc import named_ports
-from rlsim.net.iptables import Drop
-from rlsim.spec import ClusterSpec, ClusterState
-from trainer.contract import RESERVE_FILE
+from rlsim.contract import RESERVE_FILE
+from rlsim.host import iptables, state
+from rlsim.host.iptables import Drop
+from rlsim.host.layout import named_ports
+from rlsim.host.spec import ClusterSpec
+from rlsim.host.state import ClusterState
 
 
 class StartedCluster:

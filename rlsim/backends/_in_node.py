@@ -7,7 +7,7 @@ environment labels, then execs CMD in place (same pid).
 import os
 import sys
 
-from rlsim import cgroups, procs
+from rlsim.host import cgroups, procs
 
 
 def main() -> None:

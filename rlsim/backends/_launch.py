@@ -18,10 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim import cgroups, procs, state
 from rlsim.backends import gcs_store
-from rlsim.spec import ClusterState
-from trainer.contract import MEMORY_LABEL
+from rlsim.contract import MEMORY_LABEL
+from rlsim.host import cgroups, procs, state
+from rlsim.host.home import auth_token_path
+from rlsim.host.state import ClusterState
 
 ADDRESSES_VAR = "RLSIM_NODE_ADDRESSES"  # docker nodes: every node's address, JSON
 # Each node also advertises its fake GPUs under this name, as Ray's own release tests do: a
@@ -41,7 +42,7 @@ def cluster_env(st: ClusterState) -> dict[str, str]:
     return {
         procs.SESSION_VAR: st.session,
         "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN_PATH": str(state.auth_token_path()),
+        "RAY_AUTH_TOKEN_PATH": str(auth_token_path()),
         "RAY_USAGE_STATS_ENABLED": "0",
         # No idle workers forked ahead of demand: on 2 cores they steal CPU from bring-up.
         "RAY_enable_worker_prestart": "0",

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from rlsim.net.iptables import Drop
-from rlsim.shape import describe
-from rlsim.spec import ClusterShape, ClusterSpec
-from trainer.contract import MEMORY_LABEL as GPU_MEMORY_LABEL
+from rlsim.contract import MEMORY_LABEL as GPU_MEMORY_LABEL
+from rlsim.host.iptables import Drop
+from rlsim.host.shape import describe
+from rlsim.host.spec import ClusterShape, ClusterSpec
 
 
 @dataclass
@@ -224,7 +224,7 @@ class LimitsMemory(Protocol):
     """Cap a node's host memory (its memory cgroup)."""
 
     def memory(self, index: int):
-        """Node ``index``'s memory cgroup (:class:`rlsim.cgroups.MemoryGroup`)."""
+        """Node ``index``'s memory cgroup (:class:`rlsim.host.cgroups.MemoryGroup`)."""
 
 
 @runtime_checkable

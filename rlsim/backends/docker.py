@@ -39,7 +39,6 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim import cgroups, procs, state
 from rlsim.backends._cluster import StartedCluster
 from rlsim.backends._launch import ADDRESSES_VAR, cluster_env
 from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported
@@ -54,9 +53,11 @@ from rlsim.backends.docker_engine import (
 from rlsim.backends.docker_image import REPO, host_mounts
 from rlsim.backends.gcs import alive_nodes, connect_env
 from rlsim.backends.reaper import reap_docker
-from rlsim.net import iptables
-from rlsim.net.iptables import Drop
-from rlsim.spec import ClusterShape, ClusterSpec, ClusterState, home_id
+from rlsim.host import cgroups, iptables, procs, state
+from rlsim.host.home import auth_token_path, home_id, rlsim_home
+from rlsim.host.iptables import Drop
+from rlsim.host.spec import ClusterShape, ClusterSpec
+from rlsim.host.state import ClusterState
 
 # Ryuk cannot be pulled on machines without a registry; where it can, set this to false.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -170,7 +171,7 @@ class DockerCluster(StartedCluster):
         st = self._st
         addrs = addresses(st.slot, self.spec.nodes)
         env = {**cluster_env(st), ADDRESSES_VAR: json.dumps(addrs), "RLSIM_HOME": str(
-            state.rlsim_home()), procs.NODE_VAR: str(index), "HOME": "/root",
+            rlsim_home()), procs.NODE_VAR: str(index), "HOME": "/root",
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"}
         container = DockerContainer(self.image)
         for path in host_mounts():
@@ -217,7 +218,7 @@ class DockerCluster(StartedCluster):
         return f"{self.addresses[0]}:{self._st.plan.gcs_port}"
 
     def driver_env(self) -> dict[str, str]:
-        return {"RAY_ADDRESS": self.address, **connect_env(str(state.auth_token_path()))}
+        return {"RAY_ADDRESS": self.address, **connect_env(str(auth_token_path()))}
 
     @property
     def dashboard_url(self) -> str:
@@ -260,7 +261,7 @@ class DockerCluster(StartedCluster):
         alive: dict[str, dict] = {}
         if states[0]["Running"] and not states[0]["Paused"]:
             with contextlib.suppress(Exception):  # a GCS that just went away: nobody is alive
-                alive = alive_nodes(self.address, str(state.auth_token_path()), exclude_ids)
+                alive = alive_nodes(self.address, str(auth_token_path()), exclude_ids)
         shapes = st.spec.node_shapes()
         return [NodeInfo.seen(i, addr, alive.get(addr), shapes[i].gpus,
                               [states[i]["Pid"]] if states[i]["Pid"] else [])
@@ -459,8 +460,8 @@ def home_view(st: ClusterState, index: int, mounts: list[str]) -> list[tuple[str
     sockets, logs). Other clusters, other nodes' dirs and the rest of the home are absent, and
     nothing under the home but the node's dir can be written. A directory of ``mounts`` inside
     the home gets a mount point too, so it is mounted as asked."""
-    home = state.rlsim_home()
-    files = [state.auth_token_path(), state.state_path(st.spec.name)]
+    home = rlsim_home()
+    files = [auth_token_path(), state.state_path(st.spec.name)]
     dirs = [st.node_dir(index)]
     dirs += [Path(m) for m in mounts if Path(m).is_relative_to(home) and Path(m) != home]
     stand_in = st.root / f"n{index}.home"

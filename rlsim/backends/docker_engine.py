@@ -4,7 +4,7 @@ the labels that tie every container, network and volume to a cluster session and
 
 from __future__ import annotations
 
-from rlsim.spec import home_id
+from rlsim.host.home import home_id
 
 LABEL = "rlsim.session"
 HOME_LABEL = "rlsim.home"  # the rlsim home that made it: a reaper touches only its own home's

@@ -18,7 +18,7 @@ def export_auth_env() -> None:
     ``ray`` is first imported, and a process that imported Ray without it can never connect to a
     token-auth cluster (the pytest plugin does this at start-up).
     """
-    from rlsim.state import auth_token_path
+    from rlsim.host.home import auth_token_path
 
     for key, value in connect_env(str(auth_token_path())).items():
         os.environ.setdefault(key, value)

@@ -1,7 +1,7 @@
 """The GCS's external store for clusters with ``gcs_ft: redis`` (Ray's GCS fault tolerance).
 
 A real ``redis-server`` per cluster, started before the head and stopped with the cluster: at the
-slot's ``.9`` address and the port block's ``base + 5`` (see :mod:`rlsim.net.alloc`), password
+slot's ``.9`` address and the port block's ``base + 5`` (see :mod:`rlsim.host.layout`), password
 protected (a fresh password in the cluster's private run directory), no persistence (it stands
 for an HA Redis that outlives the head, not for one that survives its own crash). It carries the
 cluster's session label, so a reaper that finds the cluster abandoned kills it with the nodes.
@@ -19,8 +19,8 @@ import socket
 import subprocess
 import time
 
-from rlsim import procs
-from rlsim.spec import ClusterState
+from rlsim.host import procs
+from rlsim.host.state import ClusterState
 
 START_TIMEOUT_S = 10.0
 

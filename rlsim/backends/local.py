@@ -17,15 +17,16 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim import cgroups, disk, procs, state
 from rlsim.backends import gcs_store
 from rlsim.backends._cluster import StartedCluster
 from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_containers
 from rlsim.backends.gcs import alive_nodes, connect_env, leftovers
 from rlsim.backends.reaper import reap
-from rlsim.net import iptables
-from rlsim.net.iptables import Firewall
-from rlsim.spec import ClusterShape, ClusterSpec, ClusterState, socket_path_problem
+from rlsim.host import cgroups, disk, iptables, procs, state
+from rlsim.host.home import auth_token_path, socket_path_problem
+from rlsim.host.iptables import Firewall
+from rlsim.host.spec import ClusterShape, ClusterSpec
+from rlsim.host.state import ClusterState
 
 
 class LocalCluster(StartedCluster):
@@ -110,7 +111,7 @@ class LocalCluster(StartedCluster):
                 if group.memory().limited():
                     found.append(f"node {node.index} has a memory cap")
         deadline = time.monotonic() + settle_s
-        while ray_left := leftovers(self.address, str(state.auth_token_path())):
+        while ray_left := leftovers(self.address, str(auth_token_path())):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.2)  # Ray has no notification for "job fully cleaned up"
@@ -127,7 +128,7 @@ class LocalCluster(StartedCluster):
         return self._st.plan.dashboard_url if self.spec.dashboard else "off (spec.dashboard)"
 
     def driver_env(self) -> dict[str, str]:
-        return {"RAY_ADDRESS": self.address, **connect_env(str(state.auth_token_path()))}
+        return {"RAY_ADDRESS": self.address, **connect_env(str(auth_token_path()))}
 
     def driver_command(self, cmd: list[str], env: dict[str, str] | None = None) -> list[str]:
         """``cmd`` as a driver of this cluster (run it with :meth:`driver_env` and ``env``): on
@@ -153,7 +154,7 @@ class LocalCluster(StartedCluster):
         pids = {node.index: self._pids(node.index) for node in st.plan.nodes}
         # With the head gone or paused there is no GCS to ask (Ray's client would retry for ~15 s
         # and raise): nobody is seen alive, as on docker
-        alive = alive_nodes(self.address, str(state.auth_token_path()), exclude_ids) \
+        alive = alive_nodes(self.address, str(auth_token_path()), exclude_ids) \
             if pids[0] and not self._paused(0, pids[0]) else {}
         shapes = st.spec.node_shapes()
         return [NodeInfo.seen(node.index, node.address, alive.get(node.address),
@@ -235,7 +236,7 @@ class LocalCluster(StartedCluster):
                 *cmd]
 
     def memory(self, index: int) -> cgroups.MemoryGroup:
-        """The memory cgroup of node ``index`` (see :mod:`rlsim.cgroups`)."""
+        """The memory cgroup of node ``index`` (see :mod:`rlsim.host.cgroups`)."""
         self._check_index(index)
         if not self._st.cgroups:
             raise RuntimeError(f"node memory needs rlsim's node cgroups: {cgroups.available()}")

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_containers
-from rlsim.spec import ClusterShape, ClusterSpec
-from trainer.contract import HEAD_RESOURCE
+from rlsim.contract import HEAD_RESOURCE
+from rlsim.host.spec import ClusterShape, ClusterSpec
 
 
 class NodeAgent:
@@ -262,7 +262,7 @@ def address_problem(address: str) -> str | None:
     """Why no Ray cluster can be joined at ``address`` (not HOST:PORT, no GCS answers there
     within seconds, or it refuses this process's token), or None. Ray's own connect retries a
     silent address for minutes and a refused token for about 20 s."""
-    from trainer.reach import gcs_refusal, gcs_silence, parse_address
+    from rlsim.reach import gcs_refusal, gcs_silence, parse_address
 
     try:
         host, port = parse_address(address)

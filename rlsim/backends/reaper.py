@@ -7,11 +7,11 @@ from __future__ import annotations
 import contextlib
 import signal
 
-from rlsim import cgroups, disk, procs, state
 from rlsim.backends.docker_engine import HOME_LABEL, LABEL, docker_client, engine_problem, is_orphan
-from rlsim.net import iptables
-from rlsim.net.iptables import Firewall
-from rlsim.spec import ClusterState, home_id
+from rlsim.host import cgroups, disk, iptables, procs, state
+from rlsim.host.home import home_id, locked, run_dir
+from rlsim.host.iptables import Firewall
+from rlsim.host.state import ClusterState
 
 
 def reap_abandoned() -> list[str]:
@@ -19,7 +19,7 @@ def reap_abandoned() -> list[str]:
 
     Under the registry lock, so that no cluster starts under a reaped name meanwhile."""
     reaped = []
-    with state.locked():
+    with locked():
         for st in state.abandoned():
             reap(st)
             reaped.append(st.spec.name)
@@ -34,8 +34,8 @@ def reap(st: ClusterState) -> None:
     no other cluster holds the slot; processes, cgroups and the run directory are the session's
     own. Network rules go first so that nothing stays cut off if a later step fails.
     """
-    with state.locked():
-        state.run_dir()  # refuses a home whose run/ is not rlsim's own before anything is touched
+    with locked():
+        run_dir()  # refuses a home whose run/ is not rlsim's own before anything is touched
         current = state.load_entry(st.spec.name)
         if st.backend == "docker":
             if isinstance(current, ClusterState) and current.session != st.session:
@@ -61,7 +61,7 @@ def _end_session(session: str) -> None:
 def reap_corrupt(entry: state.Corrupt) -> None:
     """Remove a state file that does not parse, and what it still names: the processes, cgroups
     and run directory of its session and, when no one else holds it, its slot's chain."""
-    with state.locked():
+    with locked():
         if entry.session:
             _end_session(entry.session)
         if entry.slot is not None and Firewall.available() is None:

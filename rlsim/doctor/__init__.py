@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 # Whether a GCS answers at an address lives with the trainer, which asks it too before Ray's own
 # minutes-long connect; the doctor, `rlsim plan` and the launchers' wait ask the same way
-from trainer.reach import gcs_refusal, gcs_silence, parse_address  # noqa: F401 - re-exported
+from rlsim.reach import gcs_refusal, gcs_silence, parse_address  # noqa: F401 - re-exported
 
 VERSIONED = ("python", "ray", "torch", "deepspeed")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rlsim.backends.base import Backend, CutsNetwork, Unsupported
-from rlsim.params import Strict
+from rlsim.fields import Strict
 
 
 @dataclass

@@ -20,10 +20,11 @@ import time
 import uuid
 from dataclasses import asdict
 
-from rlsim import procs, state
 from rlsim.backends import attach
-from rlsim.net.iptables import Drop
-from rlsim.spec import ClusterState
+from rlsim.host import procs, state
+from rlsim.host.home import locked, write_private
+from rlsim.host.iptables import Drop
+from rlsim.host.state import ClusterState
 
 ACTIONS = ("kill-node", "restart-node", "pause-node", "resume-node", "partition", "block-port",
            "heal")
@@ -66,7 +67,7 @@ def _entry_ok(e) -> bool:
 
 def _save(st: ClusterState, entries: list[dict]) -> None:
     st.root.mkdir(parents=True, exist_ok=True)
-    state._write_new(st.root / "faults.json", json.dumps(entries, indent=1))
+    write_private(st.root / "faults.json", json.dumps(entries, indent=1))
 
 
 def _nodes(text: str, st: ClusterState, what: str) -> list[int]:
@@ -113,7 +114,7 @@ def apply(name: str, action: str, args: list[str], sources: str | None = None,
         done, undo, entry, gone = _do(c, st, action, args, sources, in_force)
     except (NotImplementedError, IndexError) as e:
         raise FaultError(str(e)) from None
-    with state.locked():  # the ledger only: the action itself ran unlocked (restarts take s)
+    with locked():  # the ledger only: the action itself ran unlocked (restarts take s)
         entries = [] if action == "heal" else [e for e in ledger(st) if not gone(e)]
         if entry is not None:  # ids never repeat: a pending self-heal undoes its own fault only
             entry.update(id=uuid.uuid4().hex[:8], since=time.time(),
@@ -235,7 +236,7 @@ def heal_one(name: str, fault_id: str) -> bool:
     if not mine:
         return False  # healed by hand meanwhile
     _undo(attach(st), mine[0])
-    with state.locked():
+    with locked():
         _save(st, [e for e in ledger(st) if e["id"] != fault_id])
     return True
 

@@ -5,7 +5,7 @@ import shutil
 from typing import Literal
 
 from rlsim.faults.base import Fault
-from rlsim.params import Strict
+from rlsim.fields import Strict
 
 
 class CorruptCheckpoint(Fault):

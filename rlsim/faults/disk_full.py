@@ -18,9 +18,9 @@ import os
 from pydantic import Field, field_validator
 
 from rlsim.backends.base import CapsDisk
-from rlsim.disk import FILLER
 from rlsim.faults.base import Fault
-from rlsim.params import Strict
+from rlsim.fields import Strict
+from rlsim.host.disk import FILLER
 
 
 class DiskFull(Fault):

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from rlsim.backends.base import HoldsGpuMemory
 from rlsim.faults.base import Fault
-from rlsim.params import NodeRef, Strict
+from rlsim.fields import NodeRef, Strict
 
 
 class GpuOom(Fault):

@@ -15,8 +15,8 @@ Holding the memory longer, so that restarted workers were killed again, hit the 
 worker is marked 1000 a moment after it forks.
 
 Needs memory accounting for the node: the local backend's node cgroup (cgroup2 with the memory
-controller, or the v1 memory twin on hybrid hosts, see :mod:`rlsim.cgroups`), or the container's
-own memory cgroup in the docker backend.
+controller, or the v1 memory twin on hybrid hosts, see :mod:`rlsim.host.cgroups`), or the
+container's own memory cgroup in the docker backend.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pydantic import Field
 
 from rlsim.backends.base import KillsProcesses, LimitsMemory, RunsInNodes
 from rlsim.faults.base import Fault
-from rlsim.params import NodeRef, Strict
+from rlsim.fields import NodeRef, Strict
 
 HOG_START_S = 30.0
 KILL_WAIT_S = 5.0

@@ -13,11 +13,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from rlsim import state
 from rlsim.backends.base import KillsProcesses
 from rlsim.backends.gcs import alive_actors
 from rlsim.faults.base import Fault
-from rlsim.params import Strict
+from rlsim.fields import Strict
+from rlsim.host.home import auth_token_path
 
 
 class KillRole(Fault):
@@ -45,6 +45,6 @@ class KillRole(Fault):
         return {"role": p.role, "rank": p.rank, "pid": worker["pid"], "ip": worker["ip"]}
 
     def _by_class(self, pattern: str) -> list[dict]:
-        actors = alive_actors(self.ctx.cluster.address, str(state.auth_token_path()))
+        actors = alive_actors(self.ctx.cluster.address, str(auth_token_path()))
         found = [a for a in actors if re.search(pattern, a["class"])]
         return sorted(found, key=lambda a: (ipaddress.ip_address(a["ip"]), a["pid"]))

@@ -3,7 +3,7 @@
 from pydantic import Field, field_validator
 
 from rlsim.faults.base import FirewallFault
-from rlsim.params import Strict
+from rlsim.fields import Strict
 
 
 class Partition(FirewallFault):

@@ -2,7 +2,7 @@
 
 from rlsim.backends.base import RestartsNodes
 from rlsim.faults.base import Fault
-from rlsim.params import NodeRef, Strict
+from rlsim.fields import NodeRef, Strict
 
 
 class RestartNode(Fault):

@@ -43,7 +43,7 @@ def live_nodes(address: str) -> list[Node]:
     CPUs (read from its GCS, no driver)."""
     from rlsim.backends.gcs import global_state
     from rlsim.doctor import gcs_silence, parse_address
-    from rlsim.state import auth_token_path
+    from rlsim.host.home import auth_token_path
 
     try:
         host, port = parse_address(address)

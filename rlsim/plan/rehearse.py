@@ -22,7 +22,7 @@ NODE_PIN = "rlsim_node_{}"  # a resource every simulated node has: 0.001 of it p
 def rehearse(p: Placement, timeout_s: float) -> dict:
     """Run the rehearsal on a fresh local cluster shaped like ``p.nodes``; the result as data."""
     from rlsim.backends.local import LocalCluster
-    from rlsim.spec import ClusterSpec
+    from rlsim.host.spec import ClusterSpec
 
     per_node = max(n.gpus for n in p.nodes)
     cpus = {n.cpus for n in p.nodes}

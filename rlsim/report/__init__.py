@@ -17,7 +17,8 @@ from urllib.parse import quote
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator
 
 from rlsim.checks import FIGURES
-from rlsim.report.lanes import read_events, story
+from rlsim.history import read_events
+from rlsim.report.lanes import story
 
 __all__ = ["ReportInputError", "figure_text", "figures", "render", "summaries",
            "verdicts_record"]

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
+
+from rlsim.history import is_number
 
 # fault -> the state it puts its nodes in while in force (a kill changes the base state instead)
 IMPAIRS = {"pause_node": "paused", "partition": "cut off", "block_port": "port blocked",
@@ -62,24 +63,6 @@ class Story:
     refusal: str | None = None      # the cluster refused to start: the message
 
 
-def read_events(path: Path) -> list[dict]:
-    """The events of a JSON-lines file: objects with a numeric ``ts`` and a string ``type``
-    (a line cut short by a killed writer, or written by hand wrong, is skipped)."""
-    events = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(e, dict) and _number(e.get("ts")) and isinstance(e.get("type"), str):
-            events.append(e)
-    return events
-
-
-def _number(v) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
 def node_lane(index: int, address: str) -> str:
     return f"node {index}{' (head)' if index == 0 else ''} {address}"
 
@@ -107,7 +90,7 @@ def story(events: list[dict]) -> Story:
     refused = first.get("cluster_refused")
     reused = bool(ready and ready.get("reused"))
     return Story(t0=t0, end=end, nodes=nodes, spans=spans, marks=_marks(rel, addresses),
-                 steps=[e for e in rel if e["type"] == "step_end" and _number(e.get("step"))],
+                 steps=[e for e in rel if e["type"] == "step_end" and is_number(e.get("step"))],
                  setup=_setup(events, t0, reused), reused=reused,
                  refusal=refused and refused.get("message"))
 
@@ -119,7 +102,7 @@ def _faults(rel: list[dict], end: float) -> dict[int, dict]:
     for e in rel:
         if e["type"] == "fault_injected":
             i = e.get("index", len(faults))
-            took = e.get("took_s") if _number(e.get("took_s")) else 0.0
+            took = e.get("took_s") if is_number(e.get("took_s")) else 0.0
             faults[i] = {**e, "fault": str(e.get("fault", "fault")), "until": e["ts"] + took,
                          "healed": None}
         elif e["type"] in ("fault_healed", "fault_heal_error"):

@@ -15,12 +15,12 @@ import pytest
 
 from rlsim.backends.base import Unsupported
 from rlsim.checks import FIGURES, Verdict, judge
+from rlsim.history import Outcome
 from rlsim.report import verdicts_record
 from rlsim.scenario.loader import ScenarioError, load
 from rlsim.scenario.pool import scenario_key
 from rlsim.scenario.runner import run_scenario
 from rlsim.scenario.session import require, scenario_pool
-from rlsim.scenario.timeline import Outcome
 
 
 def shape_scheduler(config: pytest.Config, log):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 
 from rlsim.faults import FAULTS, Fault, FaultContext
+from rlsim.history import Recorder
 from rlsim.scenario.schema import FaultEntry
-from rlsim.scenario.timeline import Recorder
 
 
 class Schedule:

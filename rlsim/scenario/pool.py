@@ -26,7 +26,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from rlsim.spec import ClusterSpec
+from rlsim.host.spec import ClusterSpec
 
 REUSABLE_BACKENDS = ("local",)
 TRAINER_CODE = Path(__file__).resolve().parents[2] / "trainer"

@@ -1,7 +1,7 @@
 """Run one scenario: cluster up, trainer started, faults fired on schedule, all healed, a timeline.
 
 Along Jepsen's lines: the driver loop here starts the trainer and every 100 ms hands its new events
-(:mod:`rlsim.scenario.timeline`) to the nemesis (:mod:`rlsim.scenario.nemesis`), which fires the
+(:mod:`rlsim.history`) to the nemesis (:mod:`rlsim.scenario.nemesis`), which fires the
 faults that are due and heals those whose ``for_s`` is up. Every fault is healed at the end
 whatever happened (trainer crash, a check's failure, Ctrl-C); the cluster is given back or torn
 down; then leaks are looked for. The merged timeline (trainer events and rlsim's fault and cluster
@@ -19,24 +19,24 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim.adapters import ADAPTERS, Launch
+from rlsim.adapters import ADAPTERS, TrainerLaunch
 from rlsim.adapters.base import REPO, resolve
 from rlsim.backends import cluster_class, every_class
 from rlsim.backends.base import ClusterStartError, HoldsGpuMemory, StartsClusters, Unsupported
 from rlsim.events import ATTEMPT_VAR, RUN_DIR_VAR
 from rlsim.faults import FAULTS, FaultContext
+from rlsim.history import Outcome, Recorder
+from rlsim.host.spec import ClusterSpec
 from rlsim.scenario.nemesis import Nemesis
 from rlsim.scenario.pool import Pool, twin_key
 from rlsim.scenario.schema import Scenario
-from rlsim.scenario.timeline import Outcome, Recorder
 from rlsim.scenario.watch import WatchProcess
-from rlsim.spec import ClusterSpec
 
 _names = itertools.count()
 
 
-def _launch_of(run_dir: Path, attempt: int, ray_address: str) -> Launch:
-    return Launch(python=sys.executable, run_dir=run_dir, attempt=attempt,
+def _launch_of(run_dir: Path, attempt: int, ray_address: str) -> TrainerLaunch:
+    return TrainerLaunch(python=sys.executable, run_dir=run_dir, attempt=attempt,
                   ray_address=ray_address)
 
 

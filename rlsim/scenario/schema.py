@@ -21,12 +21,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rlsim.adapters import ADAPTERS, HARNESS_EVENTS
+from rlsim.adapters import ADAPTERS
 from rlsim.adapters.base import placeholder_problem
 from rlsim.checks import CHECKS
 from rlsim.faults import FAULTS
-from rlsim.params import DAY, PORT_NAMES, Strict, first_error, regex
-from rlsim.spec import ClusterShape, per_node_problem
+from rlsim.fields import DAY, PORT_NAMES, Strict, first_error, regex
+from rlsim.history import HARNESS_EVENTS
+from rlsim.host.spec import ClusterShape, per_node_problem
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 # The tag of the slow tier: scenarios minutes long on a 2-core machine (full-scale ranks) that the
@@ -36,7 +37,7 @@ SLOW = "slow"
 
 
 class ClusterSection(ClusterShape):
-    """The scenario's cluster: its shape (:class:`rlsim.spec.ClusterShape`, defaults and limits
+    """The scenario's cluster: its shape (:class:`rlsim.host.spec.ClusterShape`, defaults and limits
     shared with the CLI and the fixture) and how the scenario runs on it."""
 
     backend: Literal["local", "docker", "real"] = "local"

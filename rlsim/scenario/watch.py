@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim import state
 from rlsim.backends.gcs import global_state
-from rlsim.scenario.timeline import EventTail
+from rlsim.history import EventTail
+from rlsim.host.home import auth_token_path
 
 
 class RayWatch:
@@ -50,7 +50,7 @@ class RayWatch:
         try:
             if self._gs is None:
                 self._gs = self._stack.enter_context(
-                    global_state(self.gcs_address, str(state.auth_token_path())))
+                    global_state(self.gcs_address, str(auth_token_path())))
             new = self._nodes() + self._actors()
         except Exception as e:  # noqa: BLE001 - watching must never decide the scenario
             self.close()

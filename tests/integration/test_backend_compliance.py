@@ -15,8 +15,8 @@ import pytest
 from waits import alive, wait_until
 
 from rlsim.backends.local import LocalCluster
+from rlsim.host.spec import ClusterSpec
 from rlsim.scenario.session import require
-from rlsim.spec import ClusterSpec
 
 pytestmark = pytest.mark.integration
 NODES, GPUS = 3, 2
@@ -173,7 +173,7 @@ def test_doctor_names_a_blocked_port_with_both_nodes_and_finds_shared_storage(cl
 
 def test_partition_cuts_a_node_off_both_ways_and_heal_restores_it(cluster):
     if isinstance(cluster, LocalCluster):
-        from rlsim.net.iptables import Firewall
+        from rlsim.host.iptables import Firewall
 
         require(Firewall.available())
     gcs = cluster.port("gcs")[0]

@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from rlsim import state
+from rlsim.host import state
+from rlsim.host.home import auth_token_path, rlsim_home
+from rlsim.host.spec import ClusterSpec
 from rlsim.scenario.session import require
-from rlsim.spec import ClusterSpec
 
 pytestmark = pytest.mark.integration
 
@@ -53,8 +54,8 @@ def cluster():
 
 
 def _look(cluster, index: int, probe: str) -> dict:
-    home, st = state.rlsim_home(), cluster.state
-    args = [str(home), str(state.auth_token_path()), str(state.state_path(st.spec.name)),
+    home, st = rlsim_home(), cluster.state
+    args = [str(home), str(auth_token_path()), str(state.state_path(st.spec.name)),
             str(st.node_dir(index)), probe]
     out = subprocess.run(cluster.node_command(index, [sys.executable, "-c", LOOK, *args]),
                          capture_output=True, text=True, timeout=60)
@@ -65,7 +66,7 @@ def _look(cluster, index: int, probe: str) -> dict:
 @pytest.mark.parametrize("index", [0, 1])
 def test_a_node_reads_the_token_writes_only_its_own_dir_and_sees_no_other_cluster(cluster,
                                                                                    index):
-    home, st = state.rlsim_home(), cluster.state
+    home, st = rlsim_home(), cluster.state
     probe = f".mount-probe-{os.getpid()}-{index}"
     outside = [home / probe, home / "clusters" / probe, home / "run" / probe]
     try:
@@ -73,7 +74,7 @@ def test_a_node_reads_the_token_writes_only_its_own_dir_and_sees_no_other_cluste
     finally:  # what a node wrongly wrote into the home must not stay there
         for path in [*outside, st.node_dir(index) / probe]:
             path.unlink(missing_ok=True)
-    token, own_state = state.auth_token_path(), state.state_path(st.spec.name)
+    token, own_state = auth_token_path(), state.state_path(st.spec.name)
     assert seen["token"] == token.read_text()
     refused = {str(p): seen["writes"][str(p)] for p in [token, own_state, *outside]}
     assert refused == {p: "Read-only file system" for p in refused}

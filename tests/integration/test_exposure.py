@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from rlsim.backends.docker_engine import HOME_LABEL, LABEL, engine_problem
-from rlsim.net.iptables import Firewall
+from rlsim.host.iptables import Firewall
 from rlsim.scenario.session import require
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]

@@ -15,8 +15,8 @@ from waits import alive, wait_until
 
 from rlsim import cli
 from rlsim.backends.local import LocalCluster
+from rlsim.host.spec import ClusterSpec
 from rlsim.scenario.session import require
-from rlsim.spec import ClusterSpec
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 # methods the docker scenarios and the compliance suite already run there
 @pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.slow)])
 def cluster(request):
-    from rlsim.net.iptables import Firewall
+    from rlsim.host.iptables import Firewall
 
     require(Firewall.available())
     spec = ClusterSpec(name=f"pt-fault-{request.param}-{os.getpid()}", nodes=3, gpus_per_node=1,

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from waits import wait_until
 
-from rlsim import procs, state
-from rlsim.net import iptables
+from rlsim.host import iptables, procs, state
 from rlsim.scenario.session import require
 
 pytestmark = pytest.mark.integration

@@ -18,12 +18,11 @@ from pathlib import Path
 import pytest
 from waits import alive, wait_until
 
-from rlsim import cgroups, procs, state
 from rlsim.backends.local import LocalCluster
-from rlsim.net import iptables
-from rlsim.net.iptables import Firewall
+from rlsim.host import cgroups, iptables, procs, state
+from rlsim.host.iptables import Firewall
+from rlsim.host.spec import ClusterSpec
 from rlsim.scenario.session import require
-from rlsim.spec import ClusterSpec
 
 pytestmark = pytest.mark.integration
 

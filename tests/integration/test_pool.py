@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from rlsim.backends.local import LocalCluster
+from rlsim.host.spec import ClusterSpec
 from rlsim.scenario.pool import Pool
-from rlsim.spec import ClusterSpec
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from rlsim import procs
 from rlsim.backends.local import LocalCluster
 from rlsim.backends.real import (
     NodeAgent,
@@ -24,9 +23,10 @@ from rlsim.backends.real import (
     snapshot,
 )
 from rlsim.checks import judge
+from rlsim.host import procs
+from rlsim.host.spec import ClusterSpec
 from rlsim.scenario.loader import load
 from rlsim.scenario.runner import run_scenario
-from rlsim.spec import ClusterSpec
 
 KILL_NODE = """
 name: real_kill_node
@@ -170,7 +170,7 @@ def test_kill_node_finds_the_raylet_when_the_agent_runs_under_a_wrapper(rlsim_cl
 KILL_HEAD = """
 import json, os, sys
 from rlsim.backends.real import RealCluster
-from rlsim.spec import ClusterSpec
+from rlsim.host.spec import ClusterSpec
 cluster = RealCluster(sys.argv[1], ClusterSpec(nodes=1)).start()
 print(json.dumps(cluster.kill_node(0)), flush=True)
 os._exit(0)  # the GCS is gone: nothing left to disconnect from

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from rlsim.history import read_events
 from rlsim.report import render, summaries
 from rlsim.report.browser import find_chromium, look
-from rlsim.report.lanes import read_events, story
+from rlsim.report.lanes import story
 from rlsim.scenario.session import require
 
 pytestmark = pytest.mark.integration

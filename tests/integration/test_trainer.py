@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlsim.backends.local import LocalCluster
-from rlsim.spec import ClusterSpec
+from rlsim.host.spec import ClusterSpec
 from trainer.events import read_events
 
 pytestmark = pytest.mark.integration

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from rlsim.adapters import ADAPTERS, Launch
+from rlsim.adapters import ADAPTERS, TrainerLaunch
 from rlsim.adapters.base import placeholder_problem
 from rlsim.events import EventLog
 from rlsim.scenario.runner import trainer_command
 from rlsim.scenario.schema import Scenario
 
-LAUNCH = Launch(python="/py", run_dir=Path("/out/run"), attempt=2, ray_address="127.77.0.10:1")
+LAUNCH = TrainerLaunch(python="/py", run_dir=Path("/out/run"), attempt=2,
+                       ray_address="127.77.0.10:1")
 
 
 def scenario(trainer: dict) -> Scenario:

@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from rlsim.net import alloc
+from rlsim.host import layout as alloc
 
 
 def all_ports(plan):
@@ -54,7 +54,7 @@ def test_up_to_16_nodes_keep_60_ports_and_32_share_the_block_with_20_worker_port
 
 
 def test_a_shape_whose_workers_outnumber_their_ports_is_refused_naming_the_fix():
-    from rlsim.spec import ClusterShape
+    from rlsim.host.spec import ClusterShape
 
     ClusterShape(nodes=32, gpus_per_node=8, cpus_per_node=4)  # 14 workers, 20 ports
     with pytest.raises(ValueError, match="may run 22 Ray workers at once .* but has 20 worker "

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from rlsim import cli, state
-from rlsim.spec import ClusterSpec
+from rlsim import cli
+from rlsim.host import state
+from rlsim.host.spec import ClusterSpec
 
 OTHER_UID = 65534
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from rlsim import disk
+from rlsim.host import disk
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 

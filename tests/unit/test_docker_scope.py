@@ -1,6 +1,6 @@
 """Docker objects carry this home's id; the reaper takes only its own home's leftovers."""
 from rlsim.backends.docker_engine import HOME_LABEL, LABEL, is_orphan, labels, network_name
-from rlsim.spec import home_id
+from rlsim.host.home import home_id
 
 
 def test_every_object_is_labelled_with_session_and_home():

@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from rlsim import state
 from rlsim.backends.reaper import reap, reap_abandoned
-from rlsim.spec import ClusterSpec, ClusterState, HomeError, rlsim_home, socket_path_problem
+from rlsim.host import home as home_dir
+from rlsim.host import state
+from rlsim.host.home import HomeError, auth_token_path, rlsim_home, socket_path_problem
+from rlsim.host.spec import ClusterSpec
+from rlsim.host.state import ClusterState
 
 OTHER_UID = 65534  # nobody
 
@@ -51,7 +54,7 @@ def test_default_home_is_per_user_and_private(monkeypatch, tmp_path):
     monkeypatch.delenv("RLSIM_HOME", raising=False)
     assert rlsim_home() == Path(f"/tmp/rlsim-{os.geteuid()}")
     monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "h"))
-    assert state.home().stat().st_mode & 0o777 == 0o700
+    assert home_dir.home().stat().st_mode & 0o777 == 0o700
 
 
 @pytest.mark.parametrize("plant,needle", [
@@ -77,16 +80,16 @@ def test_the_token_is_never_written_through_a_link_nor_taken_from_someone_else(h
     home.mkdir(0o700)
     (home / "auth_token").symlink_to(outside / "victim")
     with pytest.raises(HomeError, match="auth_token is a symlink"):
-        state.auth_token_path()
+        auth_token_path()
     (home / "auth_token").unlink()
     (home / "auth_token").write_text("guessable")
     os.chmod(home / "auth_token", 0o644)
     with pytest.raises(HomeError, match="mode 644, not 600"):
-        state.auth_token_path()
+        auth_token_path()
     os.chmod(home / "auth_token", 0o600)
     os.chown(home / "auth_token", OTHER_UID, -1)
     with pytest.raises(HomeError, match="belongs to uid"):
-        state.auth_token_path()
+        auth_token_path()
     untouched(outside, {"victim"})
 
 
@@ -95,7 +98,7 @@ def test_planted_temp_names_are_not_written_through(home, outside):
     os.chmod(home, 0o700)
     (home / "auth_token.tmp").symlink_to(outside / "victim")
     (home / "clusters" / "a.json.tmp").symlink_to(outside / "victim")
-    token = state.auth_token_path()
+    token = auth_token_path()
     st = state.reserve(ClusterSpec(name="a"), "local", detached=False)
     assert token.stat().st_mode & 0o777 == 0o600 and len(token.read_text()) == 64
     assert state.load("a") == st

@@ -1,8 +1,8 @@
 import pytest
 
-from rlsim.net import iptables
-from rlsim.net.alloc import plan_cluster
-from rlsim.spec import home_id
+from rlsim.host import iptables
+from rlsim.host.home import home_id
+from rlsim.host.layout import plan_cluster
 
 PLAN = plan_cluster(0, 4)
 

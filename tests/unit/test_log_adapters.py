@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlsim.adapters import ADAPTERS
-from rlsim.adapters.base import Launch
+from rlsim.adapters.base import TrainerLaunch
 from rlsim.adapters.logs import number
 from rlsim.scenario.schema import Scenario
 
@@ -95,7 +95,7 @@ def test_verl_lines_made_by_verls_own_loggers(tmp_path):
 def test_verl_gets_one_metrics_file_per_launch_unless_the_scenario_names_one(tmp_path):
     src, out = source("verl", tmp_path)
     adapter = ADAPTERS["verl"]
-    launch = Launch(python="py", run_dir=out / "run", attempt=2, ray_address="")
+    launch = TrainerLaunch(python="py", run_dir=out / "run", attempt=2, ray_address="")
     sc = Scenario.model_validate({"name": "s", "trainer": {
         "adapter": "verl", "command": ["x"], "env": {"VERL_FILE_LOGGER_PATH": "/m.jsonl"}},
         "expect": [{"completes": {}}]})

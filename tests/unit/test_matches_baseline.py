@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import save_file
 
 from rlsim.checks import CHECKS, MatchesBaseline
-from rlsim.scenario.timeline import Outcome
+from rlsim.history import Outcome
 
 
 def run_dir(root, name, metrics, weight):

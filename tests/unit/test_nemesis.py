@@ -7,9 +7,9 @@ from pathlib import Path
 
 from rlsim.faults import FAULTS
 from rlsim.faults.base import Fault, FaultContext
+from rlsim.history import Outcome, Recorder
 from rlsim.scenario import nemesis as nem
 from rlsim.scenario.schema import FaultEntry
-from rlsim.scenario.timeline import Outcome, Recorder
 
 
 class Flaky(Fault):

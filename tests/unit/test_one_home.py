@@ -93,8 +93,8 @@ def test_no_import_cycles_lazy_ones_included():
 
 def test_one_cluster_shape_with_one_set_of_defaults():
     from rlsim.cli import _default
+    from rlsim.host.spec import ClusterShape, ClusterSpec
     from rlsim.scenario.schema import ClusterSection
-    from rlsim.spec import ClusterShape, ClusterSpec
 
     assert issubclass(ClusterSection, ClusterShape) and issubclass(ClusterSpec, ClusterShape)
     assert ClusterSection().shape() == ClusterSpec().shape() == ClusterShape().shape()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlsim.checks import CHECKS
-from rlsim.scenario.timeline import Outcome
+from rlsim.history import Outcome
 
 NODES = ["127.77.0.10", "127.77.0.11", "127.77.0.12"]
 

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
+from rlsim.host.spec import ClusterSpec
 from rlsim.scenario.pool import shape_key, twin_key
-from rlsim.spec import ClusterSpec
 
 SPEC = ClusterSpec(name="x", nodes=2, gpus_per_node=1)
 CONFIG = Path(__file__).resolve().parents[2] / "fixtures" / "trainer" / "grpo_tiny.yaml"

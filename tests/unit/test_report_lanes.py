@@ -131,8 +131,8 @@ def test_lines_a_report_cannot_place_are_skipped_not_fatal(tmp_path):
     path.write_text("".join(json.dumps(e) + "\n" for e in good) + "\n".join([
         '{"ts": null, "type": "x"}', '{"ts": "1", "type": "x"}', '{"ts": 1, "type": ["x"]}',
         '{"ts": true, "type": "x"}', '[1, 2]', '{"ts": 150.0, "type": "cut sh']) + "\n")
+    from rlsim.history import read_events
     from rlsim.report.figure import figure
-    from rlsim.report.lanes import read_events
 
     events = read_events(path)
     assert len(events) == len(good)

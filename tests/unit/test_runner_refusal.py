@@ -5,8 +5,8 @@ import time
 from types import SimpleNamespace
 
 from rlsim import checks
+from rlsim.history import Outcome
 from rlsim.scenario.runner import config_refusal
-from rlsim.scenario.timeline import Outcome
 
 REFUSAL = ("trainer: placement.roles.rollout=32-39 lies outside the run's 32 GPUs "
            "(4 nodes x 8): shrink the range")

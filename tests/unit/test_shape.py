@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from ray._private.accelerators.nvidia_gpu import NvidiaGPUAcceleratorManager
 
+from rlsim.host.shape import NODE_TYPES, ray_memory_gib
+from rlsim.host.spec import ClusterSpec
 from rlsim.scenario.schema import ClusterSection
-from rlsim.shape import NODE_TYPES, ray_memory_gib
-from rlsim.spec import ClusterSpec
 
 
 @pytest.mark.parametrize("node_type", NODE_TYPES.values(), ids=list(NODE_TYPES))

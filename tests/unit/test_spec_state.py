@@ -5,8 +5,9 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from rlsim import state
-from rlsim.spec import ClusterSpec, HealthChecks
+from rlsim.host import state
+from rlsim.host.home import auth_token_path
+from rlsim.host.spec import ClusterSpec, HealthChecks
 
 
 @pytest.fixture
@@ -53,6 +54,6 @@ def test_a_cluster_whose_owner_died_is_abandoned_and_its_slot_reused(home):
 
 
 def test_auth_token_is_private_and_stable(home):
-    p = state.auth_token_path()
+    p = auth_token_path()
     assert p.stat().st_mode & 0o777 == 0o600
-    assert state.auth_token_path().read_text() == p.read_text()
+    assert auth_token_path().read_text() == p.read_text()

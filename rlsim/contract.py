@@ -1,6 +1,9 @@
-"""What the trainer and a harness that drives it agree on, written once, here.
+"""What a trainer and rlsim agree on, written once, here: file layout, node labels and resources,
+the event types by which a trainer says it noticed a fault.
 
-The trainer never imports the harness; the harness (rlsim) reads these constants from here.
+The standard library only. The reference trainer imports this module (and :mod:`rlsim.events`,
+:mod:`rlsim.reach`), as a trainer of your own may; it imports nothing else of rlsim. rlsim's
+backends import nothing of the trainer at all: a backend hosts any workload.
 """
 
 # ``<run_dir>/faults/gpu_reserve.json``: ``{"<node ip>" or "*": GiB}`` a harness holds on every

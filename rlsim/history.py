@@ -1,6 +1,12 @@
-"""A scenario's history (Jepsen's history): the trainer's events read from its growing
-``events.jsonl``, rlsim's own events (faults, cluster, doctor) recorded as they happen, and the
-:class:`Outcome` the checks judge once the run is over."""
+"""A scenario's history (Jepsen's history), the one record every judge reads: the trainer's events
+read from its growing ``events.jsonl``, rlsim's own events (faults, cluster, doctor, Ray's view)
+recorded as they happen, and the :class:`Outcome` the checks judge once the run is over.
+
+What happened is written here once, by whoever knew it: a fault writes what it means into its
+``fault_injected`` event (whether it is disruptive, which nodes it hits, what state it puts them
+in), so that the checks and the report read it from the history and never re-derive it from the
+fault's name. ``timeline.jsonl`` is this record on disk (:func:`read_events` reads it back).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+# the event types the runner records for every adapter (source rlsim), from Ray itself
+HARNESS_EVENTS = frozenset({"ray_node_dead", "ray_actor_died"})
+
 
 class Judged(Protocol):
-    """What the checks need of the scenario (a :class:`rlsim.scenario.schema.Scenario`)."""
+    """What the checks need of the scenario (a :class:`rlsim.scenario.schema.Scenario`): its name
+    and its ``expect`` entries as (check name, validated parameters)."""
 
     name: str
 
@@ -90,3 +100,22 @@ class Recorder:
         self.outcome.timeline.sort(key=lambda e: e["ts"])
         path.write_text("".join(json.dumps(e, default=str) + "\n"
                                 for e in self.outcome.timeline))
+
+
+def read_events(path: Path) -> list[dict]:
+    """The events of a JSON-lines file: objects with a numeric ``ts`` and a string ``type``
+    (a line cut short by a killed writer, or written by hand wrong, is skipped)."""
+    events = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(e, dict) and is_number(e.get("ts")) and isinstance(e.get("type"), str):
+            events.append(e)
+    return events
+
+
+def is_number(v) -> bool:
+    """A JSON number (a bool is not one)."""
+    return isinstance(v, int | float) and not isinstance(v, bool)

@@ -1,7 +1,7 @@
 """What one simulated node offers: the real node types a cluster can look like (``like``), one
 node's own shape where it differs from the rest (``node: {3: {gpus: 4}}``), and the shape each node
-ends up with. Pure data: :class:`rlsim.spec.ClusterShape` uses it, the launcher reads
-:class:`Node` to start each node.
+ends up with. Pure data: :class:`rlsim.host.spec.ClusterShape` uses it, the launcher reads
+:class:`ResolvedNode` to start each node.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def accelerator_problem(accelerator: str | None) -> str | None:
 
 class ShapeChecks(BaseModel):
     """What a shape's ``like``, ``accelerator``, ``resources`` and ``labels`` must be, wherever
-    they are given: a cluster's (:class:`rlsim.spec.ClusterShape`) or one node's."""
+    they are given: a cluster's (:class:`rlsim.host.spec.ClusterShape`) or one node's."""
 
     @field_validator("like", check_fields=False)
     @classmethod
@@ -159,7 +159,7 @@ class NodeShape(ShapeChecks):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    like: str | None = Field(None, description="a real node type (rlsim.shape.NODE_TYPES)")
+    like: str | None = Field(None, description="a real node type (rlsim.host.shape.NODE_TYPES)")
     gpus: int | None = Field(None, ge=0, le=64, description="fake GPUs")
     gpu_memory_gb: float | None = Field(None, gt=0, le=4096, description="GiB per fake GPU")
     cpus: int | None = Field(None, ge=1, le=1024, description="CPUs")
@@ -173,7 +173,7 @@ class NodeShape(ShapeChecks):
 
 
 @dataclass(frozen=True)
-class Node:
+class ResolvedNode:
     """What one node of a cluster advertises, all defaults and overrides applied."""
 
     index: int
@@ -200,7 +200,7 @@ def describe(gpus: int, accelerator: str | None, gpu_memory_gb: float | str | No
     return f"{gpu}, {cpus:g} CPU" + (f", {memory_gb:.0f} GiB" if memory_gb else "")
 
 
-def resolve(index: int, cluster: dict, own: NodeShape | None) -> Node:
+def resolve(index: int, cluster: dict, own: NodeShape | None) -> ResolvedNode:
     """Node ``index``'s shape: its own fields, else its ``like`` node type's, else the
     cluster's (``cluster``: the cluster-shape fields, its preset already applied). A GPU-less
     node reports no accelerator type (Ray sets one only where it finds GPUs)."""
@@ -214,7 +214,7 @@ def resolve(index: int, cluster: dict, own: NodeShape | None) -> Node:
 
     gpus = pick(own.gpus, "gpus_per_node")
     accelerator = pick(own.accelerator, "accelerator") if gpus else None
-    return Node(
+    return ResolvedNode(
         index=index, gpus=gpus, gpu_memory_gb=pick(own.gpu_memory_gb, "gpu_memory_gb"),
         cpus=pick(own.cpus, "cpus_per_node"), memory_gb=pick(own.memory_gb, "memory_gb"),
         accelerator=accelerator, resources={**cluster["resources"], **own.resources},

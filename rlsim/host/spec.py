@@ -1,39 +1,19 @@
-"""What a simulated cluster is (its spec) and what rlsim remembers of a running one (its state)."""
+"""What a simulated cluster is: its shape (nodes, GPUs, what each offers) and its spec (the shape,
+its name and how its nodes run). What rlsim remembers of a running one is
+:mod:`rlsim.host.state`."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import time
-from pathlib import Path
 from typing import Literal
 
 from packaging.version import InvalidVersion, Version
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlsim.net.alloc import (
-    CPU_WORKER_ROOM,
-    MAX_NODES,
-    MAX_SLOTS,
-    ClusterPlan,
-    plan_cluster,
-    worker_ports,
-)
-from rlsim.params import DAY
-from rlsim.shape import (
-    NODE_TYPES,
-    Node,
-    NodeShape,
-    ShapeChecks,
-    resolve,
-)
+from rlsim.fields import DAY
+from rlsim.host.layout import CPU_WORKER_ROOM, MAX_NODES, worker_ports
+from rlsim.host.shape import NODE_TYPES, NodeShape, ResolvedNode, ShapeChecks, resolve
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 SESSION_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}-([0-9a-f]{8})$")
@@ -45,51 +25,6 @@ def name_problem(name: str) -> str | None:
         return None
     return (f"cluster name {name!r} must be 1-32 of a-z, 0-9, '-', '_' and start with a letter "
             "or digit")
-
-
-def rlsim_home() -> Path:
-    """Where rlsim keeps state, tokens and node temp dirs: ``RLSIM_HOME``, else
-    ``/tmp/rlsim-<uid>``. Per user, because whoever owns the home decides what rlsim (often root)
-    reads, writes and deletes: :func:`rlsim.state.home` creates it mode 0700 and refuses one that
-    is not this user's own. Not ``$XDG_RUNTIME_DIR``: that is a small tmpfs (Ray writes its logs
-    and spills objects under the node dirs) and ``/run/user/<uid>/rlsim`` leaves too little of
-    the socket path budget.
-
-    Kept short on purpose: Ray puts unix sockets under it and socket paths are limited to 107 bytes
-    (see :func:`socket_path_problem`).
-    """
-    if os.environ.get("RLSIM_HOME"):
-        return Path(os.environ["RLSIM_HOME"])
-    return Path(f"/tmp/rlsim-{os.geteuid()}")
-
-
-class HomeError(RuntimeError):
-    """The rlsim home, or an entry in it, is not safe to use (another user's, a symlink, writable
-    by others). The message names the path and the fix."""
-
-
-# What Ray adds under a node's temp dir for its longest unix socket: the head's dashboard modules
-# listen on "<session dir>/sockets/dash_<module>" (dash_TaskEventsHead is the longest name in
-# Ray 2.60; one more byte of room), and the session dir holds the head's pid (up to 7 digits).
-RAY_SOCKET_TAIL = len("/session_2026-01-01_00-00-00_000000_4194304/sockets/") + 20
-SOCKET_PATH_MAX = 107  # AF_UNIX sun_path on Linux, less its terminating NUL
-
-
-def socket_path_problem(node_dir: Path) -> str | None:
-    """Why Ray could not bind its sockets under ``node_dir`` (too long a path), or None."""
-    longest = len(str(node_dir).encode()) + RAY_SOCKET_TAIL
-    if longest <= SOCKET_PATH_MAX:
-        return None
-    return (f"Ray's unix sockets under {node_dir} would be {longest} bytes long, over the "
-            f"{SOCKET_PATH_MAX} a socket path may have: set RLSIM_HOME to a shorter directory "
-            f"(at most {len(str(rlsim_home()).encode()) - longest + SOCKET_PATH_MAX} bytes)")
-
-
-def home_id() -> str:
-    """Eight hex digits naming this home on the machine: what rlsim creates outside the home
-    (iptables chains, container labels, docker networks) carries it, so that a reaper or
-    ``down --all`` touches only what this home made, never another user's or CI job's."""
-    return hashlib.sha256(str(rlsim_home().resolve()).encode()).hexdigest()[:8]
 
 
 class HealthChecks(BaseModel):
@@ -140,7 +75,7 @@ class ClusterShape(ShapeChecks):
         default_factory=dict, description="labels each node carries, as `ray start --labels` "
                                           "gives them")
     like: str | None = Field(
-        None, description="a real node type (rlsim.shape.NODE_TYPES, e.g. p5.48xlarge) whose "
+        None, description="a real node type (rlsim.host.shape.NODE_TYPES, e.g. p5.48xlarge) whose "
                           "GPUs, GPU memory, accelerator type, CPUs and memory every node "
                           "takes; fields given beside it win")
     node: dict[int, NodeShape] = Field(
@@ -205,7 +140,7 @@ class ClusterShape(ShapeChecks):
                     f"{self.nodes} nodes; use fewer nodes or GPUs per node")
         return self
 
-    def node_shapes(self) -> list[Node]:
+    def node_shapes(self) -> list[ResolvedNode]:
         """Each node's shape, node 0 (the head) first."""
         fields = self.model_dump(include={"gpus_per_node", "gpu_memory_gb", "cpus_per_node",
                                           "memory_gb", "accelerator", "resources", "labels"})
@@ -306,46 +241,3 @@ def python_problem(path: str, on_this_host: bool = True) -> str | None:
         return (f"python {path!r} is not an executable file on this host: install it or give "
                 "another interpreter's full path")
     return None
-
-
-class ClusterState(BaseModel):
-    """What rlsim records about a running cluster, in ``<home>/clusters/<name>.json``.
-
-    Enough for another shell (``rlsim status``, ``rlsim down``) or a reaper to find everything the
-    cluster created: its processes by ``session``, its iptables chain by ``slot``.
-    """
-
-    spec: ClusterSpec
-    slot: int = Field(ge=0, lt=MAX_SLOTS)
-    session: str = Field(description="<name>-<8 hex digits>, unique per start: labels the "
-                         "cluster's processes, cgroups and run directory")
-    backend: str = "local"
-    owner_pid: int = Field(ge=1)
-    detached: bool = False
-    created: float = Field(default_factory=time.time)
-    cgroups: bool = Field(False, description="node i lives in cgroup rlsim/<session>/n<i>")
-    pids: dict[int, int] = Field(default_factory=dict, description="node index -> raylet pid")
-
-    @field_validator("session")
-    @classmethod
-    def _session_ok(cls, v: str) -> str:
-        # It becomes a cgroup path and the run directory's name: nothing that could climb out.
-        if not SESSION_RE.match(v):
-            raise ValueError(f"session {v!r} is not <cluster name>-<8 hex digits>")
-        return v
-
-    @property
-    def plan(self) -> ClusterPlan:
-        return plan_cluster(self.slot, self.spec.nodes)
-
-    @property
-    def root(self) -> Path:
-        """This start's run directory: named by the session's random part, so that a cluster
-        started later under the same name never shares (or loses) it, and short, for Ray's
-        socket paths beneath it."""
-        match = SESSION_RE.match(self.session)
-        assert match is not None  # checked by the validator
-        return rlsim_home() / "run" / match.group(1)
-
-    def node_dir(self, index: int) -> Path:
-        return self.root / f"n{index}"

@@ -1,103 +1,85 @@
-"""The machine-wide registry of rlsim clusters: one JSON state file per cluster, guarded by a lock.
+"""The machine-wide registry of rlsim clusters: one JSON state file per cluster in the home
+(:mod:`rlsim.host.home`), guarded by its lock, and what each records of a running cluster
+(:class:`ClusterState`).
 
 Slot allocation happens under an exclusive ``flock`` so that pytest-xdist workers starting clusters
 at the same moment get different slots. A cluster whose owner is gone (and that was not detached,
 or whose processes are all gone) is abandoned: its slot is reclaimed and its leftovers reaped.
-
-The home is trusted only when it is this user's own: rlsim often runs as root, and whoever could
-plant a symlink or a state file in it could make rlsim overwrite or delete anything. Every entry is
-checked before use (owner, no symlink, not writable by group or others), new files are created
-exclusively beside their final name and renamed into place, and only paths inside the home are
-ever deleted.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import re
 import secrets
 import shutil
-import stat
-import tempfile
-import threading
-from collections.abc import Iterator
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from rlsim import procs
-from rlsim.net.alloc import pick_slot
-from rlsim.spec import (
-    SESSION_RE,
-    ClusterSpec,
-    ClusterState,
+from rlsim.host import procs
+from rlsim.host.home import (
+    HOME_FIX,
     HomeError,
-    name_problem,
+    check_private,
+    home,
+    locked,
+    private_dir,
     rlsim_home,
+    run_dir,
+    write_private,
 )
-
-_FIX = "remove it (or set RLSIM_HOME to a directory of your own)"
-
-
-def _check(path: Path, st: os.stat_result, want_dir: bool) -> None:
-    """Raise HomeError unless ``st`` (an lstat of ``path``) is this user's own, private entry."""
-    kind = "directory" if want_dir else "regular file"
-    if stat.S_ISLNK(st.st_mode):
-        raise HomeError(f"{path} is a symlink; rlsim uses only its own entries there: {_FIX}")
-    if (stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)) is False:
-        raise HomeError(f"{path} is not a {kind}: {_FIX}")
-    if st.st_uid != os.geteuid():
-        raise HomeError(f"{path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): "
-                        f"{_FIX}")
-    if st.st_mode & 0o022:
-        raise HomeError(f"{path} is writable by group or others (mode "
-                        f"{stat.S_IMODE(st.st_mode):o}): `chmod go-w {path}` or {_FIX}")
+from rlsim.host.layout import MAX_SLOTS, ClusterPlan, pick_slot, plan_cluster
+from rlsim.host.spec import SESSION_RE, ClusterSpec, name_problem
 
 
-def _private_dir(path: Path) -> Path:
-    """``path`` as a checked directory of this user's, created mode 0700 if missing."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    _check(path, os.lstat(path), want_dir=True)
-    return path
+class ClusterState(BaseModel):
+    """What rlsim records about a running cluster, in ``<home>/clusters/<name>.json``.
 
+    Enough for another shell (``rlsim status``, ``rlsim down``) or a reaper to find everything the
+    cluster created: its processes by ``session``, its iptables chain by ``slot``.
+    """
 
-def _check_ancestors(path: Path) -> None:
-    """Raise HomeError when someone else could swap the home for another directory: an ancestor
-    that another user (not root) owns, or that others may write without the sticky bit."""
-    for parent in Path(os.path.realpath(path.parent)).parents[::-1] + (
-            Path(os.path.realpath(path.parent)),):
-        st = os.stat(parent)
-        if st.st_uid not in (0, os.geteuid()):
-            raise HomeError(f"{parent}, above the rlsim home {path}, belongs to uid {st.st_uid}: "
-                            "set RLSIM_HOME to a directory whose parents are yours or root's")
-        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-            raise HomeError(f"{parent}, above the rlsim home {path}, is writable by others "
-                            "without the sticky bit: set RLSIM_HOME elsewhere")
+    spec: ClusterSpec
+    slot: int = Field(ge=0, lt=MAX_SLOTS)
+    session: str = Field(description="<name>-<8 hex digits>, unique per start: labels the "
+                         "cluster's processes, cgroups and run directory")
+    backend: str = "local"
+    owner_pid: int = Field(ge=1)
+    detached: bool = False
+    created: float = Field(default_factory=time.time)
+    cgroups: bool = Field(False, description="node i lives in cgroup rlsim/<session>/n<i>")
+    pids: dict[int, int] = Field(default_factory=dict, description="node index -> raylet pid")
 
+    @field_validator("session")
+    @classmethod
+    def _session_ok(cls, v: str) -> str:
+        # It becomes a cgroup path and the run directory's name: nothing that could climb out.
+        if not SESSION_RE.match(v):
+            raise ValueError(f"session {v!r} is not <cluster name>-<8 hex digits>")
+        return v
 
-def home() -> Path:
-    """The rlsim home, created (mode 0700) and checked: raises HomeError naming the path and the
-    fix when it, or a directory above it, is another user's, or it is a symlink or writable by
-    group or others."""
-    path = rlsim_home()
-    if not path.is_absolute():
-        raise HomeError(f"RLSIM_HOME={path} is not an absolute path: give a full path")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _check_ancestors(path)
-    return _private_dir(path)
+    @property
+    def plan(self) -> ClusterPlan:
+        return plan_cluster(self.slot, self.spec.nodes)
+
+    @property
+    def root(self) -> Path:
+        """This start's run directory: named by the session's random part, so that a cluster
+        started later under the same name never shares (or loses) it, and short, for Ray's
+        socket paths beneath it."""
+        match = SESSION_RE.match(self.session)
+        assert match is not None  # checked by the validator
+        return rlsim_home() / "run" / match.group(1)
+
+    def node_dir(self, index: int) -> Path:
+        return self.root / f"n{index}"
 
 
 def clusters_dir() -> Path:
-    return _private_dir(home() / "clusters")
-
-
-def run_dir() -> Path:
-    """Where node temp dirs live: one directory per session (see ``ClusterState.root``)."""
-    return _private_dir(home() / "run")
+    return private_dir(home() / "clusters")
 
 
 def state_path(name: str) -> Path:
@@ -107,81 +89,6 @@ def state_path(name: str) -> Path:
     if problem:
         raise ValueError(problem)
     return clusters_dir() / f"{name}.json"
-
-
-_thread_lock = threading.RLock()
-_depth = 0
-
-
-@contextlib.contextmanager
-def locked() -> Iterator[None]:
-    """Hold the machine-wide rlsim lock (a blocking ``flock``) for the duration of the block.
-
-    Reentrant within a process (the reaper reaps under the lock what it found under the lock).
-    """
-    global _depth
-    with _thread_lock:
-        if _depth:
-            _depth += 1
-            try:
-                yield
-            finally:
-                _depth -= 1
-            return
-        path = home() / "lock"
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        try:
-            fd = os.open(path, flags, 0o600)
-        except OSError as e:  # ELOOP: a symlink; anything else: not a file rlsim can lock
-            _check(path, os.lstat(path), want_dir=False)
-            raise HomeError(f"{path} cannot be opened ({e.strerror}): {_FIX}") from e
-        try:
-            _check(path, os.fstat(fd), want_dir=False)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            _depth = 1
-            try:
-                yield
-            finally:
-                _depth = 0
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-
-def _write_new(path: Path, text: str, mode: int = 0o600) -> None:
-    """Write ``path`` whole: a fresh temp file beside it (exclusive, never through a symlink),
-    flushed to disk, then renamed over it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-
-
-def auth_token_path() -> Path:
-    """The token every rlsim cluster on this machine requires (created once, mode 0600).
-
-    One token per machine, not per cluster: Ray's C++ token loader caches the token per process,
-    so a test process talking to two rlsim clusters must present the same one. An existing token
-    is used only if it is this user's regular file, readable by no one else.
-    """
-    path = home() / "auth_token"
-    if not os.path.lexists(path):
-        with locked():
-            if not os.path.lexists(path):
-                _write_new(path, secrets.token_hex(32))
-    st = os.lstat(path)
-    _check(path, st, want_dir=False)
-    if stat.S_IMODE(st.st_mode) != 0o600:
-        raise HomeError(f"{path} has mode {stat.S_IMODE(st.st_mode):o}, not 600: others could "
-                        "read the cluster's token; remove it (rlsim makes a new one)")
-    return path
 
 
 @dataclass(frozen=True)
@@ -203,7 +110,7 @@ class Corrupt:
 
 def _read(path: Path) -> ClusterState | Corrupt:
     """The state in ``path`` (a checked entry of the clusters dir)."""
-    _check(path, os.lstat(path), want_dir=False)
+    check_private(path, os.lstat(path), want_dir=False)
     name = path.name.removesuffix(".json")
     raw = b""
     try:
@@ -266,7 +173,7 @@ def corrupt() -> list[Corrupt]:
 
 
 def save(state: ClusterState) -> None:
-    _write_new(state_path(state.spec.name), state.model_dump_json(indent=2))
+    write_private(state_path(state.spec.name), state.model_dump_json(indent=2))
 
 
 def remove(name: str) -> None:
@@ -308,7 +215,7 @@ def remove_run_dir(session: str) -> None:
     top = run_dir()
     path = top / match.group(1)
     if os.path.islink(path) or path.resolve().parent != top.resolve():
-        raise HomeError(f"{path} is not a directory inside {top}: {_FIX}")
+        raise HomeError(f"{path} is not a directory inside {top}: {HOME_FIX}")
     shutil.rmtree(path, ignore_errors=True)
 
 

@@ -2,8 +2,8 @@
 
 On loopback every connection leaves from 127.0.0.1 whatever node opened it, so a rule cannot tell
 senders apart by source address. It tells them apart by cgroup instead: each node's processes live
-in cgroup ``rlsim/<session>/n<i>`` (see :mod:`rlsim.cgroups`) and ``-m cgroup --path`` matches the
-packets their sockets send. Receivers are matched by the node's own address.
+in cgroup ``rlsim/<session>/n<i>`` (see :mod:`rlsim.host.cgroups`) and ``-m cgroup --path``
+matches the packets their sockets send. Receivers are matched by the node's own address.
 
 Planning (which packets to drop) is pure data, apart from applying it. Every rule carries the
 comment ``rlsim:<session>`` and lives in chain ``RLSIM-<home id>-<slot>``, jumped to from OUTPUT
@@ -18,8 +18,8 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rlsim.net.alloc import ClusterPlan
-from rlsim.spec import home_id
+from rlsim.host.home import home_id
+from rlsim.host.layout import ClusterPlan
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class Firewall:
         """None when rules can be applied here, else the reason (for a clear error or skip)."""
         import os
 
-        from rlsim import cgroups
+        from rlsim.host import cgroups
 
         if shutil.which("iptables") is None:
             return "iptables is not installed (Debian: apt-get install iptables)"

@@ -1,0 +1,199 @@
+"""The rlsim home: where state, tokens and node directories live (``RLSIM_HOME``, else
+``/tmp/rlsim-<uid>``), and the rules that make it safe to trust.
+
+The home is trusted only when it is this user's own: rlsim often runs as root, and whoever could
+plant a symlink or a state file in it could make rlsim overwrite or delete anything. Every entry is
+checked before use (owner, no symlink, not writable by group or others), new files are created
+exclusively beside their final name and renamed into place, and only paths inside the home are
+ever deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import secrets
+import stat
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def rlsim_home() -> Path:
+    """Where rlsim keeps state, tokens and node temp dirs: ``RLSIM_HOME``, else
+    ``/tmp/rlsim-<uid>``. Per user, because whoever owns the home decides what rlsim (often root)
+    reads, writes and deletes: :func:`home` creates it mode 0700 and refuses one that is not
+    this user's own. Not ``$XDG_RUNTIME_DIR``: that is a small tmpfs (Ray writes its logs
+    and spills objects under the node dirs) and ``/run/user/<uid>/rlsim`` leaves too little of
+    the socket path budget.
+
+    Kept short on purpose: Ray puts unix sockets under it and socket paths are limited to 107 bytes
+    (see :func:`socket_path_problem`).
+    """
+    if os.environ.get("RLSIM_HOME"):
+        return Path(os.environ["RLSIM_HOME"])
+    return Path(f"/tmp/rlsim-{os.geteuid()}")
+
+
+class HomeError(RuntimeError):
+    """The rlsim home, or an entry in it, is not safe to use (another user's, a symlink, writable
+    by others). The message names the path and the fix."""
+
+
+# What Ray adds under a node's temp dir for its longest unix socket: the head's dashboard modules
+# listen on "<session dir>/sockets/dash_<module>" (dash_TaskEventsHead is the longest name in
+# Ray 2.60; one more byte of room), and the session dir holds the head's pid (up to 7 digits).
+RAY_SOCKET_TAIL = len("/session_2026-01-01_00-00-00_000000_4194304/sockets/") + 20
+SOCKET_PATH_MAX = 107  # AF_UNIX sun_path on Linux, less its terminating NUL
+
+
+def socket_path_problem(node_dir: Path) -> str | None:
+    """Why Ray could not bind its sockets under ``node_dir`` (too long a path), or None."""
+    longest = len(str(node_dir).encode()) + RAY_SOCKET_TAIL
+    if longest <= SOCKET_PATH_MAX:
+        return None
+    return (f"Ray's unix sockets under {node_dir} would be {longest} bytes long, over the "
+            f"{SOCKET_PATH_MAX} a socket path may have: set RLSIM_HOME to a shorter directory "
+            f"(at most {len(str(rlsim_home()).encode()) - longest + SOCKET_PATH_MAX} bytes)")
+
+
+def home_id() -> str:
+    """Eight hex digits naming this home on the machine: what rlsim creates outside the home
+    (iptables chains, container labels, docker networks) carries it, so that a reaper or
+    ``down --all`` touches only what this home made, never another user's or CI job's."""
+    return hashlib.sha256(str(rlsim_home().resolve()).encode()).hexdigest()[:8]
+
+
+HOME_FIX = "remove it (or set RLSIM_HOME to a directory of your own)"
+
+
+def check_private(path: Path, st: os.stat_result, want_dir: bool) -> None:
+    """Raise HomeError unless ``st`` (an lstat of ``path``) is this user's own, private entry."""
+    kind = "directory" if want_dir else "regular file"
+    if stat.S_ISLNK(st.st_mode):
+        raise HomeError(f"{path} is a symlink; rlsim uses only its own entries there: {HOME_FIX}")
+    if (stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)) is False:
+        raise HomeError(f"{path} is not a {kind}: {HOME_FIX}")
+    if st.st_uid != os.geteuid():
+        raise HomeError(f"{path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): "
+                        f"{HOME_FIX}")
+    if st.st_mode & 0o022:
+        raise HomeError(f"{path} is writable by group or others (mode "
+                        f"{stat.S_IMODE(st.st_mode):o}): `chmod go-w {path}` or {HOME_FIX}")
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a checked directory of this user's, created mode 0700 if missing."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    check_private(path, os.lstat(path), want_dir=True)
+    return path
+
+
+def _check_ancestors(path: Path) -> None:
+    """Raise HomeError when someone else could swap the home for another directory: an ancestor
+    that another user (not root) owns, or that others may write without the sticky bit."""
+    for parent in Path(os.path.realpath(path.parent)).parents[::-1] + (
+            Path(os.path.realpath(path.parent)),):
+        st = os.stat(parent)
+        if st.st_uid not in (0, os.geteuid()):
+            raise HomeError(f"{parent}, above the rlsim home {path}, belongs to uid {st.st_uid}: "
+                            "set RLSIM_HOME to a directory whose parents are yours or root's")
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise HomeError(f"{parent}, above the rlsim home {path}, is writable by others "
+                            "without the sticky bit: set RLSIM_HOME elsewhere")
+
+
+def home() -> Path:
+    """The rlsim home, created (mode 0700) and checked: raises HomeError naming the path and the
+    fix when it, or a directory above it, is another user's, or it is a symlink or writable by
+    group or others."""
+    path = rlsim_home()
+    if not path.is_absolute():
+        raise HomeError(f"RLSIM_HOME={path} is not an absolute path: give a full path")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _check_ancestors(path)
+    return private_dir(path)
+
+
+def run_dir() -> Path:
+    """Where node temp dirs live: one directory per session (see ``ClusterState.root``)."""
+    return private_dir(home() / "run")
+
+
+_thread_lock = threading.RLock()
+_depth = 0
+
+
+@contextlib.contextmanager
+def locked() -> Iterator[None]:
+    """Hold the machine-wide rlsim lock (a blocking ``flock``) for the duration of the block.
+
+    Reentrant within a process (the reaper reaps under the lock what it found under the lock).
+    """
+    global _depth
+    with _thread_lock:
+        if _depth:
+            _depth += 1
+            try:
+                yield
+            finally:
+                _depth -= 1
+            return
+        path = home() / "lock"
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, 0o600)
+        except OSError as e:  # ELOOP: a symlink; anything else: not a file rlsim can lock
+            check_private(path, os.lstat(path), want_dir=False)
+            raise HomeError(f"{path} cannot be opened ({e.strerror}): {HOME_FIX}") from e
+        try:
+            check_private(path, os.fstat(fd), want_dir=False)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            _depth = 1
+            try:
+                yield
+            finally:
+                _depth = 0
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def write_private(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write ``path`` whole: a fresh temp file beside it (exclusive, never through a symlink),
+    flushed to disk, then renamed over it."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+
+
+def auth_token_path() -> Path:
+    """The token every rlsim cluster on this machine requires (created once, mode 0600).
+
+    One token per machine, not per cluster: Ray's C++ token loader caches the token per process,
+    so a test process talking to two rlsim clusters must present the same one. An existing token
+    is used only if it is this user's regular file, readable by no one else.
+    """
+    path = home() / "auth_token"
+    if not os.path.lexists(path):
+        with locked():
+            if not os.path.lexists(path):
+                write_private(path, secrets.token_hex(32))
+    st = os.lstat(path)
+    check_private(path, st, want_dir=False)
+    if stat.S_IMODE(st.st_mode) != 0o600:
+        raise HomeError(f"{path} has mode {stat.S_IMODE(st.st_mode):o}, not 600: others could "
+                        "read the cluster's token; remove it (rlsim makes a new one)")
+    return path
