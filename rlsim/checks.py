@@ -1,4 +1,4 @@
-"""Checks: judge a finished scenario from its timeline alone (Jepsen's checker), never during it.
+"""Checks: judge a finished scenario from its history alone (Jepsen's checker), never during it.
 
 The one registry of checks: each is a parameter model and a judge side by side, registered with
 :func:`check`, with an optional scalar shorthand (``restarts: 1`` for ``restarts: {min: 1, max:
@@ -13,25 +13,16 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
 from rlsim.contract import DETECTION_EVENTS
-from rlsim.faults import DISRUPTIVE
 from rlsim.fields import DAY, Strict, first_error, regex
 from rlsim.history import HARNESS_EVENTS, Outcome
-
-
-@dataclass
-class Verdict:
-    check: str
-    ok: bool
-    message: str
-    value: float | None = None
-    evidence: list[str] = field(default_factory=list)
+from rlsim.result import Verdict
 
 
 @dataclass(frozen=True)
@@ -47,6 +38,10 @@ class Check:
     # trainer event types (or "metrics.jsonl") the judge reads: a scenario whose adapter cannot
     # observe them is refused when read (rlsim.adapters)
     needs: tuple[str, ...] = ()
+    # the column head of its value where that is a figure people compare across runs and
+    # clusters (seconds to detect, to recover, to a failure; restarts): reports and JUnit
+    # properties carry it
+    figure: str | None = None
 
     def params(self, value: Any) -> Strict:
         """The parameters of an ``expect`` entry, long form or shorthand; ValueError says which
@@ -68,18 +63,13 @@ class Check:
 
 
 CHECKS: dict[str, Check] = {}
-# Checks whose value is a figure people compare across runs and clusters: seconds to detect and
-# to recover, restarts, seconds to a failure (with their column heads); reports and JUnit
-# properties carry them
-FIGURES = {"detected_within_s": "detected in (s)", "recovered_within_s": "recovered in (s)",
-           "restarts": "restarts", "fails": "failed after (s)"}
 
 
 def check(Params: type[Strict], scalar: Callable[[str, Any], dict] | None = None,
-          needs: tuple[str, ...] = ()):
+          needs: tuple[str, ...] = (), figure: str | None = None):
     """Register the decorated judge as the check of its name."""
     def register(judge: Callable[[Outcome, Any], Verdict]):
-        CHECKS[judge.__name__] = Check(judge.__name__, Params, judge, scalar, needs)
+        CHECKS[judge.__name__] = Check(judge.__name__, Params, judge, scalar, needs, figure)
         return judge
     return register
 
@@ -158,7 +148,7 @@ class Fails(Strict):
     _pattern = field_validator("pattern")(regex)
 
 
-@check(Fails, _text("pattern"), needs=("error",))
+@check(Fails, _text("pattern"), needs=("error",), figure="failed after (s)")
 def fails(o: Outcome, p) -> Verdict:
     errors = o.trainer("error")
     text = " | ".join(f"{e['kind']}: {e['message']}" for e in errors)
@@ -200,7 +190,7 @@ def _restarts(o: Outcome) -> list[dict]:
     return sorted(o.trainer("restart") + o.rlsim("relaunch"), key=lambda e: e["ts"])
 
 
-@check(Restarts, _count("min", "max"))
+@check(Restarts, _count("min", "max"), figure="restarts")
 def restarts(o: Outcome, p) -> Verdict:
     n = len(_restarts(o))
     ok = n >= p.min and (p.max is None or n <= p.max)
@@ -244,7 +234,7 @@ def final_step(o: Outcome, p) -> Verdict:
 
 
 def _first_fault(o: Outcome) -> dict | None:
-    hits = [e for e in o.rlsim("fault_injected") if e["fault"] in DISRUPTIVE]
+    hits = [e for e in o.rlsim("fault_injected") if e.get("disruptive")]
     return hits[0] if hits else None
 
 
@@ -252,7 +242,7 @@ class WithinS(Strict):
     seconds: float = Field(gt=0, le=DAY)
 
 
-@check(WithinS, _seconds)
+@check(WithinS, _seconds, figure="detected in (s)")
 def detected_within_s(o: Outcome, p) -> Verdict:
     fault = _first_fault(o)
     if fault is None:
@@ -272,7 +262,7 @@ def detected_within_s(o: Outcome, p) -> Verdict:
                    took, _interesting(o))
 
 
-@check(WithinS, _seconds, needs=("step_end",))
+@check(WithinS, _seconds, needs=("step_end",), figure="recovered in (s)")
 def recovered_within_s(o: Outcome, p) -> Verdict:
     fault = _first_fault(o)
     restarts_ = [e for e in _restarts(o) if fault and e["ts"] >= fault["ts"]]
@@ -466,4 +456,10 @@ def doctor_clean(o: Outcome, p) -> Verdict:
 
 
 def judge(o: Outcome) -> list[Verdict]:
+    """Every check of the scenario over its history, in the scenario's order."""
     return [CHECKS[name].judge(o, params) for name, params in o.scenario.checks()]
+
+
+# Check name -> column head of the checks whose value is a figure people compare across runs and
+# clusters; the report, the sign-off page and JUnit properties carry them
+FIGURES = {name: c.figure for name, c in CHECKS.items() if c.figure}

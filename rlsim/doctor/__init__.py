@@ -59,6 +59,20 @@ class Report:
     def ok(self) -> bool:
         return not any(f.level == "error" for f in self.findings)
 
+    def record(self) -> dict:
+        """``rlsim doctor --json``: the nodes as probed and the findings."""
+        nodes = []
+        for ep in self.endpoints:
+            look = self.looks.get(ep["index"], {})
+            reach = look.get("reach", [])
+            nodes.append({"index": ep["index"], "address": ep["address"], "host": look.get("host"),
+                          "error": look.get("error"), "versions": look.get("versions", {}),
+                          "hardware": look.get("hardware", {}),
+                          "reaches": f"{sum(r['ok'] for r in reach)}/{len(reach)}"})
+        return {"nodes": nodes, "ok": self.ok, "seconds": self.seconds,
+                "findings": [{"level": f.level, "check": f.check, "message": f.message,
+                              "fix": f.fix} for f in self.findings]}
+
 
 def _name(ep: dict) -> str:
     return f"node {ep['index']} ({ep['address']})"
@@ -216,3 +230,4 @@ def connecting(address: str, timeout_s: float) -> Iterator[None]:
 def _leave(message: str, code: int) -> None:
     print(f"rlsim doctor: {message}", file=sys.stderr, flush=True)
     os._exit(code)
+

@@ -23,6 +23,4 @@ FAULTS: dict[str, type[Fault]] = {f.name: f for f in (
     KillNode, RestartNode, PauseNode, Partition, BlockPort, KillRole, CorruptCheckpoint, GpuOom,
     HostOom, KillHead, DiskFull)}
 
-DISRUPTIVE = frozenset(name for name, f in FAULTS.items() if f.disruptive)
-
-__all__ = ["DISRUPTIVE", "FAULTS", "Fault", "FaultContext"]
+__all__ = ["FAULTS", "Fault", "FaultContext"]

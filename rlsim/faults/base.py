@@ -55,6 +55,12 @@ class Fault:
     # On a real cluster it destroys work or capacity someone may depend on (kills nodes or
     # processes, takes GPU memory, damages checkpoints): refused there without --allow-disruptive
     harms_real_cluster: ClassVar[bool] = False
+    # What it does to the nodes it hits, written into its ``fault_injected`` event (the history)
+    # so that checks and the report read it there: ``node_state`` changes a node until something
+    # else does ("dead" after a kill, "restarting" while a restart takes); ``impairs`` is the state
+    # the nodes are in while the fault is in force ("paused", "cut off", ...).
+    node_state: ClassVar[str | None] = None
+    impairs: ClassVar[str | None] = None
 
     def __init__(self, params, ctx: FaultContext) -> None:
         self.params, self.ctx = params, ctx
@@ -86,6 +92,17 @@ class Fault:
                  else "no backend offers it here")
         raise Unsupported(f"fault {cls.name!r} needs to {what[0].lower() + what[1:]}, which "
                           f"--backend {name} cannot do; {where}")
+
+    def meaning(self, did: dict[str, Any]) -> dict[str, Any]:
+        """What this injection means, for the history: whether the trainer must notice it, the
+        node indices it hits and the state it puts them in (see the class attributes)."""
+        return {"disruptive": self.disruptive, "nodes": self.nodes_hit(did),
+                "node_state": self.node_state, "impairs": self.impairs}
+
+    def nodes_hit(self, did: dict[str, Any]) -> list[int]:
+        """The nodes ``inject`` acted on (``did``: what it returned). Default: its ``node``."""
+        node = did.get("node")
+        return [node] if isinstance(node, int) and not isinstance(node, bool) else []
 
     def setup(self) -> None:
         """Before the trainer starts. Default: nothing to prepare."""

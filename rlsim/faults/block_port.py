@@ -8,6 +8,7 @@ from rlsim.fields import PORT_NAMES, Strict
 
 class BlockPort(FirewallFault):
     name = "block_port"
+    impairs = "port blocked"
 
     class Params(Strict):
         node: int = Field(description="the node whose port is blocked")

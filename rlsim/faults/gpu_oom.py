@@ -15,6 +15,7 @@ from rlsim.fields import NodeRef, Strict
 
 class GpuOom(Fault):
     name = "gpu_oom"
+    impairs = "GPU memory held"
     needs = (HoldsGpuMemory,)
     harms_real_cluster = True
 

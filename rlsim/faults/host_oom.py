@@ -50,6 +50,7 @@ def _cmdline(pid: int) -> str:
 
 class HostOom(Fault):
     name = "host_oom"
+    impairs = "memory squeezed"
     needs = (LimitsMemory, RunsInNodes, KillsProcesses)
     harms_real_cluster = True
 

@@ -6,6 +6,7 @@ from rlsim.faults.base import Fault
 
 class KillHead(Fault):
     name = "kill_head"
+    node_state = "dead"
     may_down_node = True
     needs = (KillsNodes,)
     harms_real_cluster = True

@@ -7,6 +7,7 @@ from rlsim.fields import NodeRef, Strict
 
 class KillNode(Fault):
     name = "kill_node"
+    node_state = "dead"
     may_down_node = True
     needs = (KillsNodes,)
     harms_real_cluster = True

@@ -8,6 +8,7 @@ from rlsim.fields import Strict
 
 class Partition(FirewallFault):
     name = "partition"
+    impairs = "cut off"
     may_down_node = True
 
     class Params(Strict):
@@ -27,6 +28,9 @@ class Partition(FirewallFault):
                                          "most")
                     seen.add(n)
             return groups
+
+    def nodes_hit(self, did):
+        return sorted({n for group in did["groups"] for n in group})
 
     def inject(self):
         self.rules = self.ctx.cluster.partition(self.params.groups)

@@ -7,6 +7,7 @@ from rlsim.fields import NodeRef, Strict
 
 class PauseNode(Fault):
     name = "pause_node"
+    impairs = "paused"
     may_down_node = True
     needs = (PausesNodes,)
     harms_real_cluster = True

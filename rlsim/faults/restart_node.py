@@ -7,6 +7,7 @@ from rlsim.fields import NodeRef, Strict
 
 class RestartNode(Fault):
     name = "restart_node"
+    node_state = "restarting"
     needs = (RestartsNodes,)
     harms_real_cluster = True
 

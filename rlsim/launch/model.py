@@ -94,10 +94,10 @@ def head_steps(launch: Launch, address: str, report: str, on_head: str = "") -> 
         f'mkdir -p "{report}"',
         f'{on_head}{py} -m rlsim.launch.wait --address "{address}" --nodes {launch.nodes} '
         f"--gpus-per-node {launch.gpus_per_node} --timeout {int(launch.wait_s)} || exit 3",
-        f'{on_head}{py} -m rlsim.cli doctor --ray-address "{address}" --json '
+        f'{on_head}{py} -m rlsim doctor --ray-address "{address}" --json '
         f'> "{report}/doctor.json"',
         f'echo "rlsim launch: doctor exited $? (the nodes and findings: {report}/doctor.json)"',
-        f'{on_head}{py} -m rlsim.cli run {scenarios} --backend real --ray-address "{address}" '
+        f'{on_head}{py} -m rlsim run {scenarios} --backend real --ray-address "{address}" '
         f'--report "{report}"{allow}; status=$?',
         f'echo "rlsim launch: scenarios exited $status; report in {report}"',
     ]

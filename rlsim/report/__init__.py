@@ -10,93 +10,29 @@ page in the scenario's folder.
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from urllib.parse import quote
-
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator
 
 from rlsim.checks import FIGURES
 from rlsim.history import read_events
 from rlsim.report.lanes import story
+from rlsim.result import ScenarioResult, figure_text, read_results
 
-__all__ = ["ReportInputError", "figure_text", "figures", "render", "summaries",
-           "verdicts_record"]
-
-
-def verdicts_record(name: str, ok: bool, seconds: float, verdicts) -> dict:
-    """One scenario's entry in ``summary.json`` (also ``<scenario>/verdicts.json``)."""
-    return {"scenario": name, "ok": ok, "seconds": round(seconds, 2),
-            "checks": [{"check": v.check, "ok": v.ok, "message": v.message, "value": v.value}
-                       for v in verdicts]}
+__all__ = ["render"]
 
 
-def figures(scenario: dict) -> dict[str, float]:
-    """The figures a scenario's checks measured (:data:`rlsim.checks.FIGURES`), by check."""
-    return {c["check"]: c["value"] for c in scenario["checks"]
-            if c["check"] in FIGURES and c.get("value") is not None}
-
-
-class ReportInputError(ValueError):
-    """A report folder's record does not parse or has the wrong shape; the message names the
-    file, the field and the fix."""
-
-
-class _Check(BaseModel):
-    check: str
-    ok: bool
-    message: str
-    value: float | None = None
-
-
-class _Scenario(BaseModel):
-    scenario: str = Field(pattern=r"^[^/\\]+$")  # a folder name under the root
-    ok: bool
-    seconds: float
-    checks: list[_Check]
-
-    @field_validator("scenario")
-    @classmethod
-    def _folder(cls, v: str) -> str:
-        if v in (".", ".."):
-            raise ValueError("a scenario's name is a folder under the report, not . or ..")
-        return v
-
-
-def summaries(root: Path) -> list[dict]:
-    """``summary.json`` (``rlsim run --report``), or each scenario's ``verdicts.json`` (pytest);
-    ReportInputError naming the file and the field when one does not hold such records."""
-    if (root / "summary.json").exists():
-        return _records(root / "summary.json", list[_Scenario])
-    return [_records(p, _Scenario) for p in sorted(root.glob("*/verdicts.json"))]
-
-
-def _records(path: Path, shape):
-    fix = "fix: write the folder again with `rlsim run --report DIR`"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ReportInputError(f"{path}: not readable JSON ({type(e).__name__}: "
-                               f"{str(e)[:200]}); {fix}") from None
-    try:
-        TypeAdapter(shape).validate_python(data, strict=True)  # "ok": "false" is no verdict
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "(the whole file)"
-        raise ReportInputError(f"{path}: {where}: {first['msg']}; {fix}") from None
-    return data
-
-
-def render(root: str | Path, problems: list[str] | None = None) -> Path:
-    """(Re)write ``<root>/report.html`` from the summaries and each scenario's timeline. A
-    timeline that cannot be drawn is said in its scenario's section and added to ``problems``;
-    records that do not parse raise ReportInputError."""
+def render(root: str | Path, results: list[ScenarioResult] | None = None,
+           problems: list[str] | None = None) -> Path:
+    """(Re)write ``<root>/report.html`` from the run's results (read from the folder when not
+    given: :func:`rlsim.result.read_results`, which raises ResultInputError for records that do
+    not parse) and each scenario's timeline. A timeline that cannot be drawn is said in its
+    scenario's section and added to ``problems``."""
     from plotly.offline import get_plotlyjs
 
     root = Path(root)
-    summary = summaries(root)
+    summary = read_results(root) if results is None else results
     problems = [] if problems is None else problems
-    passed = sum(s["ok"] for s in summary)
+    passed = sum(s.ok for s in summary)
     body = [f"<h1>rlsim scenarios: {passed}/{len(summary)} passed</h1>", _summary(summary)]
     body += [_section(root, s, problems) for s in summary]
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>rlsim report: {passed}/"
@@ -107,14 +43,14 @@ def render(root: str | Path, problems: list[str] | None = None) -> Path:
     return out
 
 
-def _summary(summary: list[dict]) -> str:
+def _summary(summary: list[ScenarioResult]) -> str:
     heads = ["scenario", "result", "took (s)", *FIGURES.values(), "failed checks"]
     rows = []
     for s in summary:
-        fig = figures(s)
-        failed = "; ".join(c["check"] for c in s["checks"] if not c["ok"])
-        cells = [f"<a href='#{_id(s['scenario'])}'>{html.escape(s['scenario'])}</a>",
-                 _verdict(s["ok"]), _num(s["seconds"]),
+        fig = s.figures(FIGURES)
+        failed = "; ".join(v.check for v in s.failed)
+        cells = [f"<a href='#{_id(s.scenario)}'>{html.escape(s.scenario)}</a>",
+                 _verdict(s.ok), _num(s.seconds),
                  *(_num(fig[k]) if k in fig else "" for k in FIGURES),
                  html.escape(failed)]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
@@ -123,10 +59,10 @@ def _summary(summary: list[dict]) -> str:
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
-def _section(root: Path, s: dict, problems: list[str]) -> str:
-    name, folder = s["scenario"], root / s["scenario"]
+def _section(root: Path, s: ScenarioResult, problems: list[str]) -> str:
+    name, folder = s.scenario, root / s.scenario
     parts = [f"<section id='{_id(name)}' class='scenario'><h2>{html.escape(name)}: "
-             f"{_verdict(s['ok'])} <small>{_num(s['seconds'])} s</small></h2>"]
+             f"{_verdict(s.ok)} <small>{_num(s.seconds)} s</small></h2>"]
     timeline = folder / "timeline.jsonl"
     try:
         parts += _timeline(folder, timeline, name)
@@ -165,11 +101,11 @@ def _timeline(folder: Path, timeline: Path, name: str) -> list[str]:
     return parts
 
 
-def _checks(s: dict) -> str:
+def _checks(s: ScenarioResult) -> str:
     rows = "".join(
-        f"<tr><td>{_verdict(c['ok'], 'ok', 'FAILED')}</td><td>{html.escape(c['check'])}</td>"
-        f"<td>{'' if c.get('value') is None else _num(c['value'])}</td>"
-        f"<td>{html.escape(c['message'])}</td></tr>" for c in s["checks"])
+        f"<tr><td>{_verdict(c.ok, 'ok', 'FAILED')}</td><td>{html.escape(c.check)}</td>"
+        f"<td>{'' if c.value is None else _num(c.value)}</td>"
+        f"<td>{html.escape(c.message)}</td></tr>" for c in s.checks)
     return (f"<table class='checks'><thead><tr><th></th><th>check</th><th>figure</th>"
             f"<th>what was seen</th></tr></thead><tbody>{rows}</tbody></table>")
 
@@ -207,12 +143,6 @@ def _baseline(folder: Path, events: list[dict], t0: float) -> list[dict] | None:
 
 def _verdict(ok: bool, yes: str = "PASS", no: str = "FAIL") -> str:
     return f"<span class='{'pass' if ok else 'fail'}'>{yes if ok else no}</span>"
-
-
-def figure_text(v) -> str:
-    """A figure as people read it on a page (seconds to the hundredth, counts whole); the
-    sign-off page prints it the same way. Machine-read outputs (JUnit, JSON) keep every digit."""
-    return f"{v:.2f}".rstrip("0").rstrip(".") if isinstance(v, float) else str(v)
 
 
 def _num(v) -> str:

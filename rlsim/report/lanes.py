@@ -5,13 +5,13 @@ Times are seconds since the trainer's first launch (or, where it never started, 
 was ready): the cluster's start-up and the fault-free baseline run come before it and are
 reported as figures, not drawn as an empty band.
 
-A node's lane is ``alive`` until a kill (``kill_node``, ``kill_head``) makes it ``dead``;
-``restart_node`` is ``restarting`` for as long as the restart took, then ``alive``. Faults that
-leave a node up but impaired draw a narrower span over its lane until they are healed: ``paused``
-(``pause_node``), ``cut off`` (``partition``: every node of every group), ``port blocked``
-(``block_port``), ``GPU memory held`` (``gpu_oom``), ``memory squeezed`` (``host_oom``). Each fault
-also has its own lane, from injection to heal; a fault with nothing to undo (a kill) is as long as
-it took to do.
+A node's lane is ``alive`` until a fault whose event says ``node_state: dead`` (a kill) hits it;
+``node_state: restarting`` is drawn for as long as the restart took, then ``alive`` (or ``dead``
+when the node did not come back). A fault whose event says ``impairs`` draws that state over the
+lanes of the nodes it hit (``nodes``) until it is healed: what each fault means is written into
+its event by the fault itself (:meth:`rlsim.faults.base.Fault.meaning`), never read from its name.
+Each fault also has its own lane, from injection to heal; a fault with nothing to undo (a kill) is
+as long as it took to do.
 """
 
 from __future__ import annotations
@@ -20,11 +20,6 @@ import json
 from dataclasses import dataclass
 
 from rlsim.history import is_number
-
-# fault -> the state it puts its nodes in while in force (a kill changes the base state instead)
-IMPAIRS = {"pause_node": "paused", "partition": "cut off", "block_port": "port blocked",
-           "gpu_oom": "GPU memory held", "host_oom": "memory squeezed"}
-KILLS = frozenset({"kill_node", "kill_head"})
 
 
 @dataclass(frozen=True)
@@ -117,7 +112,7 @@ def _faults(rel: list[dict], end: float) -> dict[int, dict]:
             else:  # an undo that failed is not tried again: the fault stays in force
                 faults[i].update(healed=False, heal_error=e.get("message", ""))
     for f in faults.values():  # in force until the end when its heal was never logged
-        if f["fault"] in IMPAIRS and not f["healed"]:
+        if f.get("impairs") and not f["healed"]:
             f["until"] = end
     return faults
 
@@ -127,15 +122,14 @@ def _node_states(nodes: list[str], faults: dict[int, dict], start: float,
     """Each node's base lane: alive, dead from a kill, restarting while a restart takes."""
     changes: dict[int, list[tuple[float, str, str]]] = {i: [] for i in range(len(nodes))}
     for i, f in sorted(faults.items(), key=lambda kv: kv[1]["ts"]):
-        node = f.get("node")
-        if not isinstance(node, int) or node not in changes:
-            continue
-        if f["fault"] in KILLS:
-            changes[node].append((f["ts"], "dead", fault_lane(i, f["fault"])))
-        elif f["fault"] == "restart_node":
-            changes[node].append((f["ts"], "restarting", fault_lane(i, f["fault"])))
-            back = "alive" if f.get("alive", True) else "dead"  # a restart that did not come up
-            changes[node].append((f["until"], back, f"restarted ({fault_lane(i, f['fault'])})"))
+        for node in _hit(f, len(nodes)):
+            if f.get("node_state") == "dead":
+                changes[node].append((f["ts"], "dead", fault_lane(i, f["fault"])))
+            elif f.get("node_state") == "restarting":
+                changes[node].append((f["ts"], "restarting", fault_lane(i, f["fault"])))
+                back = "alive" if f.get("alive", True) else "dead"  # it did not come up
+                changes[node].append((f["until"], back,
+                                      f"restarted ({fault_lane(i, f['fault'])})"))
     spans = []
     for i, lane in enumerate(nodes):
         state, since, why = "alive", start, "up since the cluster was ready"
@@ -150,16 +144,19 @@ def _node_states(nodes: list[str], faults: dict[int, dict], start: float,
 def _impairments(nodes: list[str], addresses: list[str], faults: dict[int, dict]) -> list[Span]:
     spans = []
     for i, f in faults.items():
-        state = IMPAIRS.get(f["fault"])
-        if state is None:
+        if not isinstance(state := f.get("impairs"), str):
             continue
-        hit = ([n for group in f.get("groups", []) for n in group] if f["fault"] == "partition"
-               else [f.get("node")])
-        for n in hit:
-            if isinstance(n, int) and 0 <= n < len(nodes):
-                spans.append(Span(nodes[n], state, f["ts"], f["until"],
-                                  f"{fault_lane(i, f['fault'])}: {_detail(f)}"))
+        for n in _hit(f, len(nodes)):
+            spans.append(Span(nodes[n], state, f["ts"], f["until"],
+                              f"{fault_lane(i, f['fault'])}: {_detail(f)}"))
     return spans
+
+
+def _hit(fault: dict, count: int) -> list[int]:
+    """The node indices a fault's event says it hit, those of the cluster drawn."""
+    nodes = fault.get("nodes")
+    return [n for n in nodes if type(n) is int and 0 <= n < count] \
+        if isinstance(nodes, list) else []
 
 
 # events drawn in a node's lane: which field names the node (an index or an address)

@@ -72,8 +72,9 @@ class Nemesis:
         except Exception as e:  # noqa: BLE001 - a fault that cannot fire is part of the story
             self.log.emit("fault_error", fault=entry.kind, index=i, message=str(e))
             return
-        self.log.emit("fault_injected", ts=round(fired, 4), fault=entry.kind, index=i,
-                      took_s=round(time.time() - fired, 3), **did)
+        self.log.emit("fault_injected", ts=round(fired, 4), **{
+            **did, **fault.meaning(did), "fault": entry.kind, "index": i,
+            "took_s": round(time.time() - fired, 3)})
         if self.on_progress:
             self.on_progress({"type": "fault_injected", "fault": entry.kind, **did})
         if entry.for_s:

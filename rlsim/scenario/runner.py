@@ -27,6 +27,7 @@ from rlsim.events import ATTEMPT_VAR, RUN_DIR_VAR
 from rlsim.faults import FAULTS, FaultContext
 from rlsim.history import Outcome, Recorder
 from rlsim.host.spec import ClusterSpec
+from rlsim.result import ScenarioResult
 from rlsim.scenario.nemesis import Nemesis
 from rlsim.scenario.pool import Pool, twin_key
 from rlsim.scenario.schema import Scenario
@@ -126,6 +127,22 @@ def check_faults(sc: Scenario, cls: type, backend: str) -> None:
 def checkpoint_dir(out_dir: Path) -> Path:
     """The trainer's checkpoint directory in a scenario's output directory (its default)."""
     return out_dir.resolve() / "run" / "checkpoints"
+
+
+def play(sc: Scenario, out_dir: Path, *, backend: str = "local", ray_address: str | None = None,
+         pool: Pool | None = None, seed: int | None = None, on_progress=None) -> ScenarioResult:
+    """Run ``sc``, judge it by its checks and record the result: the one way a scenario is played
+    (``rlsim run`` and the pytest plugin both come here). The result is written once, to
+    ``<out_dir>/verdicts.json``, and returned with the history it was judged from; ``Unsupported``
+    (a skip) propagates before anything starts."""
+    from rlsim.checks import judge
+
+    t0 = time.monotonic()
+    outcome = run_scenario(sc, out_dir, seed=seed, on_progress=on_progress, backend=backend,
+                           ray_address=ray_address, pool=pool)
+    result = ScenarioResult.of(sc.name, judge(outcome), time.monotonic() - t0, outcome)
+    result.write(out_dir / "verdicts.json")
+    return result
 
 
 def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from rlsim.backends.docker_engine import engine_problem
 from rlsim.checks import judge
+from rlsim.plugin.session import require
 from rlsim.scenario.loader import load
 from rlsim.scenario.runner import run_scenario
-from rlsim.scenario.session import require
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 

@@ -16,7 +16,7 @@ from waits import alive, wait_until
 
 from rlsim.backends.local import LocalCluster
 from rlsim.host.spec import ClusterSpec
-from rlsim.scenario.session import require
+from rlsim.plugin.session import require
 
 pytestmark = pytest.mark.integration
 NODES, GPUS = 3, 2

@@ -13,7 +13,7 @@ import pytest
 from rlsim.host import state
 from rlsim.host.home import auth_token_path, rlsim_home
 from rlsim.host.spec import ClusterSpec
-from rlsim.scenario.session import require
+from rlsim.plugin.session import require
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import pytest
 
 from rlsim.backends.docker_engine import HOME_LABEL, LABEL, engine_problem
 from rlsim.host.iptables import Firewall
-from rlsim.scenario.session import require
+from rlsim.plugin.session import require
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 FOREIGN = "f0f0f0f0"  # a home id no path of this test hashes to
@@ -18,7 +18,7 @@ FOREIGN = "f0f0f0f0"  # a home id no path of this test hashes to
 
 def _down_all(home) -> subprocess.CompletedProcess:
     env = {**os.environ, "RLSIM_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "rlsim.cli", "down", "--all"], env=env,
+    return subprocess.run([sys.executable, "-m", "rlsim", "down", "--all"], env=env,
                           capture_output=True, text=True, timeout=120)
 
 

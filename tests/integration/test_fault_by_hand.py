@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 from waits import alive, wait_until
 
-from rlsim import cli
+from rlsim import commands as cli
 from rlsim.backends.local import LocalCluster
 from rlsim.host.spec import ClusterSpec
-from rlsim.scenario.session import require
+from rlsim.plugin.session import require
 
 pytestmark = pytest.mark.integration
 

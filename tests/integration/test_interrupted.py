@@ -15,7 +15,7 @@ import pytest
 from waits import wait_until
 
 from rlsim.host import iptables, procs, state
-from rlsim.scenario.session import require
+from rlsim.plugin.session import require
 
 pytestmark = pytest.mark.integration
 

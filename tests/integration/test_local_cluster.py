@@ -22,7 +22,7 @@ from rlsim.backends.local import LocalCluster
 from rlsim.host import cgroups, iptables, procs, state
 from rlsim.host.iptables import Firewall
 from rlsim.host.spec import ClusterSpec
-from rlsim.scenario.session import require
+from rlsim.plugin.session import require
 
 pytestmark = pytest.mark.integration
 
@@ -154,7 +154,7 @@ def test_two_clusters_at_once_do_not_collide():
 
 def test_cli_detach_status_down():
     name = f"cli-{os.getpid()}"
-    rlsim = [sys.executable, "-m", "rlsim.cli"]
+    rlsim = [sys.executable, "-m", "rlsim"]
     up = subprocess.run(
         [*rlsim, "cluster", "--nodes", "2", "--fake-gpus", "2", "--name", name, "--detach"],
         capture_output=True, text=True, timeout=120,

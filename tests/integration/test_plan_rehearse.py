@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 from waits import wait_until
 
-from rlsim import cli
+from rlsim import commands as cli
 from rlsim.host import state
 
 pytestmark = pytest.mark.integration

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from rlsim.history import read_events
-from rlsim.report import render, summaries
+from rlsim.plugin.session import require
+from rlsim.report import render
 from rlsim.report.browser import find_chromium, look
 from rlsim.report.lanes import story
-from rlsim.scenario.session import require
+from rlsim.result import read_results
 
 pytestmark = pytest.mark.integration
 RECORDED = Path(__file__).parents[1] / "fixtures" / "report"
@@ -52,7 +53,7 @@ SORT_BY_DURATION = """
 def test_the_page_raises_no_script_error_and_draws_every_timeline(seen):
     root, look_ = seen
     assert look_.errors == []
-    names = [s["scenario"] for s in summaries(root)]
+    names = [s.scenario for s in read_results(root)]
     assert look_.summary_rows == len(names) >= 8
     assert [p["id"] for p in look_.plots] == [f"plot-sc-{n}" for n in names]
     assert all(p["drawn"] and p["points"] for p in look_.plots)
@@ -61,43 +62,43 @@ def test_the_page_raises_no_script_error_and_draws_every_timeline(seen):
 def test_each_node_and_each_fault_has_its_lane_and_each_fault_its_shading(seen):
     root, look_ = seen
     refused = 0
-    for plot, s in zip(look_.plots, summaries(root), strict=True):
-        st = story(read_events(root / s["scenario"] / "timeline.jsonl"))
+    for plot, s in zip(look_.plots, read_results(root), strict=True):
+        st = story(read_events(root / s.scenario / "timeline.jsonl"))
         faults = sorted({sp.lane for sp in st.spans if sp.state == "fault"})
-        assert set(st.nodes) | set(faults) <= set(plot["lanes"]), s["scenario"]
-        assert plot["shaded"] == 3 * len(faults), s["scenario"]  # one per panel per fault
+        assert set(st.nodes) | set(faults) <= set(plot["lanes"]), s.scenario
+        assert plot["shaded"] == 3 * len(faults), s.scenario  # one per panel per fault
         if st.refusal:  # a cluster that never formed: no nodes, no trainer, the refusal said
             refused += 1
             assert plot["bars"] == 0 and "cluster_refused" in plot["legend"]
             continue
-        assert len(st.nodes) >= 2 and faults, s["scenario"]
-        assert plot["bars"] >= len(st.nodes) + len(faults), s["scenario"]
-        assert "step" in plot["legend"], s["scenario"]
+        assert len(st.nodes) >= 2 and faults, s.scenario
+        assert plot["bars"] >= len(st.nodes) + len(faults), s.scenario
+        assert "step" in plot["legend"], s.scenario
     assert refused == 1
 
 
 def test_each_scenario_shows_its_checks_and_links_its_files(seen):
     root, look_ = seen
-    for section, s in zip(look_.sections, summaries(root), strict=True):
-        folder = root / s["scenario"]
-        assert section["checks"] == len(s["checks"])
+    for section, s in zip(look_.sections, read_results(root), strict=True):
+        folder = root / s.scenario
+        assert section["checks"] == len(s.checks)
         assert "timeline.jsonl" in section["links"]
         nodes = [f"nodes/{p.name}" for p in sorted(folder.glob("nodes/node-*.log"))]
         trainer = [p.name for p in sorted(folder.glob("trainer-*.log"))]
         assert set(nodes + trainer) <= set(section["links"])
-        assert bool(nodes) == bool(trainer) == (s["scenario"] != "python_version_mismatch")
+        assert bool(nodes) == bool(trainer) == (s.scenario != "python_version_mismatch")
 
 
 def test_the_summary_sorts_by_a_column_when_its_head_is_clicked(seen):
     root, look_ = seen
     took = json.loads(look_.then)
-    durations = [s["seconds"] for s in summaries(root)]
+    durations = [s.seconds for s in read_results(root)]
     assert took == {"up": sorted(durations), "down": sorted(durations, reverse=True)}
 
 
 def test_screenshots_are_kept_for_each_scenario(seen):
     root, look_ = seen
-    assert len(look_.screenshots) == len(summaries(root)) + 1
+    assert len(look_.screenshots) == len(read_results(root)) + 1
     for shot in look_.screenshots:
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rlsim.scenario.session import require
+from rlsim.plugin.session import require
 
 pytestmark = pytest.mark.integration
 NODE_ADDR = "127.77.250.1"  # a loopback address no rlsim cluster slot uses (slots are 0-11)

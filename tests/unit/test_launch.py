@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from typer.testing import CliRunner
 
-from rlsim import cli
+from rlsim import commands as cli
 from rlsim.launch.stop import rays_of
 from rlsim.launch.wait import ready
 
@@ -48,7 +48,7 @@ def test_the_script_is_valid_bash_and_names_what_it_runs(tmp_path):
     assert code == 0, out
     assert subprocess.run(["bash", "-n", str(tmp_path / "rlsim-acceptance.sbatch")]).returncode == 0
     for line in ("#SBATCH --nodes=4", "#SBATCH --gres=gpu:8", "#SBATCH --ntasks-per-node=1",
-                 "-m rlsim.cli run /shared/rlsim/scenarios --backend real",
+                 "-m rlsim run /shared/rlsim/scenarios --backend real",
                  "REPORT_ROOT=/shared/reports",
                  "IN=(--container-image=nvcr.io/me/rl:1 "
                  "--container-mounts=/shared/reports:/shared/reports)",
@@ -103,7 +103,7 @@ def test_the_rayjob_is_valid_against_kuberays_own_crd_and_runs_the_flow():
     assert worker["template"]["spec"]["containers"][0]["resources"]["limits"] == \
         {"nvidia.com/gpu": 8}
     for part in ("rlsim.launch.wait --address \"$RAY_ADDRESS\" --nodes 2 --gpus-per-node 8",
-                 "rlsim.cli doctor", "--backend real", "exit $status"):
+                 "-m rlsim doctor", "--backend real", "exit $status"):
         assert part in spec["entrypoint"]
     # the schema catches what KubeRay would reject
     worker["replicas"] = "two"
@@ -172,11 +172,11 @@ def test_quotes_spaces_and_dollars_in_the_users_values_reach_the_shell_as_writte
         # the line that runs the scenarios, echoed instead of run: the words the shell hands
         # over are the user's values, unsplit and unexpanded
         [line] = [ln.strip() for ln in script.replace("; ", "\n").splitlines()
-                  if "-m rlsim.cli run" in ln]
+                  if "-m rlsim run" in ln]
         line = line.removeprefix('on "$HEAD" ').removesuffix("; status=$?")
         argv = subprocess.run(["bash", "-c", "printf '%s\\n' " + line], text=True,
                               capture_output=True, env={"PATH": "/usr/bin:/bin"}).stdout
-        assert argv.splitlines()[:5] == [HOSTILE["python"], "-m", "rlsim.cli", "run",
+        assert argv.splitlines()[:5] == [HOSTILE["python"], "-m", "rlsim", "run",
                                          HOSTILE["scenario"]], argv
         assert shlex.quote(HOSTILE["report"]) in script  # quoted once, into a variable
 

@@ -8,7 +8,7 @@ import pytest
 
 from rlsim.backends.base import Unsupported
 from rlsim.checks import CHECKS
-from rlsim.faults import DISRUPTIVE, FAULTS
+from rlsim.faults import FAULTS
 from rlsim.faults.base import Fault
 from rlsim.scenario.loader import discover, load
 from rlsim.scenario.schema import FaultEntry
@@ -30,7 +30,8 @@ def test_the_schema_reads_fault_parameters_from_the_fault_module():
 
 
 def test_disruptive_faults_are_those_that_hit_the_cluster():
-    assert set(FAULTS) - {"corrupt_checkpoint", "disk_full"} == DISRUPTIVE
+    disruptive = {name for name, f in FAULTS.items() if f.disruptive}
+    assert set(FAULTS) - {"corrupt_checkpoint", "disk_full"} == disruptive
 
 
 def test_no_backend_name_is_branched_on_outside_the_backends():
@@ -92,7 +93,7 @@ def test_no_import_cycles_lazy_ones_included():
 
 
 def test_one_cluster_shape_with_one_set_of_defaults():
-    from rlsim.cli import _default
+    from rlsim.commands.cluster import default as _default
     from rlsim.host.spec import ClusterShape, ClusterSpec
     from rlsim.scenario.schema import ClusterSection
 

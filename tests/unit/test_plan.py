@@ -11,7 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from rlsim import cli
+from rlsim import commands as cli
 from rlsim.plan import openrlhf, rlinf, roll, verl
 from rlsim.plan.emit import scenario
 from rlsim.plan.model import PlanInputError, parse_cluster, place

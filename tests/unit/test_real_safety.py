@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from rlsim import cli
+from rlsim import commands as cli
 
 pytest_plugins = ["pytester"]
 

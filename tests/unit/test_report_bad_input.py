@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rlsim import cli
+from rlsim import commands as cli
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "report"
 GOOD = {"scenario": "head_lost", "ok": True, "seconds": 12.5,

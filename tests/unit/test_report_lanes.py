@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from rlsim.report import ReportInputError, render
+from rlsim.faults import FAULTS
+from rlsim.report import render
 from rlsim.report.lanes import node_lane, story
+from rlsim.result import ResultInputError
 
 NODES = ["127.77.0.10", "127.77.0.11", "127.77.0.12"]
 
@@ -23,8 +25,11 @@ def timeline(*events: dict) -> list[dict]:
 
 
 def injected(t: float, i: int, fault: str, **did) -> dict:
-    return {"ts": t, "source": "rlsim", "type": "fault_injected", "fault": fault, "index": i,
-            **did}
+    """A fault's event as the nemesis writes it: what it did, and what that means (the fault's
+    own words, :meth:`Fault.meaning`)."""
+    meaning = FAULTS[fault](None, None).meaning(did)
+    return {"ts": t, "source": "rlsim", "type": "fault_injected", **did, **meaning,
+            "fault": fault, "index": i}
 
 
 def healed(t: float, i: int | None, fault: str) -> dict:
@@ -151,6 +156,6 @@ def test_names_and_messages_reach_the_page_escaped_and_numbers_must_be_numbers(t
     assert "&lt;img src=x onerror=alert(1)&gt;" in page and "&lt;b&gt;1&lt;/b&gt;" in page
     (tmp_path / "summary.json").write_text(json.dumps([
         {"scenario": "a", "ok": True, "seconds": "<img src=x onerror=alert(1)>", "checks": []}]))
-    with pytest.raises(ReportInputError, match=r"summary.json: 0.seconds: Input should be a "
+    with pytest.raises(ResultInputError, match=r"summary.json: 0.seconds: Input should be a "
                                                "valid number"):
         render(tmp_path)

@@ -1,6 +1,6 @@
 """Bad scenario input, one row per case: ``rlsim validate FILE`` and ``rlsim run FILE`` exit 2 with
 one message naming the file and line (or the field) and the fix; no traceback, nothing written,
-no cluster started. Run through the real entry point (``rlsim.cli.main``) in this process."""
+no cluster started. Run through the real entry point (``rlsim.commands.main``) in this process."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlsim import cli
+from rlsim import commands as cli
 
 pytest_plugins = ["pytester"]
 TINY = "fixtures/trainer/grpo_tiny.yaml"

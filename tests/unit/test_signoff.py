@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from xml.etree import ElementTree as ET
 
-from rlsim.signoff import render
+from rlsim.report.signoff import render
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "memory_mib": "81559", "driver": "570.86.15"}
 

@@ -24,7 +24,7 @@ import pytest
 from rlsim.backends.gcs import export_auth_env
 from rlsim.backends.local import LocalCluster
 from rlsim.host.spec import ClusterSpec
-from rlsim.scenario.session import close_pool
+from rlsim.plugin.session import close_pool
 
 _counter = itertools.count()
 
@@ -50,9 +50,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path):
-    """``scenarios/**/*.yaml`` -> one item per scenario (see rlsim.scenario.items)."""
+    """``scenarios/**/*.yaml`` -> one item per scenario (see rlsim.plugin.items)."""
     if file_path.suffix == ".yaml" and "scenarios" in file_path.parts:
-        from rlsim.scenario.items import ScenarioFile
+        from rlsim.plugin.items import ScenarioFile
 
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
@@ -64,7 +64,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     one worker one after another and share its kept cluster (see rlsim.scenario.pool)."""
     if config.getoption("dist", None) != "loadscope" or config.getoption("rlsim_no_reuse"):
         return None
-    from rlsim.scenario.items import shape_scheduler
+    from rlsim.plugin.items import shape_scheduler
 
     return shape_scheduler(config, log)
 
@@ -122,7 +122,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             from rlsim.report import render
 
             problems: list[str] = []
-            render(report, problems)
+            render(report, problems=problems)
             for problem in problems:
                 print(f"rlsim report: {problem}", file=sys.stderr)
 

@@ -1,8 +1,8 @@
-"""``rlsim run`` and ``rlsim validate``: scenarios from the command line, with live progress."""
+"""``rlsim run``, ``validate`` and ``report``: scenarios from the command line, with live progress,
+and their report."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rlsim.backends.base import Unsupported
+from rlsim.result import ScenarioResult, write_summary
 from rlsim.scenario.loader import ScenarioError, discover, load
 
 console = Console(soft_wrap=True)
@@ -125,30 +126,28 @@ def run(
             console.print(problem, style="red", markup=False, highlight=False)
             raise typer.Exit(2)
     root = report or Path(f"reports/run-{time.strftime('%Y%m%d-%H%M%S')}")
-    summary, failed = [], 0
+    results: list[ScenarioResult] = []
     pool = Pool(reuse=not no_reuse)
     scenarios = hand_on_order(scenarios)
     try:
         for sc in scenarios:
-            failed += _run_one(sc, root, seed, backend, ray_address, pool, summary)
+            if (result := _run_one(sc, root, seed, backend, ray_address, pool)) is not None:
+                results.append(result)
     finally:
         leaks = pool.close()
     if leaks:
         console.print(f"[red]kept clusters leaked at teardown:[/] {escape('; '.join(leaks))}")
-        failed += 1
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "summary.json").write_text(json.dumps(summary, indent=1))
-    from rlsim import signoff
-    from rlsim.report import render
+    write_summary(root, results)
+    from rlsim.report import render, signoff
 
     problems: list[str] = []
-    console.print(f"report: {render(root, problems)} (summary.json and <scenario>/timeline.jsonl "
-                  "beside it)", markup=False, highlight=False)
+    console.print(f"report: {render(root, results, problems)} (summary.json and "
+                  "<scenario>/timeline.jsonl beside it)", markup=False, highlight=False)
     for problem in problems:  # a timeline rlsim wrote and cannot draw: its own bug, said
         console.print(f"report: {problem}", style="red", markup=False, highlight=False)
-    html_path, junit = signoff.render(root)
+    html_path, junit = signoff.render(root, results)
     console.print(f"sign-off: {html_path} and {junit}", markup=False, highlight=False)
-    if failed:
+    if leaks or not all(r.ok for r in results):
         raise typer.Exit(1)
 
 
@@ -176,34 +175,28 @@ def _dry_run(scenarios: list, backend: str, harmful: dict[str, list[str]]) -> No
             console.print(f"RUN      {sc.name} ({faults})", markup=False, highlight=False)
 
 
-def _run_one(sc, root: Path, seed, backend: str, ray_address, pool, summary: list) -> bool:
-    """Run and judge one scenario, print its verdicts; True when it failed."""
-    from rlsim.checks import judge
-    from rlsim.report import verdicts_record
-
-    t0 = time.monotonic()
+def _run_one(sc, root: Path, seed, backend: str, ray_address, pool) -> ScenarioResult | None:
+    """Play one scenario and print its verdicts; None when it was skipped."""
     try:
-        outcome = _run_live(sc, root, seed, backend, ray_address, pool)
+        result = _run_live(sc, root, seed, backend, ray_address, pool)
     except Unsupported as e:
         console.print(f"[yellow]SKIP[/] {sc.name}: {escape(str(e))}", highlight=False)
-        return False
-    verdicts = judge(outcome)
-    ok = all(v.ok for v in verdicts)
-    console.print(f"{'[green]PASS' if ok else '[red]FAIL'}[/] {sc.name} "
-                  f"({time.monotonic() - t0:.1f} s)")
-    for v in verdicts:
+        return None
+    console.print(f"{'[green]PASS' if result.ok else '[red]FAIL'}[/] {sc.name} "
+                  f"({result.seconds:.1f} s)")
+    for v in result.checks:
         mark = "[green]ok[/]  " if v.ok else "[red]no[/]  "
         console.print(f"   {mark}{v.check}: {escape(v.message)}", highlight=False)
         if not v.ok:
             for line in v.evidence[-10:]:
                 console.print(f"        {line}", highlight=False, markup=False)
-    summary.append(verdicts_record(sc.name, ok, time.monotonic() - t0, verdicts))
-    return not ok
+    return result
 
 
-def _run_live(sc, root: Path, seed: int | None, backend: str, ray_address: str | None, pool):
-    """Run one scenario under a live table: step, reward, faults fired, restarts, last event."""
-    from rlsim.scenario.runner import run_scenario
+def _run_live(sc, root: Path, seed: int | None, backend: str, ray_address: str | None,
+              pool) -> ScenarioResult:
+    """Play one scenario under a live table: step, reward, faults fired, restarts, last event."""
+    from rlsim.scenario.runner import play
 
     state = {"step": 0, "reward": 0.0, "faults": 0, "restarts": 0, "last": "starting"}
 
@@ -225,8 +218,8 @@ def _run_live(sc, root: Path, seed: int | None, backend: str, ray_address: str |
             state["last"] = e["type"]
             live.update(show())
 
-        return run_scenario(sc, root / sc.name, seed=seed, on_progress=progress, backend=backend,
-                            ray_address=ray_address, pool=pool)
+        return play(sc, root / sc.name, seed=seed, on_progress=progress, backend=backend,
+                    ray_address=ray_address, pool=pool)
 
 
 def report(
@@ -236,9 +229,12 @@ def report(
         "--screenshots", metavar="FOLDER", help="open it in headless Chromium: exit 1 on a "
         "script error, save the page and each scenario as PNGs")] = None,
 ) -> None:
-    """Re-render ``report.html`` from a report folder (and open it, or check it in headless
-    Chromium)."""
-    from rlsim.report import ReportInputError, render
+    """Re-render ``report.html`` (and ``signoff.html``, ``junit.xml``) from a report folder, and
+    open it or check it in headless Chromium. Exit 0: written; 1: Chromium saw a script error or
+    an undrawn plot; 2: bad input (no such folder, records that do not parse, a timeline that
+    cannot be drawn, no browser)."""
+    from rlsim.report import render, signoff
+    from rlsim.result import ResultInputError, read_results
 
     def refuse(message: str) -> typer.Exit:
         console.print(f"rlsim report: {message}", style="red", markup=False, highlight=False,
@@ -261,14 +257,13 @@ def report(
                          f"({e.strerror or e}); give a folder this user can write") from None
     problems: list[str] = []
     try:
-        out = render(root, problems)
+        results = read_results(root)
+        out = render(root, results, problems)
         console.print(f"report: {out}", markup=False, highlight=False)
         if (root / "summary.json").is_file():
-            from rlsim import signoff
-
-            html_path, junit = signoff.render(root)
+            html_path, junit = signoff.render(root, results)
             console.print(f"sign-off: {html_path} and {junit}", markup=False, highlight=False)
-    except ReportInputError as e:
+    except ResultInputError as e:
         raise refuse(str(e)) from None
     except OSError as e:
         raise refuse(f"{root}: cannot write the report there ({e.strerror or e}); give a "

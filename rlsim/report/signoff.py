@@ -19,22 +19,7 @@ from xml.etree import ElementTree as ET
 from pydantic import BaseModel
 
 from rlsim.checks import FIGURES
-from rlsim.report import figure_text, figures, summaries
-
-
-def doctor_record(report) -> dict:
-    """``rlsim doctor --json``: the nodes as probed and the findings."""
-    nodes = []
-    for ep in report.endpoints:
-        look = report.looks.get(ep["index"], {})
-        reach = look.get("reach", [])
-        nodes.append({"index": ep["index"], "address": ep["address"], "host": look.get("host"),
-                      "error": look.get("error"), "versions": look.get("versions", {}),
-                      "hardware": look.get("hardware", {}),
-                      "reaches": f"{sum(r['ok'] for r in reach)}/{len(reach)}"})
-    return {"nodes": nodes, "ok": report.ok, "seconds": report.seconds,
-            "findings": [{"level": f.level, "check": f.check, "message": f.message,
-                          "fix": f.fix} for f in report.findings]}
+from rlsim.result import ScenarioResult, figure_text, read_results
 
 
 class _Node(BaseModel):
@@ -97,12 +82,13 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     return f"<table border=1 cellpadding=3><tr>{cells}</tr>{body}</table>"
 
 
-def render(root: str | Path) -> tuple[Path, Path]:
-    """Write ``signoff.html`` and ``junit.xml`` in ``root``; their paths."""
+def render(root: str | Path, results: list[ScenarioResult] | None = None) -> tuple[Path, Path]:
+    """Write ``signoff.html`` and ``junit.xml`` in ``root`` from the run's results (read from the
+    folder when not given); their paths."""
     root = Path(root)
-    summary = summaries(root)
+    summary = read_results(root) if results is None else results
     doctor = _doctor(root / "doctor.json")
-    passed = sum(s["ok"] for s in summary)
+    passed = sum(s.ok for s in summary)
     body = [f"<h1>rlsim sign-off: {passed}/{len(summary)} scenarios passed</h1>"]
     if doctor is None:
         body.append("<p>No readable doctor.json here (absent, or the doctor could not reach the "
@@ -125,11 +111,11 @@ def render(root: str | Path) -> tuple[Path, Path]:
                     doctor["findings"]]) if doctor["findings"] else "<p>no findings</p>"]
     rows = []
     for s in summary:
-        fig = figures(s)
-        failed = "; ".join(c["message"] for c in s["checks"] if not c["ok"])
-        rows.append([s["scenario"], "PASS" if s["ok"] else "FAIL",
-                     f"{figure_text(s['seconds'])} s",
-                     *(figure_text(fig[k]) if k in fig else "-" for k in FIGURES), failed or "-"])
+        fig = s.figures(FIGURES)
+        failed = "; ".join(v.message for v in s.failed)
+        rows.append([s.scenario, "PASS" if s.ok else "FAIL", f"{figure_text(s.seconds)} s",
+                     *(figure_text(fig[k]) if k in fig else "-" for k in FIGURES),
+                     failed or "-"])
     body += ["<h2>Scenarios</h2>", _table(
         ["scenario", "result", "took", *FIGURES.values(), "failed checks"], rows),
              "<p>Timelines: <a href='report.html'>report.html</a></p>"]
@@ -140,21 +126,20 @@ def render(root: str | Path) -> tuple[Path, Path]:
     return out, _junit(root, summary)
 
 
-def _junit(root: Path, summary: list[dict]) -> Path:
+def _junit(root: Path, summary: list[ScenarioResult]) -> Path:
     """JUnit XML: one testcase per scenario, its figures as properties."""
     suite = ET.Element("testsuite", name="rlsim", tests=str(len(summary)),
-                       failures=str(sum(not s["ok"] for s in summary)),
-                       time=f"{sum(s['seconds'] for s in summary):.2f}")
+                       failures=str(sum(not s.ok for s in summary)),
+                       time=f"{sum(s.seconds for s in summary):.2f}")
     for s in summary:
-        case = ET.SubElement(suite, "testcase", classname="rlsim.scenarios", name=s["scenario"],
-                             time=f"{s['seconds']:.2f}")
+        case = ET.SubElement(suite, "testcase", classname="rlsim.scenarios", name=s.scenario,
+                             time=f"{s.seconds:.2f}")
         props = ET.SubElement(case, "properties")
-        for key, value in figures(s).items():
+        for key, value in s.figures(FIGURES).items():
             ET.SubElement(props, "property", name=key, value=f"{value:g}")
-        failed = [c for c in s["checks"] if not c["ok"]]
-        if failed:
-            ET.SubElement(case, "failure", message=failed[0]["message"][:500]).text = "\n".join(
-                f"{c['check']}: {c['message']}" for c in failed)
+        if failed := s.failed:
+            ET.SubElement(case, "failure", message=failed[0].message[:500]).text = "\n".join(
+                f"{c.check}: {c.message}" for c in failed)
     out = root / "junit.xml"
     ET.ElementTree(suite).write(out, encoding="unicode", xml_declaration=True)
     return out

@@ -1,26 +1,23 @@
 """pytest collection of scenario files: one item per scenario, failures in the scenario's words.
 
-Registered by ``rlsim.pytest_plugin`` (the ``pytest11`` entry point): any ``*.yaml`` under a
+Registered by ``rlsim.plugin`` (the ``pytest11`` entry point): any ``*.yaml`` under a
 ``scenarios`` directory becomes a :class:`ScenarioItem` named after the scenario, carrying its tags
 as keywords and markers (``pytest scenarios/ -k node_failure``).
 """
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import pytest
 
 from rlsim.backends.base import Unsupported
-from rlsim.checks import FIGURES, Verdict, judge
-from rlsim.history import Outcome
-from rlsim.report import verdicts_record
+from rlsim.checks import FIGURES
+from rlsim.plugin.session import require, scenario_pool
+from rlsim.result import ScenarioResult
 from rlsim.scenario.loader import ScenarioError, load
 from rlsim.scenario.pool import scenario_key
-from rlsim.scenario.runner import run_scenario
-from rlsim.scenario.session import require, scenario_pool
+from rlsim.scenario.runner import play
 
 
 def shape_scheduler(config: pytest.Config, log):
@@ -44,9 +41,9 @@ def shape_scheduler(config: pytest.Config, log):
 
 
 class ScenarioFailed(Exception):
-    def __init__(self, failed: list[Verdict], outcome: Outcome) -> None:
-        super().__init__(f"{len(failed)} expectation(s) failed")
-        self.failed, self.outcome = failed, outcome
+    def __init__(self, result: ScenarioResult) -> None:
+        super().__init__(f"{len(result.failed)} expectation(s) failed")
+        self.result = result
 
 
 class ScenarioFile(pytest.File):
@@ -93,41 +90,35 @@ class ScenarioItem(pytest.Item):
         report = self.config.getoption("rlsim_report")
         out = Path(report) / self.scenario.name if report else \
             self.config._tmp_path_factory.mktemp(self.scenario.name)
-        t0 = time.monotonic()
         try:
-            outcome = run_scenario(self.scenario, out, backend=backend,
-                                   ray_address=self.config.getoption("rlsim_ray_address"),
-                                   pool=scenario_pool(self.config))
+            result = play(self.scenario, out, backend=backend,
+                          ray_address=self.config.getoption("rlsim_ray_address"),
+                          pool=scenario_pool(self.config))
         except Unsupported as e:
             if e.missing_part:  # no engine here: fails under RLSIM_STRICT, as in CI
                 require(str(e))
             pytest.skip(f"{self.scenario.name} on --backend {backend}: {e}")
-        verdicts = judge(outcome)
-        record = verdicts_record(self.scenario.name, all(v.ok for v in verdicts),
-                                 time.monotonic() - t0, verdicts)
-        (out / "verdicts.json").write_text(json.dumps(record, indent=1))
-        for v in verdicts:
-            if v.value is not None and v.check in FIGURES:
-                self.user_properties.append((v.check, round(v.value, 3)))
+        for check, value in result.figures(FIGURES).items():
+            self.user_properties.append((check, round(value, 3)))
         self.user_properties.append(("timeline", str(out / "timeline.jsonl")))
-        failed = [v for v in verdicts if not v.ok]
-        if failed:
-            raise ScenarioFailed(failed, outcome)
+        if not result.ok:
+            raise ScenarioFailed(result)
 
     def repr_failure(self, excinfo, style=None) -> str:
         if not isinstance(excinfo.value, ScenarioFailed):
             return super().repr_failure(excinfo, style)
-        err = excinfo.value
-        lines = [f"scenario {self.scenario.name!r}: {len(err.failed)} expectation(s) not met"]
-        for v in err.failed:
+        result = excinfo.value.result
+        outcome = result.outcome
+        lines = [f"scenario {self.scenario.name!r}: {len(result.failed)} expectation(s) not met"]
+        for v in result.failed:
             lines.append(f"  - {v.check}: {v.message}")
-        evidence = next((v.evidence for v in err.failed if v.evidence), [])
+        evidence = next((v.evidence for v in result.failed if v.evidence), [])
         if evidence:
             lines += ["", "timeline (last lines):", *("  " + e for e in evidence)]
-        tail = err.outcome.output.strip().splitlines()[-8:]
-        if tail and err.outcome.returncode:
+        tail = outcome.output.strip().splitlines()[-8:]
+        if tail and outcome.returncode:
             lines += ["", "trainer output (last lines):", *("  " + t for t in tail)]
-        lines.append(f"\nfull timeline: {err.outcome.run_dir.parent / 'timeline.jsonl'}")
+        lines.append(f"\nfull timeline: {outcome.run_dir.parent / 'timeline.jsonl'}")
         return "\n".join(lines)
 
     def reportinfo(self):

@@ -1,0 +1,57 @@
+"""The ``rlsim`` command line. One module per command group, each parsing its options, calling the
+engine and printing (:mod:`~rlsim.commands.cluster`, :mod:`~rlsim.commands.doctor`,
+:mod:`~rlsim.commands.demo`, :mod:`~rlsim.commands.fault`, :mod:`~rlsim.commands.scenarios`,
+:mod:`~rlsim.commands.plan`, :mod:`~rlsim.commands.launch`); here they are put together into one
+app, and the process's signals handled."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import typer
+
+from rlsim.commands import cluster, demo, doctor, fault, launch, plan, scenarios
+from rlsim.commands.console import err
+from rlsim.host.home import HomeError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Rehearse multi-node RL training failures on simulated Ray clusters.")
+for command in (cluster.cluster, cluster.status, cluster.down, doctor.doctor, demo.demo,
+                fault.fault, scenarios.run, scenarios.validate, scenarios.report,
+                launch.launch):
+    app.command()(command)
+app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
+    plan.plan)
+
+
+_signalled: list[int] = []
+
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM unwinds the command as Ctrl-C does (see :func:`main`); a second one (a scheduler
+    and its step daemon both signal) must not interrupt the healing the first one started."""
+    _signalled.append(signum)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+def main(argv: list[str] | None = None) -> None:
+    """The ``rlsim`` entry point. Leftovers of abandoned clusters are reaped by the commands that
+    start or stop clusters, never by the ones that only read (``status``, ``validate``).
+
+    SIGTERM (a scheduler's cancel, ``timeout``, ``kill``) ends any command as Ctrl-C does: on the
+    way out it heals the faults it injected and stops the clusters it started (Python's default
+    would die at once and leave them to the next command's reaping). A command it ends with an
+    error exits 143."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        app(args=argv, prog_name="rlsim")
+    except HomeError as e:
+        err.print(f"rlsim: {e}", style="red", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except SystemExit as e:
+        # ray.init() puts in a SIGTERM handler of its own, sys.exit(15): the same unwinding
+        if (_signalled and e.code not in (0, None)) or e.code == signal.SIGTERM:
+            err.print("rlsim: stopped by SIGTERM; what it had started is stopped",
+                      markup=False, highlight=False)
+            sys.exit(143)
+        raise
