@@ -18,8 +18,8 @@ from rich.console import Console
 from rich.table import Table
 
 from rlsim.backends.docker import DockerCluster, engine_problem
-from rlsim.backends.gcs import export_auth_env
 from rlsim.backends.local import LocalCluster
+from rlsim.backends.ray_state import export_auth_env
 from rlsim.host.spec import ClusterSpec
 
 

@@ -29,8 +29,8 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-from rlsim.backends.gcs import node_table
 from rlsim.backends.local import LocalCluster
+from rlsim.backends.ray_state import node_table
 from rlsim.host import cgroups
 from rlsim.host.spec import ClusterSpec, HealthChecks
 

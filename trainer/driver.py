@@ -37,7 +37,7 @@ from trainer.errors import (
     TrainerError,
     first_line,
 )
-from trainer.events import EventLog
+from trainer.events import RunLog
 from trainer.groups import Roles, alive_gpu_nodes, label_memory_gb
 from trainer.memory import fit, gpu_capacity
 from trainer.placement import Plan, plan_placement
@@ -48,7 +48,7 @@ ALGORITHMS = {"grpo": grpo.step, "ppo": ppo.step}
 class Run:
     """One training run across restarts: the state a checkpoint must carry, and the loop."""
 
-    def __init__(self, cfg: TrainerConfig, plan: Plan, log: EventLog,
+    def __init__(self, cfg: TrainerConfig, plan: Plan, log: RunLog,
                  lease: ckpt.Lease) -> None:
         self.cfg, self.plan, self.log, self.lease = cfg, plan, log, lease
         self.prompts = load_prompts(cfg.data.path)
@@ -204,7 +204,7 @@ def run(cfg: TrainerConfig) -> int:
     except (TrainerError, ckpt.LeaseHeld) as e:
         print(f"trainer: {e}", file=sys.stderr, flush=True)
         return 2
-    log = EventLog(cfg.run_dir, cfg.logging.tensorboard)
+    log = RunLog(cfg.run_dir, cfg.logging.tensorboard)
     t0 = time.monotonic()
     step = 0
     try:
@@ -292,7 +292,7 @@ def _raylets_answer(nodes: list[dict]) -> bool:
     return all(_accepts(n["NodeManagerAddress"], n["NodeManagerPort"], 0.5) for n in nodes)
 
 
-def _record_loss(log: EventLog, r: Run, e: TrainerError) -> list[dict]:
+def _record_loss(log: RunLog, r: Run, e: TrainerError) -> list[dict]:
     """Log what was lost: the failing call, then any node Ray declares dead. Returns the nodes."""
     log.emit("worker_died", cause=e.kind, message=str(e)[:500])
     lost = r.lost_nodes()
@@ -313,7 +313,7 @@ def _absolute_paths(cfg: TrainerConfig) -> TrainerConfig:
                                   "data": data, "checkpoint_dir": ckpt_dir})
 
 
-def _watch_head(log: EventLog, timeout_s: float, t0: float) -> None:
+def _watch_head(log: RunLog, timeout_s: float, t0: float) -> None:
     """A daemon thread that ends the run with an ``error`` event (kind ``head_lost``) and exit 2
     once the head's GCS port refuses connections for ``timeout_s``. Without it, Ray ends a driver
     whose GCS is gone with a bare exit 1 and no word in the event log."""
@@ -355,7 +355,7 @@ def _head_ids(nodes: list[dict] | None = None) -> list[str]:
             if n["Alive"] and n["Resources"].get(HEAD_RESOURCE)]
 
 
-def _reconnect_if_head_restarted(log: EventLog, head: str | None, ft,
+def _reconnect_if_head_restarted(log: RunLog, head: str | None, ft,
                                  job_lost: bool = False) -> tuple[str | None, list[str]]:
     """Before a restart: when a head node other than the one at the start is alive (a GCS with
     fault tolerance was restarted from its store), reconnect this driver. Returns the head's id

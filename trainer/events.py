@@ -47,7 +47,9 @@ EVENT_TYPES = frozenset({
 })
 
 
-class EventLog:
+class RunLog:
+    """The run's two logs, ``events.jsonl`` and ``metrics.jsonl`` (and TensorBoard scalars)."""
+
     def __init__(self, run_dir: str | Path, tensorboard: bool = False) -> None:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -86,11 +88,3 @@ def _tensorboard(run_dir: Path):
     except ImportError:  # tensorboard not installed: the jsonl files still hold every metric
         return None
     return SummaryWriter(str(run_dir / "tb"))
-
-
-def read_events(run_dir: str | Path) -> list[dict]:
-    """Every event of a run dir, in order (for checks and tests)."""
-    path = Path(run_dir) / "events.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -9,6 +9,8 @@ never passed silently.
 
 from __future__ import annotations
 
+import os
+import shutil
 import string
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +47,25 @@ class TrainerLaunch:
                                "attempt": str(self.attempt), "ray_address": self.ray_address})
 
 
+@dataclass(frozen=True)
+class TrainerFacts:
+    """What a scenario is checked against when it is read, as the adapter knows it: the steps
+    the trainer runs (None: unknown) and the setting that changes them."""
+
+    total_steps: int | None
+    steps_knob: str = "trainer.total_steps"
+
+
+class TrainerProblem(ValueError):
+    """The trainer section cannot run as written: ``where`` is the key path in the scenario file
+    (for its line), ``field`` the field as the user writes it; the message says what and the
+    fix."""
+
+    def __init__(self, where: tuple, field: str, message: str) -> None:
+        super().__init__(message)
+        self.where, self.field = where, field
+
+
 class EventSource(Protocol):
     def poll(self) -> list[dict]:
         """The trainer events that appeared since the last call (each a dict with ts, type)."""
@@ -71,6 +92,29 @@ class Adapter:
     def env(self, trainer, launch: TrainerLaunch) -> dict[str, str]:
         """What this adapter adds to each launch's environment (after the scenario's ``env``)."""
         return {}
+
+    def facts(self, trainer, refusals: list[str]) -> TrainerFacts | None:
+        """Check the trainer section against what can be known before it runs; its facts, or
+        None when the trainer refuses it in words matching one of ``refusals`` (the patterns of
+        the scenario's ``fails`` checks: that refusal is the story). Raises TrainerProblem.
+        Default: the program the command starts exists (and, run by ``{python}``, its
+        script); ``total_steps`` as the section says."""
+        program, *args = trainer.command
+        where, field = ("trainer", "command"), "trainer.command"
+        if program == "{python}":
+            script = resolve(args[0]) if args and args[0].endswith(".py") else None
+            if script is not None and not script.is_file():
+                raise TrainerProblem(where, field, f"no such script {args[0]!r} (looked for "
+                                     f"{str(script)!r}); paths are relative to the repository "
+                                     "root")
+        elif "{" not in program:  # a placeholder is filled in at launch
+            found = resolve(program) if "/" in program else shutil.which(program)
+            if found is None or not Path(found).is_file() or not os.access(found, os.X_OK):
+                raise TrainerProblem(where, field, f"{program!r} is not an executable here "
+                                     "(relative paths are from the repository root; a bare name "
+                                     "is looked up on PATH); fix the path, or start a script "
+                                     "with \"{python}\"")
+        return TrainerFacts(trainer.total_steps)
 
     def events(self, trainer, run_dir: Path) -> EventSource:
         """Where this run's trainer events come from: by default the ``events.jsonl`` the

@@ -1,24 +1,69 @@
-"""Backends by name: the one place that maps ``--backend local|docker|real`` to a cluster class.
+"""The backend registry, the one place a backend is named: ``--backend local|docker|real`` of
+``rlsim run``, ``rlsim cluster`` and pytest, the scenario file's ``cluster.backend`` and
+``skip_on`` keys, reaping a cluster from its state file and which clusters may be kept for the next
+scenario all read it here or ask the backend's class.
 
-``local`` and ``docker`` start clusters (:data:`STARTED`); ``real`` attaches to a cluster rlsim did
-not start (:mod:`rlsim.backends.real`). What a backend cannot run of a scenario's cluster section
-it says itself (``refusal``), so nothing outside this package branches on a backend's name.
+``local`` and ``docker`` start clusters rlsim owns (:attr:`BackendEntry.starts`); ``real`` attaches
+to a cluster someone else owns (:mod:`rlsim.backends.real`): it needs its address, and faults that
+harm a cluster are refused there unless asked for. What a backend cannot run of a scenario's
+cluster section it says itself (``refusal``), so nothing outside this package branches on a
+backend's name.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-
-STARTED = {"local": "rlsim.backends.local:LocalCluster",
-           "docker": "rlsim.backends.docker:DockerCluster"}
-BACKENDS = {**STARTED, "real": "rlsim.backends.real:RealCluster"}
+from dataclasses import dataclass
+from typing import Literal
 
 
+@dataclass(frozen=True)
+class BackendEntry:
+    """One backend: its class (``module:Class``, imported on first use: docker needs the docker
+    SDK), whether rlsim starts and owns its clusters, and what it is, in a few words."""
+
+    name: str
+    target: str
+    starts: bool
+    what: str
+
+
+BACKENDS: dict[str, BackendEntry] = {e.name: e for e in (
+    BackendEntry("local", "rlsim.backends.local:LocalCluster", True,
+                 "processes on their own 127.x addresses"),
+    BackendEntry("docker", "rlsim.backends.docker:DockerCluster", True,
+                 "one container per node"),
+    BackendEntry("real", "rlsim.backends.real:RealCluster", False,
+                 "a running cluster rlsim did not start, at --ray-address"),
+)}
+DEFAULT = "local"
+BackendName = Literal[tuple(BACKENDS)]  # the scenario schema's type of a backend's name
+
+
+def names(starts: bool | None = None) -> list[str]:
+    """The backends' names; ``starts``: only those that start clusters (True) or not (False)."""
+    return [n for n, e in BACKENDS.items() if starts is None or e.starts == starts]
+
+
+def described(starts: bool | None = None) -> str:
+    """``local (processes ...), docker (...)``: the help of a ``--backend`` option."""
+    return ", ".join(f"{n} ({BACKENDS[n].what})" for n in names(starts))
+
+
+def unknown(name: str, starts: bool | None = None) -> str | None:
+    """Why ``name`` is not a backend (of the kind asked), or None."""
+    if name in names(starts):
+        return None
+    return f"--backend {name}: unknown; fix: give one of {described(starts)}"
+
+
+@functools.cache
 def cluster_class(backend: str) -> type:
-    """The class of backend ``backend`` (imported on demand: docker needs the docker SDK)."""
+    """The class of backend ``backend`` (imported on demand)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: {', '.join(BACKENDS)}")
-    module, name = BACKENDS[backend].split(":")
+    module, name = BACKENDS[backend].target.split(":")
     return getattr(importlib.import_module(module), name)
 
 

@@ -39,8 +39,6 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim.backends._cluster import StartedCluster
-from rlsim.backends._launch import ADDRESSES_VAR, cluster_env
 from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported
 from rlsim.backends.docker_engine import (
     LABEL,
@@ -51,8 +49,10 @@ from rlsim.backends.docker_engine import (
     network_name,
 )
 from rlsim.backends.docker_image import REPO, host_mounts
-from rlsim.backends.gcs import alive_nodes, connect_env
-from rlsim.backends.reaper import reap_docker
+from rlsim.backends.node_start import ADDRESSES_VAR, cluster_env
+from rlsim.backends.ray_state import alive_nodes, connect_env
+from rlsim.backends.reaper import reap_docker, reap_docker_orphans
+from rlsim.backends.started import StartedCluster
 from rlsim.host import cgroups, iptables, procs, state
 from rlsim.host.home import auth_token_path, home_id, rlsim_home
 from rlsim.host.iptables import Drop
@@ -95,6 +95,8 @@ class DockerCluster(StartedCluster):
 
     name = "docker"
     pid_label = "container pid"
+    reap_state = staticmethod(reap_docker)
+    reap_orphans = staticmethod(reap_docker_orphans)
 
     def __init__(self, spec: ClusterSpec | None = None, *, detached: bool = False) -> None:
         self.spec = spec or ClusterSpec()
@@ -195,7 +197,8 @@ class DockerCluster(StartedCluster):
         for k, v in env.items():
             container.with_env(k, v)
         container.with_name(f"rlsim-{st.session}-n{index}")
-        container.with_command([python, "-m", "rlsim.backends._launch", st.spec.name, str(index)])
+        container.with_command([python, "-m", "rlsim.backends.node_start", st.spec.name,
+                                str(index)])
         container.with_kwargs(
             labels=labels(st.session, **{"rlsim.cluster": st.spec.name, "rlsim.node": str(index)}),
             network=self.network.name, working_dir=str(REPO),
@@ -350,6 +353,11 @@ class ContainerFirewall:
 
     def __init__(self, cluster: DockerCluster) -> None:
         self.cluster = cluster
+
+    @staticmethod
+    def available() -> str | None:
+        """None: rules apply inside each node's own namespace (its container has NET_ADMIN)."""
+        return None
 
     def _rules(self, drop: Drop) -> list[tuple[int, list[str]]]:
         """Where a drop goes: a drop between two nodes is applied at both ends (OUTPUT in the

@@ -17,11 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim.backends import gcs_store
-from rlsim.backends._cluster import StartedCluster
+from rlsim.backends import redis_store
 from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_containers
-from rlsim.backends.gcs import alive_nodes, connect_env, leftovers
-from rlsim.backends.reaper import reap
+from rlsim.backends.ray_state import alive_nodes, connect_env, leftovers
+from rlsim.backends.reaper import reap, reap_local
+from rlsim.backends.started import StartedCluster
 from rlsim.host import cgroups, disk, iptables, procs, state
 from rlsim.host.home import auth_token_path, socket_path_problem
 from rlsim.host.iptables import Firewall
@@ -33,6 +33,14 @@ class LocalCluster(StartedCluster):
     """A Ray cluster of ``spec.nodes`` nodes on loopback addresses, each with fake GPUs."""
 
     name = "local"
+    reusable = True  # a clean cluster may be handed to the next scenario (rlsim.scenario.pool)
+    reap_state = staticmethod(reap_local)
+
+    @staticmethod
+    def reap_orphans(known_sessions: set[str]) -> list[str]:
+        """Nothing: a local cluster's processes, rules and cgroups carry its session, and an
+        abandoned cluster is reaped from its state file (:func:`reap_abandoned`)."""
+        return []
 
     def __init__(self, spec: ClusterSpec | None = None, *, detached: bool = False) -> None:
         self.spec = spec or ClusterSpec()
@@ -67,13 +75,13 @@ class LocalCluster(StartedCluster):
     def refusal(cls, shape: ClusterShape, node_local: bool) -> Unsupported | None:
         if refused := needs_containers(shape, node_local):
             return refused
-        if shape.gcs_ft == "redis" and (problem := gcs_store.problem()):
+        if shape.gcs_ft == "redis" and (problem := redis_store.problem()):
             return Unsupported(f"cluster.gcs_ft: {problem}", missing_part=True)
         return None
 
     def _launch_nodes(self) -> None:
         if self.spec.gcs_ft == "redis":
-            gcs_store.start(self._st)
+            redis_store.start(self._st)
         self._launch(list(range(self.spec.nodes)))
 
     def _reap(self, st: ClusterState) -> None:
@@ -182,7 +190,7 @@ class LocalCluster(StartedCluster):
     def _launch(self, indices: list[int]) -> None:
         st = self._st
         log = st.root / "launch.log"
-        cmd = [sys.executable, "-m", "rlsim.backends._launch", st.spec.name, *map(str, indices)]
+        cmd = [sys.executable, "-m", "rlsim.backends.node_start", st.spec.name, *map(str, indices)]
         with open(log, "a") as err:
             try:
                 proc = subprocess.run(
@@ -232,7 +240,7 @@ class LocalCluster(StartedCluster):
     def node_command(self, index: int, cmd: list[str]) -> list[str]:
         """``cmd`` as a process of node ``index`` (in its cgroups, with its labels)."""
         self._check_index(index)
-        return [sys.executable, "-m", "rlsim.backends._in_node", self._st.session, str(index),
+        return [sys.executable, "-m", "rlsim.backends.in_node", self._st.session, str(index),
                 *cmd]
 
     def memory(self, index: int) -> cgroups.MemoryGroup:

@@ -293,6 +293,9 @@ class RealCluster:
     """A handle on a running Ray cluster, with one agent per node while it is entered."""
 
     name = "real"
+    reusable = False
+    # what answers "does a cluster answer at this address, and take our token", before a run
+    address_problem = staticmethod(address_problem)
 
     def __init__(self, address: str, spec: ClusterSpec | None = None,
                  gpu_faults: bool = False) -> None:

@@ -27,27 +27,29 @@ def reap_abandoned() -> list[str]:
 
 
 def reap(st: ClusterState) -> None:
-    """Remove every trace of ``st``: network rules, processes, cgroups, state file, node dirs.
+    """Remove every trace of ``st`` with its backend's own reaping (``reap_state``): network
+    rules, processes, cgroups, containers, state file, node dirs.
 
     Safe twice, and safe against a new cluster that took the same name or slot meanwhile: under
     the registry lock, the state file goes only if it is still this session's, the chain only if
     no other cluster holds the slot; processes, cgroups and the run directory are the session's
     own. Network rules go first so that nothing stays cut off if a later step fails.
     """
+    from rlsim.backends import cluster_class
+
     with locked():
         run_dir()  # refuses a home whose run/ is not rlsim's own before anything is touched
-        current = state.load_entry(st.spec.name)
-        if st.backend == "docker":
-            if isinstance(current, ClusterState) and current.session != st.session:
-                # The name is another cluster's now: docker's orphan reaper finds this session's
-                # containers by label.
-                return None
-            return reap_docker(st)
-        if Firewall.available() is None and not state.slot_held_by_other(st):
-            iptables.heal_slot(st.slot)
-        _end_session(st.session)
-        state.forget(st)
-        state.remove_run_dir(st.session)
+        cluster_class(st.backend).reap_state(st)
+
+
+def reap_local(st: ClusterState) -> None:
+    """A local cluster's reaping: its slot's chain (when no one else holds it), its session's
+    processes, cgroups and filesystems, its state file and run directory."""
+    if Firewall.available() is None and not state.slot_held_by_other(st):
+        iptables.heal_slot(st.slot)
+    _end_session(st.session)
+    state.forget(st)
+    state.remove_run_dir(st.session)
 
 
 def _end_session(session: str) -> None:
@@ -74,8 +76,12 @@ def reap_corrupt(entry: state.Corrupt) -> None:
 
 
 def reap_docker(st: ClusterState) -> None:
-    """Remove the containers, network and volumes labelled with ``st``'s session, its state and
-    dirs."""
+    """A docker cluster's reaping: the containers, network and volumes labelled with ``st``'s
+    session, its state and dirs (nothing, when the name is another cluster's now: docker's orphan
+    reaper finds this session's containers by label)."""
+    current = state.load_entry(st.spec.name)
+    if isinstance(current, ClusterState) and current.session != st.session:
+        return
     if engine_problem() is None:
         client = docker_client()
         for c in client.containers.list(all=True, filters={"label": f"{LABEL}={st.session}"}):
@@ -95,6 +101,15 @@ def reap_docker(st: ClusterState) -> None:
 
 
 def reap_orphans(known_sessions: set[str]) -> list[str]:
+    """What every backend that starts clusters left of sessions no state file knows (their
+    owner's state is gone), removed; returns what was removed."""
+    from rlsim.backends import cluster_class, names
+
+    return [thing for name in names(starts=True)
+            for thing in cluster_class(name).reap_orphans(known_sessions)]
+
+
+def reap_docker_orphans(known_sessions: set[str]) -> list[str]:
     """Remove this home's containers, networks and volumes of sessions no state file knows (their
     owner's state is gone); returns what was removed. Another home's objects are left alone."""
     if engine_problem() is not None:

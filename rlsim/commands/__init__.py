@@ -18,11 +18,11 @@ from rlsim.host.home import HomeError
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Rehearse multi-node RL training failures on simulated Ray clusters.")
 for command in (cluster.cluster, cluster.status, cluster.down, doctor.doctor, demo.demo,
-                fault.fault, scenarios.run, scenarios.validate, scenarios.report,
-                launch.launch):
+                scenarios.run, scenarios.validate, scenarios.report, launch.launch):
     app.command()(command)
-app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
-    plan.plan)
+for command in (fault.fault, plan.plan):  # take options of their own after the arguments
+    app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
+        command)
 
 
 _signalled: list[int] = []

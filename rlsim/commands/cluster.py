@@ -11,7 +11,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from rlsim.backends import attach, cluster_class
+from rlsim.backends import DEFAULT, attach, cluster_class, described, unknown
 from rlsim.backends.base import ClusterStartError, NodeInfo
 from rlsim.backends.reaper import reap, reap_abandoned, reap_corrupt, reap_orphans
 from rlsim.commands.console import check_name, console, err, fail, no_such
@@ -68,7 +68,7 @@ def to_spec(command: str, options: dict[str, str], **fields) -> ClusterSpec:
                     f"{option} another value", 2) from None
 
 
-def start_cluster(spec: ClusterSpec, detached: bool, backend: str = "local") :
+def start_cluster(spec: ClusterSpec, detached: bool, backend: str = DEFAULT):
     try:
         with console.status(f"starting {spec.nodes} nodes, {spec.gpus()} fake GPUs"):
             return cluster_class(backend)(spec, detached=detached).start()
@@ -166,15 +166,13 @@ def cluster(
     detach: bool = typer.Option(False, "--detach", "-d", help="Leave it running and return."),
     ready_timeout: float = typer.Option(default("ready_timeout_s"),
                                         help="Seconds each node may take to join."),
-    backend: str = typer.Option("local", help="local (processes on 127.x addresses) or docker "
-                                "(one container per node)"),
+    backend: str = typer.Option(DEFAULT, help=f"One of: {described(starts=True)}."),
 ) -> None:
     """Start a real Ray cluster whose nodes are local processes on their own 127.x addresses
     (or Docker containers on a network of their own: --backend docker).
     Exit 0: stopped by Ctrl-C, or detached; 1: the cluster did not start; 2: a bad option."""
-    if backend not in ("local", "docker"):
-        raise fail(f"rlsim cluster: --backend {backend}: rlsim cluster starts local or docker "
-                    "nodes; fix: --backend local or --backend docker", 2)
+    if problem := unknown(backend, starts=True):
+        raise fail(f"rlsim cluster: {problem} (rlsim cluster starts the nodes itself)", 2)
     given = {"gpus_per_node": fake_gpus, "gpu_memory_gb": gpu_memory_gb,
              "cpus_per_node": cpus_per_node, "memory_gb": memory_gb, "accelerator": accelerator,
              "like": like}
@@ -211,9 +209,9 @@ def attach_named(name: str):
 
 def _faults(st: state.ClusterState) -> list[dict]:
     """The faults put in by hand (``rlsim fault``) still in force on ``st``."""
-    from rlsim.faults.by_hand import ledger
+    from rlsim.faults.ledger import ledger
 
-    return [{k: e.get(k) for k in ("id", "action", "nodes", "port", "from", "since", "until")}
+    return [{k: e.get(k) for k in ("id", "action", "nodes", "params", "since", "until")}
             for e in ledger(st)]
 
 
@@ -274,8 +272,8 @@ def status(
             for f in out[-1]["faults"]:
                 heals = f" (heals itself in {max(0, f['until'] - time.time()):.0f} s)" \
                     if f["until"] else ""
-                console.print(f"fault in force: #{f['id']} {f['action']} {f['nodes']}"
-                              f"{' ' + f['port'] if f.get('port') else ''}{heals}; heal: "
+                shown = " ".join(f"{k}={v}" for k, v in f["params"].items())
+                console.print(f"fault in force: #{f['id']} {f['action']} {shown}{heals}; heal: "
                               f"rlsim fault {entry.spec.name} heal", markup=False,
                               highlight=False, soft_wrap=True)
             if ledger_error:

@@ -20,13 +20,13 @@ import typer
 from rich.console import Console
 
 from rlsim.plan import openrlhf, rlinf, roll, verl
-from rlsim.plan.model import Layout, Node, PlanInputError, parse_cluster, place, render
+from rlsim.plan.model import Layout, NodeCapacity, PlanInputError, parse_cluster, place, render
 
 console = Console(soft_wrap=True, highlight=False)
 FRAMEWORKS = {"openrlhf": "command", "verl": "command", "roll": "file", "rlinf": "file"}
 
 
-def _layout(framework: str, args: list[str], nodes: list[Node]) -> Layout:
+def _layout(framework: str, args: list[str], nodes: list[NodeCapacity]) -> Layout:
     if FRAMEWORKS[framework] == "command":
         if not args:
             raise PlanInputError(f"give the launch command after --, e.g. rlsim plan {framework} "
@@ -38,10 +38,10 @@ def _layout(framework: str, args: list[str], nodes: list[Node]) -> Layout:
     return (roll if framework == "roll" else rlinf).layout(args[0], nodes)
 
 
-def live_nodes(address: str) -> list[Node]:
+def live_nodes(address: str) -> list[NodeCapacity]:
     """The alive nodes with GPUs of the Ray cluster at ``address``, each with its free GPUs and
     CPUs (read from its GCS, no driver)."""
-    from rlsim.backends.gcs import global_state
+    from rlsim.backends.ray_state import global_state
     from rlsim.doctor import gcs_silence, parse_address
     from rlsim.host.home import auth_token_path
 
@@ -67,7 +67,7 @@ def live_nodes(address: str) -> list[Node]:
                    key=lambda x: x[0])
     if not nodes:
         raise PlanInputError(f"the Ray cluster at {address} has no alive node with free GPUs")
-    return [Node(int(r["GPU"]), r.get("CPU")) for _, r in nodes]
+    return [NodeCapacity(int(r["GPU"]), r.get("CPU")) for _, r in nodes]
 
 
 def plan(
@@ -104,7 +104,7 @@ def plan(
                                  "0 and 3600 for each group")
         nodes = parse_cluster(cluster) if cluster else live_nodes(ray_address)
         if cpus_per_node is not None:
-            nodes = [Node(n.gpus, cpus_per_node) for n in nodes]
+            nodes = [NodeCapacity(n.gpus, cpus_per_node) for n in nodes]
         try:
             layout = _layout(framework, list(ctx.args), nodes)
         except (ZeroDivisionError, TypeError, KeyError) as e:  # a value the framework refuses

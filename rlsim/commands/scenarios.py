@@ -13,6 +13,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from rlsim.backends import BACKENDS, DEFAULT, cluster_class, described, unknown
 from rlsim.backends.base import Unsupported
 from rlsim.result import ScenarioResult, write_summary
 from rlsim.scenario.loader import ScenarioError, discover, load
@@ -71,8 +72,7 @@ def validate(paths: Paths) -> None:
 
 def run(
     paths: Paths,
-    backend: str = typer.Option(
-        "local", help="local, docker (container nodes) or real (a running cluster, --ray-address)"),
+    backend: str = typer.Option(DEFAULT, help=f"One of: {described()}."),
     ray_address: str = typer.Option(None, help="the real cluster's GCS address (--backend real)"),
     report: Annotated[Path | None, typer.Option(help="write timelines and summary.json")] = None,
     seed: int = typer.Option(None, help="override every scenario's seed (replay)"),
@@ -98,12 +98,12 @@ def run(
                           highlight=False)
         else:
             scenarios.append(sc)
-    if backend not in ("local", "docker", "real"):
-        console.print(f"--backend {backend}: unknown (local, docker, real)", style="red",
-                      markup=False, highlight=False)
+    if problem := unknown(backend):
+        console.print(problem, style="red", markup=False, highlight=False)
         raise typer.Exit(2)
-    harmful = {sc.name: h for sc in scenarios if backend == "real" and not allow_disruptive
-               and (h := _harmful(sc))}
+    owned = BACKENDS[backend].starts  # else the cluster is someone else's: harm it only if asked
+    harmful = {sc.name: h for sc in scenarios if not owned and not allow_disruptive
+               and (h := _harmful(sc, backend))}
     if dry_run:
         _dry_run(scenarios, backend, harmful)
         return
@@ -114,14 +114,13 @@ def run(
                       "on a cluster nobody else uses, or run the others", style="red",
                       markup=False, highlight=False)
         raise typer.Exit(2)
-    if backend == "real":  # one line now, not Ray's minutes of retries per scenario
+    if not owned:  # one line now, not Ray's minutes of retries per scenario
         import os
 
-        from rlsim.backends.real import address_problem
-
         address = ray_address or os.environ.get("RAY_ADDRESS")
-        problem = "--backend real needs the cluster's address: --ray-address HOST:PORT (or " \
-                  "RAY_ADDRESS)" if not address else address_problem(address)
+        problem = f"--backend {backend} needs the cluster's address: --ray-address HOST:PORT " \
+                  "(or RAY_ADDRESS)" if not address else \
+            cluster_class(backend).address_problem(address)
         if problem:
             console.print(problem, style="red", markup=False, highlight=False)
             raise typer.Exit(2)
@@ -151,10 +150,10 @@ def run(
         raise typer.Exit(1)
 
 
-def _harmful(sc) -> list[str]:
-    from rlsim.scenario.runner import harmful_on_real
+def _harmful(sc, backend: str) -> list[str]:
+    from rlsim.scenario.runner import harmful_on
 
-    return harmful_on_real(sc)
+    return harmful_on(sc, backend)
 
 
 def _dry_run(scenarios: list, backend: str, harmful: dict[str, list[str]]) -> None:

@@ -2,21 +2,25 @@
 needs (``needs``), ``inject()`` and ``undo()``; never anything that touches the trainer.
 
 A fault records what it actually did (pids killed, rules applied, file changed) in the dict
-``inject`` returns, and sets ``injected`` once there is something to undo. ``heal()`` undoes it
-once (safe twice); the runner's nemesis calls it through one guarded path, when ``for_s`` is up or
-at the end whatever happened. ``setup()`` and ``teardown()`` run before the trainer starts and
-after it exited, for a fault that must prepare the ground (a small disk under the checkpoints).
+``inject`` returns, and keeps in ``held`` (plain JSON data) what its ``undo`` needs, once there is
+something to undo. ``heal()`` undoes it once (safe twice). Two engines drive the same classes: the
+scenario runner's nemesis (:mod:`rlsim.scenario.nemesis`), which heals through one guarded path
+when ``for_s`` is up or at the end whatever happened, and ``rlsim fault`` by hand
+(:mod:`rlsim.faults.ledger`), which writes ``held`` into the cluster's fault ledger and heals from
+there in a later process. ``setup()`` and ``teardown()`` run before the trainer starts and after
+it exited, for a fault that must prepare the ground (a small disk under the checkpoints).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from rlsim.backends.base import Backend, CutsNetwork, Unsupported
 from rlsim.fields import Strict
+from rlsim.host.iptables import Drop
 
 
 @dataclass
@@ -61,10 +65,71 @@ class Fault:
     # the nodes are in while the fault is in force ("paused", "cut off", ...).
     node_state: ClassVar[str | None] = None
     impairs: ClassVar[str | None] = None
+    # By hand (``rlsim fault NAME <name-with-hyphens> ARGS``): whether the fault may be applied to a
+    # running cluster with no trainer (it needs no worker table, no run directory of a trainer),
+    # which parameters its positional arguments fill, in order, and how what it did is said
+    by_hand: ClassVar[bool] = False
+    cli_args: ClassVar[tuple[str, ...]] = ("node",)
+    # The node it hits stays out of service until the fault is undone (a kill, a freeze): by hand
+    # a second such fault on that node is refused
+    holds_node: ClassVar[bool] = False
+    # A fault with nothing to undo whose effect another fault ends (a kill: ``restart_node``): by
+    # hand, healing it injects that one on the same node
+    restored_by: ClassVar[str | None] = None
+    # The faults whose effect on the same node this one ends when injected (a restart ends a kill
+    # and a freeze), and the by-hand verb that undoes this fault on one node (``resume-node``)
+    ends: ClassVar[tuple[str, ...]] = ()
+    undo_verb: ClassVar[str | None] = None
 
     def __init__(self, params, ctx: FaultContext) -> None:
         self.params, self.ctx = params, ctx
-        self.injected = False
+        self.held: dict[str, Any] | None = None
+
+    @property
+    def injected(self) -> bool:
+        """Whether there is something to undo (``held`` says what)."""
+        return self.held is not None
+
+    @classmethod
+    def action(cls) -> str:
+        """Its name as ``rlsim fault`` takes it: ``kill-node`` for ``kill_node``."""
+        return cls.name.replace("_", "-")
+
+    def said(self, did: dict[str, Any]) -> str:
+        """What ``inject`` did (``did``), in one line for a person. Default: the record."""
+        shown = ", ".join(f"{k} {v}" for k, v in did.items())
+        return f"{self.name}: {shown}"
+
+    @classmethod
+    def plan_problem(cls, params, shape) -> tuple[str, str] | None:
+        """Why these parameters cannot apply to a cluster of ``shape`` (a ``ClusterShape``), as
+        (field, what is wrong and the fix), or None: every node they name is in the cluster, and
+        ``random`` has a node other than the head to pick. Read with the scenario, and by hand
+        before anything is done. Subclasses add what they know (a head that cannot restart)."""
+        last = shape.nodes - 1
+        for name in ("node", "sources", "groups"):
+            for n in node_indices(getattr(params, name, None)):
+                if not 0 <= n <= last:
+                    return name, f"node {n} is outside the cluster (nodes 0-{last})"
+        if getattr(params, "node", None) == "random" and last < 1:
+            return "node", ("random picks a node other than the head, and this cluster has only "
+                            "the head: name node 0 or add nodes")
+        return None
+
+    @classmethod
+    def from_text(cls, name: str, text: str):
+        """A parameter given on the command line, as the value its model reads: whole numbers
+        as numbers, ``1,2`` as a list where the field takes one."""
+        many = "list" in str(cls.Params.model_fields[name].annotation)
+        if "," in text and not many:
+            raise ValueError(f"{text}: one node at a time; fix: run it once per node")
+        values = [_number(t) for t in text.split(",")]
+        return values if many else values[0]
+
+    @classmethod
+    def held_until_healed(cls) -> bool:
+        """Whether it keeps something in force until healed (``for_s``, ``--for`` apply)."""
+        return cls.undo is not Fault.undo
 
     @classmethod
     def missing(cls, backend: type) -> list[type]:
@@ -112,10 +177,12 @@ class Fault:
 
     def heal(self) -> dict[str, Any] | None:
         """Undo what ``inject`` did, once; None when there was nothing (left) to undo."""
-        if not self.injected:
+        if self.held is None:
             return None
-        self.injected = False
-        return self.undo()
+        try:  # once: an undo that failed is not tried again (it is said, in force)
+            return self.undo()
+        finally:
+            self.held = None
 
     def undo(self) -> dict[str, Any] | None:
         """What healing this fault does. Default: nothing to undo (a kill stays a kill)."""
@@ -127,11 +194,34 @@ class Fault:
 
 
 class FirewallFault(Fault):
-    """A fault made of iptables rules (``self.rules``): healing removes exactly those rules."""
+    """A fault made of iptables rules (``held["rules"]``): healing removes exactly those rules."""
 
     needs = (CutsNetwork,)
-    rules: list
+
+    def hold_rules(self, rules: list[Drop]) -> None:
+        self.held = {"rules": [asdict(r) for r in rules]}
 
     def undo(self):
-        self.ctx.cluster.remove_rules(self.rules)
-        return {"rules_removed": len(self.rules)}
+        rules = [Drop(**{**r, "ports": tuple(r["ports"]) if r["ports"] else None})
+                 for r in self.held["rules"]]
+        self.ctx.cluster.remove_rules(rules)
+        return {"rules_removed": len(rules)}
+
+
+def node_indices(value) -> list[int]:
+    """The node indices a parameter value names (an index, or lists of them)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, list):
+        return [n for v in value for n in node_indices(v)]
+    return []
+
+
+def _number(text: str):
+    """``3`` -> 3, ``0.5`` -> 0.5; anything else stays text (its model says what is wrong)."""
+    for kind in (int, float):
+        try:
+            return kind(text) if text.isascii() else text
+        except ValueError:
+            continue
+    return text

@@ -9,6 +9,8 @@ from rlsim.fields import PORT_NAMES, Strict
 class BlockPort(FirewallFault):
     name = "block_port"
     impairs = "port blocked"
+    by_hand = True
+    cli_args = ("node", "port")
 
     class Params(Strict):
         node: int = Field(description="the node whose port is blocked")
@@ -28,10 +30,24 @@ class BlockPort(FirewallFault):
                 raise ValueError(f"a port range is [low, high], got {len(port)} numbers")
             for n in ports:
                 if not 1 <= n <= 65535:
-                    raise ValueError(f"port {n} is out of range: TCP ports are 1-65535")
+                    raise ValueError(f"port {n} is out of range: a TCP port is 1-65535")
             if len(ports) == 2 and ports[0] > ports[1]:
                 raise ValueError(f"port range {port}: the low end comes first")
             return port
+
+    @classmethod
+    def plan_problem(cls, params, shape):
+        m = PORT_NAMES.match(params.port) if isinstance(params.port, str) else None
+        if m and m.group(3) is not None and int(m.group(3)) >= shape.nodes:
+            return "port", (f"{params.port!r} names node {m.group(3)}, outside the cluster "
+                            f"(nodes 0-{shape.nodes - 1})")
+        return super().plan_problem(params, shape)
+
+    @classmethod
+    def from_text(cls, field, text):
+        if field == "port":  # a number is a port, anything else a port's name
+            return int(text) if text.isascii() and text.isdigit() else text
+        return super().from_text(field, text)
 
     def inject(self):
         p = self.params
@@ -40,7 +56,12 @@ class BlockPort(FirewallFault):
             ports = (ports, ports)
         elif isinstance(ports, list):
             ports = (ports[0], ports[-1])
-        self.rules = self.ctx.cluster.block_port(p.node, ports, p.sources)
-        self.injected = True
-        return {"node": p.node, "port": p.port, "ports": list(self.rules[0].ports)
-                if self.rules else [], "sources": p.sources, "rules": len(self.rules)}
+        rules = self.ctx.cluster.block_port(p.node, ports, p.sources)
+        self.hold_rules(rules)
+        return {"node": p.node, "port": p.port, "ports": list(rules[0].ports) if rules else [],
+                "sources": p.sources, "rules": len(rules)}
+
+    def said(self, did):
+        who = f"from node(s) {did['sources']}" if did["sources"] else "from every other node"
+        lo, hi = did["ports"] or ("?", "?")
+        return f"blocked node {did['node']}'s port(s) {lo}-{hi} ({did['port']}) {who}"

@@ -60,7 +60,7 @@ class DiskFull(Fault):
     def inject(self):
         free = _free(self.dir)
         self.filler = self.dir / FILLER
-        self.injected = True
+        self.held = {"path": str(self.filler)}
         fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.posix_fallocate(fd, 0, free)

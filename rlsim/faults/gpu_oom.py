@@ -24,12 +24,12 @@ class GpuOom(Fault):
         gb: float = Field(gt=0, le=4096, description="GiB taken on every GPU of the node")
 
     def inject(self):
-        self.node = self.ctx.node(self.params.node)
-        address = self.ctx.cluster.nodes()[self.node].address
-        held = self.ctx.cluster.hold_gpu(self.node, self.params.gb, self.ctx.run_dir)
-        self.injected = True
-        return {"node": self.node, "address": address, "gb": self.params.gb, "held": held}
+        node = self.ctx.node(self.params.node)
+        address = self.ctx.cluster.nodes()[node].address
+        held = self.ctx.cluster.hold_gpu(node, self.params.gb, self.ctx.run_dir)
+        self.held = {"node": node}
+        return {"node": node, "address": address, "gb": self.params.gb, "held": held}
 
     def undo(self):
-        return {"node": self.node,
-                "released": self.ctx.cluster.release_gpu(self.node, self.ctx.run_dir)}
+        node = self.held["node"]
+        return {"node": node, "released": self.ctx.cluster.release_gpu(node, self.ctx.run_dir)}

@@ -67,7 +67,7 @@ class HostOom(Fault):
         kills = self.memory.oom_kills()
         usage = self.memory.usage() + START_HEADROOM
         self.memory.set_limit(usage)
-        self.injected = True
+        self.held = {"node": self.node}
         self.ip = cluster.nodes()[self.node].address
         self.hog = subprocess.Popen(
             cluster.node_command(self.node, [sys.executable, "-m", "rlsim.faults._hog",

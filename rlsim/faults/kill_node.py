@@ -8,6 +8,9 @@ from rlsim.fields import NodeRef, Strict
 class KillNode(Fault):
     name = "kill_node"
     node_state = "dead"
+    by_hand = True
+    holds_node = True
+    restored_by = "restart_node"
     may_down_node = True
     needs = (KillsNodes,)
     harms_real_cluster = True
@@ -20,3 +23,6 @@ class KillNode(Fault):
         node = self.ctx.node(self.params.node)
         pids = self.ctx.cluster.kill_node(node)
         return {"node": node, "pids": pids, "address": self.ctx.cluster.nodes()[node].address}
+
+    def said(self, did):
+        return f"killed node {did['node']} ({len(did['pids'])} processes)"

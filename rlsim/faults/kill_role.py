@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field
 
 from rlsim.backends.base import KillsProcesses
-from rlsim.backends.gcs import alive_actors
+from rlsim.backends.ray_state import alive_actors
 from rlsim.faults.base import Fault
 from rlsim.fields import Strict
 from rlsim.host.home import auth_token_path

@@ -9,6 +9,8 @@ from rlsim.fields import Strict
 class Partition(FirewallFault):
     name = "partition"
     impairs = "cut off"
+    by_hand = True
+    cli_args = ("groups",)
     may_down_node = True
 
     class Params(Strict):
@@ -29,10 +31,29 @@ class Partition(FirewallFault):
                     seen.add(n)
             return groups
 
+    @classmethod
+    def from_text(cls, field, text):  # by hand: one group, the rest of the cluster the other
+        return [super().from_text(field, text)] if field == "groups" else \
+            super().from_text(field, text)
+
+    @classmethod
+    def plan_problem(cls, params, shape):
+        cut = {n for group in params.groups for n in group}
+        if len(params.groups) == 1 and cut >= set(range(shape.nodes)):
+            return "groups", ("that is every node: a partition cuts some nodes off from the "
+                              "rest; name fewer")
+        return super().plan_problem(params, shape)
+
     def nodes_hit(self, did):
         return sorted({n for group in did["groups"] for n in group})
 
     def inject(self):
-        self.rules = self.ctx.cluster.partition(self.params.groups)
-        self.injected = True
-        return {"groups": self.params.groups, "rules": len(self.rules)}
+        rules = self.ctx.cluster.partition(self.params.groups)
+        self.hold_rules(rules)
+        return {"groups": self.params.groups, "rules": len(rules)}
+
+    def said(self, did):
+        cut = self.nodes_hit(did)
+        rest = [i for i in range(self.ctx.cluster.spec.nodes) if i not in cut]
+        groups = " and ".join(str(g) for g in did["groups"])
+        return f"cut node(s) {groups} off from {rest} ({did['rules']} iptables rules)"

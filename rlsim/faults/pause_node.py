@@ -8,6 +8,9 @@ from rlsim.fields import NodeRef, Strict
 class PauseNode(Fault):
     name = "pause_node"
     impairs = "paused"
+    by_hand = True
+    holds_node = True
+    undo_verb = "resume-node"
     may_down_node = True
     needs = (PausesNodes,)
     harms_real_cluster = True
@@ -16,10 +19,14 @@ class PauseNode(Fault):
         node: NodeRef
 
     def inject(self):
-        self.node = self.ctx.node(self.params.node)
-        pids = self.ctx.cluster.pause_node(self.node)
-        self.injected = True
-        return {"node": self.node, "pids": len(pids)}
+        node = self.ctx.node(self.params.node)
+        pids = self.ctx.cluster.pause_node(node)
+        self.held = {"node": node}
+        return {"node": node, "pids": len(pids)}
+
+    def said(self, did):
+        return f"froze node {did['node']} ({did['pids']} processes)"
 
     def undo(self):
-        return {"node": self.node, "resumed": len(self.ctx.cluster.resume_node(self.node))}
+        node = self.held["node"]
+        return {"node": node, "resumed": len(self.ctx.cluster.resume_node(node))}

@@ -8,13 +8,27 @@ from rlsim.fields import NodeRef, Strict
 class RestartNode(Fault):
     name = "restart_node"
     node_state = "restarting"
+    by_hand = True
+    ends = ("kill_node", "pause_node")
     needs = (RestartsNodes,)
     harms_real_cluster = True
 
     class Params(Strict):
         node: NodeRef
 
+    @classmethod
+    def plan_problem(cls, params, shape):
+        if params.node == 0 and shape.gcs_ft == "none":
+            return "node", ("node 0 is the head; restarting the head needs GCS fault tolerance "
+                            "(gcs_ft: redis in the cluster section: its tables must outlive the "
+                            "head), or use kill_head")
+        return super().plan_problem(params, shape)
+
     def inject(self):
         node = self.ctx.node(self.params.node)
         info = self.ctx.cluster.restart_node(node)
         return {"node": node, "address": info.address, "alive": info.alive}
+
+    def said(self, did):
+        back = "is back" if did["alive"] else "did not come back"
+        return f"node {did['node']} {back} at {did['address']}"

@@ -26,6 +26,7 @@ range while it lives, so a node needs at least as many as it runs workers at onc
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 ADDRESS_PREFIX = "127.77"
@@ -132,6 +133,7 @@ def node_address(slot: int, index: int) -> str:
     return f"{ADDRESS_PREFIX}.{slot}.{FIRST_HOST + index}"
 
 
+@functools.cache
 def plan_cluster(slot: int, nodes: int) -> ClusterPlan:
     """The address and port plan of a cluster of ``nodes`` nodes in ``slot``.
 

@@ -46,7 +46,7 @@ class ClusterState(BaseModel):
     slot: int = Field(ge=0, lt=MAX_SLOTS)
     session: str = Field(description="<name>-<8 hex digits>, unique per start: labels the "
                          "cluster's processes, cgroups and run directory")
-    backend: str = "local"
+    backend: str = Field(description="the backend that started it (a name of rlsim.backends)")
     owner_pid: int = Field(ge=1)
     detached: bool = False
     created: float = Field(default_factory=time.time)

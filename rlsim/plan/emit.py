@@ -97,15 +97,18 @@ def scenario(p: Placement, name: str) -> dict:
 
 def mirrorable(sc: dict) -> None:
     """Raise PlanInputError with the reference trainer's own words unless it can run the
-    scenario's placement (e.g. two roles on ranges that overlap without being equal)."""
-    from trainer.config import ConfigError, load_config
-    from trainer.placement import PlacementError, plan_placement
+    scenario's placement (e.g. two roles on ranges that overlap without being equal): the
+    scenario is read as ``rlsim validate`` reads it, and its trainer asked through its adapter."""
+    from rlsim.adapters import ADAPTERS
+    from rlsim.adapters.base import TrainerProblem
+    from rlsim.scenario.schema import Scenario
 
-    repo = Path(__file__).resolve().parents[2]
     try:
-        plan_placement(load_config(repo / sc["trainer"]["config"], sc["trainer"]["overrides"]))
-    except (ConfigError, PlacementError) as e:
-        raise PlanInputError(f"the reference trainer cannot mirror this layout: {e}") from None
+        trainer = Scenario.model_validate(sc).trainer
+        ADAPTERS[trainer.adapter].facts(trainer, [])
+    except (TrainerProblem, ValueError) as e:
+        said = str(e).removeprefix("the trainer refuses its config: ")
+        raise PlanInputError(f"the reference trainer cannot mirror this layout: {said}") from None
 
 
 def write_scenario(p: Placement, path: Path) -> None:

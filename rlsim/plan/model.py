@@ -41,7 +41,7 @@ def bounded(value: int, key: str, least: int, most: int) -> int:
 
 
 @dataclass(frozen=True)
-class Finding:
+class Concern:
     """One thing the framework or Ray would do with this launch: ``error`` (it fails or hangs),
     ``warning`` (it runs, worse than intended). ``fix`` names the flag or key to change."""
 
@@ -92,12 +92,12 @@ class Layout:
     version: str
     sources: list[str]
     groups: list[Group]
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[Concern] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
 @dataclass
-class Node:
+class NodeCapacity:
     """A node of the cluster judged against: its GPUs and CPUs (None: not known, not checked)."""
 
     gpus: int
@@ -110,9 +110,9 @@ class Placement:
     where Ray could not place the group."""
 
     layout: Layout
-    nodes: list[Node]
+    nodes: list[NodeCapacity]
     slots: list[list[tuple[int, int]] | None]
-    findings: list[Finding]
+    findings: list[Concern]
 
     @property
     def fits(self) -> bool:
@@ -174,7 +174,7 @@ def launch_argv(argv: list[str], entry: tuple[str, ...], example: str) -> list[s
                          f"-- {example}")
 
 
-def parse_cluster(text: str) -> list[Node]:
+def parse_cluster(text: str) -> list[NodeCapacity]:
     """``NxG`` (N nodes of G GPUs) or ``G1,G2,...`` (one entry per node); PlanInputError
     otherwise."""
     try:
@@ -192,13 +192,13 @@ def parse_cluster(text: str) -> list[Node]:
                              "node, comma-joined (e.g. 8,8,4)")
     bounded(len(gpus), "--cluster nodes", 1, MAX_NODES)
     bounded(max(gpus), "--cluster GPUs per node", 0, MAX_GPUS_PER_NODE)
-    return [Node(g) for g in gpus]
+    return [NodeCapacity(g) for g in gpus]
 
 
 class _Free:
     """What is left of each node while groups are placed: GPU indices and CPUs."""
 
-    def __init__(self, nodes: list[Node]) -> None:
+    def __init__(self, nodes: list[NodeCapacity]) -> None:
         self.gpus = [list(range(n.gpus)) for n in nodes]
         self.cpus = [n.cpus for n in nodes]
 
@@ -252,7 +252,7 @@ def _cpu_room(free: _Free, node: int, group: Group) -> int:
     return 10**9 if cpus is None or group.cpus == 0 else int(cpus // group.cpus)
 
 
-def place(layout: Layout, nodes: list[Node]) -> Placement:
+def place(layout: Layout, nodes: list[NodeCapacity]) -> Placement:
     """Place ``layout``'s groups in order on ``nodes``, as Ray would, and judge the launch:
     the reader's findings, then over-subscription and each group Ray could not place."""
     free = _Free(nodes)
@@ -265,7 +265,7 @@ def place(layout: Layout, nodes: list[Node]) -> Placement:
         sizes = ", ".join(f"{gs[0].name} {gs[0].gpus}" if len(gs) == 1 else
                           f"{len(gs)} groups, {sum(g.gpus for g in gs)} GPUs" + f" ({k})"
                           for k, gs in by.items())
-        findings.append(Finding("error", f"the launch asks for {asked} GPUs, the cluster has "
+        findings.append(Concern("error", f"the launch asks for {asked} GPUs, the cluster has "
                                          f"{there} ({sizes}).",
                                 "shrink the groups above, colocate roles, or add nodes"))
     slots, missing = [], []
@@ -280,7 +280,7 @@ def place(layout: Layout, nodes: list[Node]) -> Placement:
         else:
             bundle = group.bundles()[0] if group.bundles() else {}
             where = (f" on node {group.node}" if group.strategy == "NODE" else "")
-            findings.append(Finding(
+            findings.append(Concern(
                 "error",
                 f"{group.name}: {len(group.bundles())} bundle(s) of {_shape(bundle)} "
                 f"({group.strategy}){where} cannot be placed; free before it: {before}. Ray "
@@ -288,19 +288,19 @@ def place(layout: Layout, nodes: list[Node]) -> Placement:
                 f"change {group.sized_by}"))
     if missing:
         first, last = missing[0].node, missing[-1].node
-        findings.append(Finding(
+        findings.append(Concern(
             "error", f"GPUs pinned to node(s) {first}-{last} ({sum(g.gpus for g in missing)} "
             f"GPUs): the cluster has nodes 0-{len(nodes) - 1}.", f"change {missing[0].sized_by}"))
     return Placement(layout, nodes, slots, findings)
 
 
-def _split(group: Group, slots: list[tuple[int, int]]) -> list[Finding]:
+def _split(group: Group, slots: list[tuple[int, int]]) -> list[Concern]:
     """A tensor-parallel set of ``group`` whose GPUs landed on more than one node."""
     out = []
     for label, bundles in group.together.items():
         nodes = sorted({slots[b][0] for b in bundles if b < len(slots)})
         if len(nodes) > 1:
-            out.append(Finding(group.apart_is, f"{label} spans nodes {nodes}: its "
+            out.append(Concern(group.apart_is, f"{label} spans nodes {nodes}: its "
                                "tensor-parallel traffic crosses the network.",
                                f"make {group.sized_by} fill whole nodes"))
     return out

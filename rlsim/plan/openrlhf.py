@@ -31,7 +31,7 @@ from rlsim.plan.model import (
     MAX_GPUS,
     MAX_GPUS_PER_NODE,
     MAX_NODES,
-    Finding,
+    Concern,
     Group,
     Layout,
     PlanInputError,
@@ -190,7 +190,7 @@ def _roles(f: Read) -> dict[str, int]:
     return roles
 
 
-def _asserts(f: Read, roles: dict[str, int]) -> list[Finding]:
+def _asserts(f: Read, roles: dict[str, int]) -> list[Concern]:
     """What train_ppo_ray.py asserts about shapes before it creates anything."""
     out = []
     colocate_all, sync = f.on("train.colocate_all"), not f.on("train.async_enable")
@@ -198,14 +198,14 @@ def _asserts(f: Read, roles: dict[str, int]) -> list[Finding]:
         a = (f.int("actor.num_nodes"), f.int("actor.num_gpus_per_node"))
         r = (f.int("ref.num_nodes"), f.int("ref.num_gpus_per_node"))
         if a != r:
-            out.append(Finding("error", f"actor {a[0]}x{a[1]} and ref {r[0]}x{r[1]} are colocated "
+            out.append(Concern("error", f"actor {a[0]}x{a[1]} and ref {r[0]}x{r[1]} are colocated "
                                "but differ: OpenRLHF asserts \"num_nodes and num_gpus_per_node "
                                "must be the same when colocate actor and ref model\".",
                                f"{f.flag('ref.num_nodes')} {a[0]} "
                                f"{f.flag('ref.num_gpus_per_node')} {a[1]}"))
     if "vllm" in roles and colocate_all and sync and roles["vllm"] != roles["actor"]:
         engines = roles["actor"] // max(1, f.int("vllm.tensor_parallel_size"))
-        out.append(Finding("error", f"with {f.flag('train.colocate_all')} the vLLM engines share "
+        out.append(Concern("error", f"with {f.flag('train.colocate_all')} the vLLM engines share "
                            f"the actor's GPUs: OpenRLHF asserts actor GPUs ({roles['actor']}) == "
                            f"vllm_num_engines x vllm_tensor_parallel_size ({roles['vllm']}).",
                            f"{f.flag('vllm.num_engines')} {engines}"))
@@ -213,14 +213,14 @@ def _asserts(f: Read, roles: dict[str, int]) -> list[Finding]:
         c = (f.int("critic.num_nodes"), f.int("critic.num_gpus_per_node"))
         w = (f.int("reward.num_nodes"), f.int("reward.num_gpus_per_node"))
         if c != w:
-            out.append(Finding("error", f"critic {c[0]}x{c[1]} and reward {w[0]}x{w[1]} are "
+            out.append(Concern("error", f"critic {c[0]}x{c[1]} and reward {w[0]}x{w[1]} are "
                                "colocated but differ: OpenRLHF asserts \"num_nodes and "
                                "num_gpus_per_node must be the same when colocate critic and "
                                "reward model\".", f"{f.flag('reward.num_gpus_per_node')} {c[1]}"))
     return out
 
 
-def _groups(f: Read, roles: dict[str, int], findings: list[Finding]) -> list[Group]:
+def _groups(f: Read, roles: dict[str, int], findings: list[Concern]) -> list[Group]:
     """The placement groups of ``train()``, in its order."""
     groups: list[Group] = []
     shared: Group | None = None
@@ -257,7 +257,7 @@ def _groups(f: Read, roles: dict[str, int], findings: list[Finding]) -> list[Gro
 
 
 def _role(f: Read, role: str, gpus: int, shared: Group | None, groups: list[Group],
-          findings: list[Finding]) -> None:
+          findings: list[Concern]) -> None:
     holders = [[f"{role}{r}"] for r in range(gpus)]
     sized = f"{f.flag(role + '.num_nodes')} x {f.flag(role + '.num_gpus_per_node')}"
     if shared is not None:
@@ -268,20 +268,20 @@ def _role(f: Read, role: str, gpus: int, shared: Group | None, groups: list[Grou
         groups.append(Group(f"{role} (1-GPU actors, no group)", "SPREAD", holders, sized))
 
 
-def _join(shared: Group, holders: list[list[str]], role: str, findings: list[Finding],
+def _join(shared: Group, holders: list[list[str]], role: str, findings: list[Concern],
           sized: str) -> None:
     """Put a role's ranks on a shared group's bundles, rank r on bundle r."""
     for r, h in enumerate(holders[: shared.gpus]):
         shared.holders[r].extend(h)
     if len(holders) > shared.gpus:
-        findings.append(Finding("error", f"{role} has {len(holders)} ranks but shares the "
+        findings.append(Concern("error", f"{role} has {len(holders)} ranks but shares the "
                                 f"{shared.gpus}-bundle group {shared.name}: rank {shared.gpus} "
                                 "asks for a bundle index the group does not have (Ray raises "
                                 "\"invalid placement group bundle index\").",
                                 f"{sized} = {shared.gpus}"))
 
 
-def _batches(f: Read, roles: dict[str, int]) -> list[Finding]:
+def _batches(f: Read, roles: dict[str, int]) -> list[Concern]:
     """The sample-batch assert of train_ppo_ray.py and each role's DeepSpeed batch equation."""
     out = []
     ring, tp = f.int("ds.ring_attn_size"), f.int("ds.tensor_parallel_size")
@@ -289,7 +289,7 @@ def _batches(f: Read, roles: dict[str, int]) -> list[Finding]:
     samples = (f.int("rollout.n_samples_per_prompt") * f.int("rollout.batch_size")
                // max(1, f.int("rollout.micro_batch_size")))
     if samples < roles["actor"] // ring // tp:
-        out.append(Finding("error", f"{samples} sample batches for {roles['actor'] // ring // tp} "
+        out.append(Concern("error", f"{samples} sample batches for {roles['actor'] // ring // tp} "
                            "actor processes: OpenRLHF asserts \"The number of sample batches must "
                            "be greater than or equal to the effective number of actor "
                            "processes\".", f"raise {f.flag('rollout.batch_size')} or lower "
@@ -299,7 +299,7 @@ def _batches(f: Read, roles: dict[str, int]) -> list[Finding]:
         if role not in roles or (dynamic and role in ("actor", "critic")):
             continue
         if roles[role] % (ring * tp):
-            out.append(Finding("error", f"{role}: {roles[role]} GPUs do not divide by ring "
+            out.append(Concern("error", f"{role}: {roles[role]} GPUs do not divide by ring "
                                f"attention x tensor parallel = {ring * tp} (its device mesh).",
                                f"{f.flag(role + '.num_gpus_per_node')}"))
             continue
@@ -307,7 +307,7 @@ def _batches(f: Read, roles: dict[str, int]) -> list[Finding]:
         if train % (micro * dp) or train < micro * dp:
             fix = (f"{f.flag('train.batch_size')} a multiple of {micro * dp}, or "
                    f"{f.flag('train.micro_batch_size')}")
-            out.append(Finding("error", f"{role}: train batch {train} is not a multiple of micro "
+            out.append(Concern("error", f"{role}: train batch {train} is not a multiple of micro "
                                f"batch {micro} x {dp} data-parallel ranks: DeepSpeed asserts "
                                "train_batch_size == micro_batch_per_gpu * gradient_acc_step * "
                                "world_size.", fix))

@@ -19,7 +19,15 @@ placement group pinned there.
 
 from __future__ import annotations
 
-from rlsim.plan.model import MAX_GPUS, MAX_NODES, Finding, Group, Layout, Node, PlanInputError
+from rlsim.plan.model import (
+    MAX_GPUS,
+    MAX_NODES,
+    Concern,
+    Group,
+    Layout,
+    NodeCapacity,
+    PlanInputError,
+)
 from rlsim.plan.roll import load
 
 REASONING = ("actor", "rollout", "reward")
@@ -70,7 +78,7 @@ def _span(text: str, where: str) -> list[int]:
     return list(range(lo, hi + 1))
 
 
-def layout(path: str, nodes: list[Node]) -> Layout:
+def layout(path: str, nodes: list[NodeCapacity]) -> Layout:
     data = load(path)
     cluster = data.get("cluster") or {}
     num = cluster.get("num_nodes")
@@ -86,14 +94,14 @@ def layout(path: str, nodes: list[Node]) -> Layout:
                              "actor,rollout,reward: all")
     per_node = nodes[0].gpus if nodes else 0
     total = num * per_node
-    findings: list[Finding] = []
+    findings: list[Concern] = []
     procs: dict[str, list[list[int]]] = {}
     for key, value in placement.items():
         names = [n.strip() for n in str(key).split(",")]
         if isinstance(value, dict):
             group = str(value.get("node_group", "cluster"))
             if group != "cluster":
-                findings.append(Finding("warning", f"{key}: node group {group!r} is not judged "
+                findings.append(Concern("warning", f"{key}: node group {group!r} is not judged "
                                         "(rlsim reads the default group of all GPUs).", ""))
                 continue
             value = value.get("placement")
@@ -101,7 +109,7 @@ def layout(path: str, nodes: list[Node]) -> Layout:
         try:
             got = ranks(value, total, where)
         except PlanError as e:
-            findings.append(Finding("error", str(e).split(": ", 1)[1] + f" ({key})",
+            findings.append(Concern("error", str(e).split(": ", 1)[1] + f" ({key})",
                                     "raise cluster.num_nodes or lower the ranks"))
             continue
         for name in names:
@@ -118,10 +126,10 @@ def layout(path: str, nodes: list[Node]) -> Layout:
     for name, ps in procs.items():
         for p in ps:
             if len({g // per_node for g in p}) > 1:
-                findings.append(Finding("error", f"{name}: a process holds GPUs {p} on two "
+                findings.append(Concern("error", f"{name}: a process holds GPUs {p} on two "
                                         "nodes; RLinf places a process on one node.", name))
     if num > len(nodes):
-        findings.append(Finding("error", f"cluster.num_nodes is {num} but the cluster has "
+        findings.append(Concern("error", f"cluster.num_nodes is {num} but the cluster has "
                                 f"{len(nodes)} nodes: RLinf's driver waits until {num} Ray nodes "
                                 "are alive, forever.", "cluster.num_nodes"))
     groups = [Group(f"node {n}", "NODE",
@@ -142,12 +150,12 @@ def _reasoning(data: dict, gpus: dict[str, list[int]], procs: dict, per_node: in
     out = []
     for name in REASONING:
         if not gpus.get(name):
-            out.append(Finding("error", f"{name.capitalize()} GPUs must be specified in the "
+            out.append(Concern("error", f"{name.capitalize()} GPUs must be specified in the "
                                "component_placement config.", f"component_placement.{name}"))
     for name in ("actor", "rollout", "inference", "critic"):
         g = gpus.get(name)
         if g and g != list(range(g[0], g[-1] + 1)):
-            out.append(Finding("error", f"{name.capitalize()} GPUs {g} must be continuous.",
+            out.append(Concern("error", f"{name.capitalize()} GPUs {g} must be continuous.",
                                f"component_placement.{name}"))
     if out:
         return out
@@ -158,28 +166,28 @@ def _reasoning(data: dict, gpus: dict[str, list[int]], procs: dict, per_node: in
         mode = "collocated"
         for name in ("inference", "critic_inference"):
             if gpus.get(name):
-                out.append(Finding("error", f"{name.replace('_', ' ').capitalize()} GPUs must "
+                out.append(Concern("error", f"{name.replace('_', ' ').capitalize()} GPUs must "
                                    "not be specified in collocated mode.",
                                    f"component_placement.{name}"))
     elif all(not set(gpus.get(a, [])) & set(gpus.get(b, [])) for a, b in DISJOINT):
         mode = "disaggregated"
     else:
-        return [Finding("error", "The specified placement does not match either the collocated "
+        return [Concern("error", "The specified placement does not match either the collocated "
                         "mode (all the components use the same GPUs) or the disaggregated mode "
                         f"(all the components use completely different GPUs), but got "
                         f"{ {k: f'{v[0]}-{v[-1]}' for k, v in gpus.items() if v} }.",
                         "give actor and rollout the same GPUs, or disjoint ones")]
     n = len(gpus["rollout"])
     if n % tp:
-        out.append(Finding("error", f"{n} rollout GPUs do not divide into engines of tensor x "
+        out.append(Concern("error", f"{n} rollout GPUs do not divide into engines of tensor x "
                            f"pipeline parallel {tp} ({mode}).",
                            "rollout.tensor_parallel_size"))
     elif tp > per_node:
-        out.append(Finding("error", f"a rollout engine of {tp} GPUs cannot sit on one node of "
+        out.append(Concern("error", f"a rollout engine of {tp} GPUs cannot sit on one node of "
                            f"{per_node}; RLinf places a process on one node.",
                            "rollout.tensor_parallel_size"))
     elif (gpus["rollout"][0] % per_node) % tp or per_node % tp:
-        out.append(Finding("error", f"rollout GPUs {gpus['rollout'][0]}-{gpus['rollout'][-1]} in "
+        out.append(Concern("error", f"rollout GPUs {gpus['rollout'][0]}-{gpus['rollout'][-1]} in "
                            f"engines of {tp} put some engine across two nodes of {per_node}.",
                            "component_placement.rollout aligned to the engines"))
     return out

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from rlsim.plan.model import MAX_GPUS, Finding, Group, Layout, Node, PlanInputError
+from rlsim.plan.model import MAX_GPUS, Concern, Group, Layout, NodeCapacity, PlanInputError
 
 ROLES = ("actor_train", "actor_infer", "reference", "critic", "reward", "reward_model",
          "validation", "teacher", "student_train", "student_infer")
@@ -114,12 +114,12 @@ def _per_worker(role: str, cfg: dict) -> int:
     return int(cfg.get("num_gpus_per_worker", 1))
 
 
-def layout(path: str, nodes: list[Node]) -> Layout:
+def layout(path: str, nodes: list[NodeCapacity]) -> Layout:
     data = load(path)
     per_node = nodes[0].gpus if nodes else 0
     if per_node <= 0:
         raise PlanInputError("ROLL indexes GPUs node by node: the cluster's nodes need GPUs")
-    findings: list[Finding] = []
+    findings: list[Concern] = []
     mapped: dict[str, list[int]] = {}
     workers = _workers(data)
     if data.get("adv_estimator", "gae") != "gae":
@@ -128,7 +128,7 @@ def layout(path: str, nodes: list[Node]) -> Layout:
         mapped[role] = device_indices(cfg["device_mapping"], f"{path}: {role}.device_mapping")
         k = _per_worker(role, cfg)
         if k and len(mapped[role]) % k:
-            findings.append(Finding("error", f"{role}: len(device_mapping)={len(mapped[role])} "
+            findings.append(Concern("error", f"{role}: len(device_mapping)={len(mapped[role])} "
                                     f"must be divisible by num_gpus_per_worker={k} (ROLL asserts "
                                     "it).", f"{role}.device_mapping"))
         elif k > 1:
@@ -140,7 +140,7 @@ def layout(path: str, nodes: list[Node]) -> Layout:
     for role in ("actor_train", "actor_infer"):
         m = mapped.get(role)
         if m and m != list(range(min(m), max(m) + 1)):
-            findings.append(Finding("error", f"{role}: train_devices/infer_devices {m} must be "
+            findings.append(Concern("error", f"{role}: train_devices/infer_devices {m} must be "
                                     "continuous (ROLL's model update between them asserts it).",
                                     f"{role}.device_mapping"))
     findings += _megatron(data, mapped.get("actor_train"))
@@ -157,7 +157,7 @@ def layout(path: str, nodes: list[Node]) -> Layout:
                     ray_bundles=[{"GPU": float(per_node)}])
               for n in range(need)]
     if need > len(nodes):
-        findings.append(Finding("error", f"the mappings reach GPU {need * per_node - 1}: ROLL "
+        findings.append(Concern("error", f"the mappings reach GPU {need * per_node - 1}: ROLL "
                                 f"needs {need} nodes of {per_node} GPUs; \"The Ray clusters"
                                 f"(ray_num_nodes: {len(nodes)}) cannot meet the required number "
                                 f"of nodes (`num_nodes`{need}).\"",
@@ -168,19 +168,19 @@ def layout(path: str, nodes: list[Node]) -> Layout:
         groups, findings, notes)
 
 
-def _spans(role: str, m: list[int], k: int, per_node: int) -> list[Finding]:
+def _spans(role: str, m: list[int], k: int, per_node: int) -> list[Concern]:
     out = []
     for w in range(len(m) // k):
         gpus = m[w * k:(w + 1) * k]
         nodes = sorted({g // per_node for g in gpus})
         if len(nodes) > 1 and k <= per_node:
-            out.append(Finding("warning", f"{role} worker {w} (GPUs {gpus}) spans nodes "
+            out.append(Concern("warning", f"{role} worker {w} (GPUs {gpus}) spans nodes "
                                f"{nodes}: its tensor-parallel traffic crosses the network.",
                                f"{role}.device_mapping aligned to nodes of {per_node}"))
     return out
 
 
-def _megatron(data: dict, m: list[int] | None) -> list[Finding]:
+def _megatron(data: dict, m: list[int] | None) -> list[Concern]:
     cfg = data.get("actor_train") or {}
     args = cfg.get("strategy_args") or {}
     if not m or args.get("strategy_name") != "megatron_train":
@@ -190,12 +190,12 @@ def _megatron(data: dict, m: list[int] | None) -> list[Finding]:
                                                  "pipeline_model_parallel_size",
                                                  "context_parallel_size"))
     if len(m) % (tp * pp * cp):
-        return [Finding("error", f"Total GPUs ({len(m)}) must be divisible by model parallel size "
+        return [Concern("error", f"Total GPUs ({len(m)}) must be divisible by model parallel size "
                         f"({tp * pp * cp} = TP:{tp} x PP:{pp} x CP:{cp}) (ROLL's megatron "
                         "check).", "actor_train.device_mapping or its strategy_config")]
     dp, batch = len(m) // (tp * pp * cp), data.get("rollout_batch_size")
     if isinstance(batch, int) and batch % dp:
-        return [Finding("error", f"Rollout Batch Size ({batch}) must be divisible by data "
+        return [Concern("error", f"Rollout Batch Size ({batch}) must be divisible by data "
                         f"parallel size ({dp}) (ROLL's megatron check).", "rollout_batch_size")]
     return []
 

@@ -28,7 +28,7 @@ import yaml
 from rlsim.plan.model import (
     MAX_GPUS_PER_NODE,
     MAX_NODES,
-    Finding,
+    Concern,
     Group,
     Layout,
     PlanInputError,
@@ -148,7 +148,7 @@ def _layout(name: str, cfg) -> Layout:
     own_rm_pool = bool(rm.get("enable_resource_pool", False))
     roles = ["actor", "rollout"] + ["ref"] * kl + ["critic"] * critic + \
         ["reward"] * (bool(rm.enable) and not own_rm_pool)
-    findings: list[Finding] = []
+    findings: list[Concern] = []
     groups = [Group(f"global_pool:{k}", "STRICT_PACK",
                     [[f"{'+'.join(roles)} {k * per_node + b}"] for b in range(per_node)],
                     "trainer.nnodes x trainer.n_gpus_per_node", cpus=BUNDLE_CPUS)
@@ -160,7 +160,7 @@ def _layout(name: str, cfg) -> Layout:
                           "reward_model.n_gpus_per_node", 0, MAX_GPUS_PER_NODE)
         for key, v in (("n_gpus_per_node", rm_gpus), ("nnodes", rm_nodes)):
             if v <= 0:
-                findings.append(Finding("error", f"reward_model.enable_resource_pool needs its "
+                findings.append(Concern("error", f"reward_model.enable_resource_pool needs its "
                                         f"own pool: verl raises \"config.reward_model.{key} must "
                                         "be greater than 0\".", f"reward_model.{key}=1 or more"))
         groups += [Group(f"reward_pool:{k}", "STRICT_PACK",
@@ -177,7 +177,7 @@ def _layout(name: str, cfg) -> Layout:
                    "verl/workers/rollout/replica.py"], groups, findings, notes)
 
 
-def _rollout(cfg, nnodes: int, per_node: int) -> list[Finding]:
+def _rollout(cfg, nnodes: int, per_node: int) -> list[Concern]:
     """The rollout engines' world (tensor x data x pipeline parallel) against the GPUs."""
     r = cfg.actor_rollout_ref.rollout
     tp, dp, pp = int(r.tensor_model_parallel_size), int(r.data_parallel_size), \
@@ -185,22 +185,22 @@ def _rollout(cfg, nnodes: int, per_node: int) -> list[Finding]:
     world, total = tp * dp * pp, nnodes * per_node
     key = "actor_rollout_ref.rollout.tensor_model_parallel_size"
     if total % world:
-        return [Finding("error", f"rollout world_size {total} is not divisible by "
+        return [Concern("error", f"rollout world_size {total} is not divisible by "
                         f"infer_world_size {world} (tp {tp} x dp {dp} x pp {pp}): verl's worker "
                         "asserts it.", f"{key} a divisor of {total}")]
     if world > per_node and world % per_node:
-        return [Finding("error", f"a rollout replica of {world} GPUs is larger than a node of "
+        return [Concern("error", f"a rollout replica of {world} GPUs is larger than a node of "
                         f"{per_node} but not whole nodes: verl asserts \"world_size {world} must "
                         f"be divisible by gpus_per_node {per_node}\".", key)]
     if world < per_node and per_node % world:
-        return [Finding("warning", f"rollout replicas of {world} GPUs do not divide a node of "
+        return [Concern("warning", f"rollout replicas of {world} GPUs do not divide a node of "
                         f"{per_node}: some replica spans two nodes (its tensor-parallel traffic "
                         "crosses the network); verl does not check this.",
                         f"{key} a divisor of trainer.n_gpus_per_node")]
     return []
 
 
-def _batches(name: str, cfg, n_gpus: int, critic: bool) -> list[Finding]:
+def _batches(name: str, cfg, n_gpus: int, critic: bool) -> list[Concern]:
     """validate_config's and the actor/critic configs' batch asserts (skipped with dynamic
     batch sizes, as verl skips them)."""
     a, out = cfg.actor_rollout_ref.actor, []
@@ -214,7 +214,7 @@ def _batches(name: str, cfg, n_gpus: int, critic: bool) -> list[Finding]:
         mp = int(m.tensor_model_parallel_size) * int(m.pipeline_model_parallel_size)
         cp = int(m.context_parallel_size)
         if n_gpus % (mp * cp):
-            out.append(Finding("error", f"n_gpus ({n_gpus}) must be divisible by "
+            out.append(Concern("error", f"n_gpus ({n_gpus}) must be divisible by "
                                f"model_parallel_size ({mp}) times context_parallel_size ({cp}) "
                                "(verl's validate_config).",
                                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size"))
@@ -223,14 +223,14 @@ def _batches(name: str, cfg, n_gpus: int, critic: bool) -> list[Finding]:
         minimal, why = n_gpus // (mp * cp) * micro, "megatron data-parallel x micro batch"
     if real % minimal:
         step = minimal // math.gcd(minimal, n)  # train_batch_size x n must be a multiple
-        out.append(Finding("error", f"real_train_batch_size ({real} = data.train_batch_size x "
+        out.append(Concern("error", f"real_train_batch_size ({real} = data.train_batch_size x "
                            f"rollout.n) must be divisible by minimal possible batch size "
                            f"({minimal}: {why}) (verl's validate_config).",
                            f"data.train_batch_size a multiple of {step}"))
     for role, cfg_part, on in (("actor", a, True), ("critic", cfg.critic, critic)):
         mini = cfg_part.get("ppo_mini_batch_size")
         if on and mini is not None and int(cfg.data.train_batch_size) < int(mini):
-            out.append(Finding("error", f"train_batch_size ({cfg.data.train_batch_size}) must be "
+            out.append(Concern("error", f"train_batch_size ({cfg.data.train_batch_size}) must be "
                                f">= {role}.ppo_mini_batch_size ({mini}).",
                                f"{'actor_rollout_ref.' if role == 'actor' else ''}{role}."
                                "ppo_mini_batch_size"))
@@ -239,14 +239,14 @@ def _batches(name: str, cfg, n_gpus: int, critic: bool) -> list[Finding]:
     if per_gpu and a.strategy != "megatron":
         normalized = int(a.ppo_mini_batch_size) * n // (n_gpus // sp)
         if normalized <= 0 or normalized % int(per_gpu):
-            out.append(Finding("error", f"normalized ppo_mini_batch_size {normalized} (= "
+            out.append(Concern("error", f"normalized ppo_mini_batch_size {normalized} (= "
                                f"{a.ppo_mini_batch_size} x n {n} / {n_gpus // sp} data-parallel "
                                f"ranks) should be divisible by ppo_micro_batch_size_per_gpu "
                                f"{per_gpu} and above 0 (verl's FSDP worker).",
                                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"))
     workers = int(cfg.actor_rollout_ref.rollout.agent.num_workers)
     if real % workers:
-        out.append(Finding("error", f"the first step splits {real} samples over {workers} agent "
+        out.append(Concern("error", f"the first step splits {real} samples over {workers} agent "
                            "loop workers: verl asserts \"only support equal chunk\".",
                            "actor_rollout_ref.rollout.agent.num_workers a divisor of "
                            f"{real}"))

@@ -21,8 +21,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from rlsim.backends.gcs import export_auth_env
+from rlsim.backends import BACKENDS, described, names
 from rlsim.backends.local import LocalCluster
+from rlsim.backends.ray_state import export_auth_env
 from rlsim.host.spec import ClusterSpec
 from rlsim.plugin.session import close_pool
 
@@ -31,8 +32,8 @@ _counter = itertools.count()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("rlsim", "rlsim scenarios")
-    group.addoption("--backend", dest="rlsim_backend", default=None,
-                    choices=["local", "docker", "real"], help="run scenarios on this backend")
+    group.addoption("--backend", dest="rlsim_backend", default=None, choices=names(),
+                    help=f"run scenarios on this backend: {described()}")
     group.addoption("--ray-address", dest="rlsim_ray_address", default=None,
                     help="a real cluster's address (with --backend real)")
     group.addoption("--rlsim-report", dest="rlsim_report", default=None,
@@ -78,12 +79,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from rlsim.scenario.pool import hand_on_order
 
     items[:] = hand_on_order(items, lambda item: getattr(item, "scenario", None))
-    if config.getoption("rlsim_backend") == "real" and \
+    backend = config.getoption("rlsim_backend")
+    if backend and not BACKENDS[backend].starts and \
             not config.getoption("rlsim_allow_disruptive"):
-        from rlsim.scenario.runner import harmful_on_real
+        from rlsim.scenario.runner import harmful_on
 
         harmful = [f"{i.scenario.name} ({', '.join(h)})" for i in items
-                   if getattr(i, "scenario", None) and (h := harmful_on_real(i.scenario))]
+                   if getattr(i, "scenario", None) and (h := harmful_on(i.scenario, backend))]
         if harmful:  # before anything connects to the real cluster
             raise pytest.UsageError(
                 "refused: on a real cluster these scenarios kill nodes or processes, take GPU "

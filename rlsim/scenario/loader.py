@@ -12,11 +12,8 @@ before any cluster starts.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import re
-import shutil
 from pathlib import Path
 
 import yaml
@@ -24,8 +21,8 @@ from pydantic import ValidationError
 from yaml import events as ev
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from rlsim.adapters.base import REPO, resolve
-from rlsim.adapters.rlsim import overrides
+from rlsim.adapters import ADAPTERS
+from rlsim.adapters.base import TrainerProblem
 from rlsim.scenario.schema import Scenario
 
 MAX_BYTES = 1 << 20
@@ -245,83 +242,19 @@ def _dotted(loc: tuple) -> str:
 
 # -- the scenario against its trainer --------------------------------------------------------------
 def _check_against_trainer(p: Path, lines: dict[tuple, int], sc: Scenario) -> None:
-    """What only the trainer knows: its config with the scenario's overrides (then its own
-    pre-flight: data, model, resume, placement), and how many steps it runs."""
-    if sc.trainer.adapter != "rlsim":
-        _check_command(p, lines, sc.trainer.command)
-        _check_steps(p, lines, sc, sc.trainer.total_steps, "trainer.total_steps")
+    """What only the trainer knows, asked of its adapter (its config with the scenario's
+    overrides, the program its command starts), and how many steps it runs."""
+    refusals = [check.pattern for name, check in sc.checks() if name == "fails"]
+    try:
+        facts = ADAPTERS[sc.trainer.adapter].facts(sc.trainer, refusals)
+    except TrainerProblem as e:
+        raise ScenarioError(f"{p}:{_line_of(lines, e.where)}: {e.field}: {e}") from None
+    if facts is None:  # refused, as the scenario expects
         return
-    config = resolve(sc.trainer.config)
-    if not config.is_file():
-        raise ScenarioError(f"{p}:{_line_of(lines, ('trainer', 'config'))}: trainer.config: "
-                            f"no such trainer config {sc.trainer.config!r} (looked for "
-                            f"{str(config)!r}); use a path under fixtures/trainer/")
-    cfg = _trainer_config(p, lines, sc, config)
-    if cfg is None:  # refused, as the scenario expects
-        return
-    _check_steps(p, lines, sc, cfg.total_steps, "total_steps in trainer.overrides")
-
-
-def _check_command(p: Path, lines: dict[tuple, int], command: list[str]) -> None:
-    """The program a command starts exists (and, run by ``{python}``, its script)."""
-    program, *args = command
-    where = f"{p}:{_line_of(lines, ('trainer', 'command'))}: trainer.command"
-    if program == "{python}":
-        script = resolve(args[0]) if args and args[0].endswith(".py") else None
-        if script is not None and not script.is_file():
-            raise ScenarioError(f"{where}: no such script {args[0]!r} (looked for "
-                                f"{str(script)!r}); paths are relative to the repository root")
-        return
-    if "{" in program:
-        return  # filled in at launch
-    found = resolve(program) if "/" in program else shutil.which(program)
-    if found is None or not Path(found).is_file() or not os.access(found, os.X_OK):
-        raise ScenarioError(f"{where}: {program!r} is not an executable here (relative paths "
-                            "are from the repository root; a bare name is looked up on PATH); "
-                            "fix the path, or start a script with \"{python}\"")
-
-
-def _check_steps(p: Path, lines: dict[tuple, int], sc: Scenario, total: int | None,
-                 knob: str) -> None:
-    """A fault at a step the trainer never reaches would never fire."""
-    for i, fault in enumerate(sc.faults):
-        if total is not None and fault.at.step is not None and fault.at.step > total:
+    for i, fault in enumerate(sc.faults):  # a fault at a step never reached would never fire
+        if facts.total_steps is not None and fault.at.step is not None and \
+                fault.at.step > facts.total_steps:
             raise ScenarioError(
                 f"{p}:{_line_of(lines, ('faults', i, 'at', 'step'))}: faults[{i}].at.step: step "
                 f"{fault.at.step} is never reached, the trainer stops at total_steps="
-                f"{total}; fire earlier or raise {knob}")
-
-
-def _trainer_config(p: Path, lines: dict[tuple, int], sc: Scenario, config: Path):
-    """The trainer's config as the runner will start it, pre-flight checked; None when the trainer
-    refuses it in words a ``fails`` check expects. Any other refusal becomes a
-    :class:`ScenarioError` at the override (or the ``trainer.config``) it names."""
-    from trainer.config import load_config, preflight
-    from trainer.errors import ConfigError
-
-    try:
-        with contextlib.chdir(REPO):  # the trainer runs there: its relative paths are the repo's
-            cfg = load_config(config, overrides(sc.trainer))
-            if "run_dir" not in sc.trainer.overrides:  # the runner's: in its report folder
-                cfg = cfg.model_copy(update={"run_dir": str(REPO / "reports")})
-            data = Path(cfg.data.path)
-            if data.exists() and not data.is_file() and not data.is_dir():
-                # a device or a pipe would be read without end
-                raise ConfigError(f"data.path={cfg.data.path!r} is not a regular file. Fix: point "
-                                  "data.path at a jsonl file such as fixtures/data/digits.jsonl")
-            preflight(cfg)
-    except ConfigError as e:
-        msg = " ".join(str(e).split())
-        if any(name == "fails" and re.search(check.pattern, str(e)) for name, check in sc.checks()):
-            return None  # the scenario's story is this refusal
-        field, line = "trainer.config", _line_of(lines, ("trainer", "config"))
-        named = set(re.findall(r"`([\w.]+)`|'?([\w.]+)=", msg))
-        named = {n for pair in named for n in pair if n}
-        for key in sc.trainer.overrides:
-            if any(n == key or n.startswith(key + ".") or key.startswith(n + ".") for n in named):
-                field = f"trainer.overrides.{key}"
-                line = _line_of(lines, ("trainer", "overrides", key))
-                break
-        raise ScenarioError(f"{p}:{line}: {field}: the trainer refuses its config: {msg}") \
-            from None
-    return cfg
+                f"{facts.total_steps}; fire earlier or raise {facts.steps_knob}")

@@ -11,8 +11,9 @@ healthy cluster after a scenario and hands it to the next scenario of the same s
   scenario's leak: it is reported in the scenario's outcome and the cluster is stopped, never
   handed on.
 
-A cluster is shared only within one process (a pytest worker, one ``rlsim run``), and only on the
-local backend: docker nodes mount the scenario's own output directory. ``Pool(reuse=False)`` starts
+A cluster is shared only within one process (a pytest worker, one ``rlsim run``), and only on a
+backend whose class says it is ``reusable`` (local: docker nodes mount the scenario's own output
+directory, so a docker cluster is not). ``Pool(reuse=False)`` starts
 and stops a cluster per scenario, as before pools existed.
 
 The fault-free twin of ``matches_baseline`` is cached by everything that decides its numbers (the
@@ -26,15 +27,15 @@ import hashlib
 import json
 from pathlib import Path
 
+from rlsim.backends import cluster_class
 from rlsim.host.spec import ClusterSpec
 
-REUSABLE_BACKENDS = ("local",)
 TRAINER_CODE = Path(__file__).resolve().parents[2] / "trainer"
 
 
 def shape_key(spec: ClusterSpec, backend: str) -> str | None:
     """Clusters with equal keys are interchangeable between scenarios; None: never shared."""
-    if backend not in REUSABLE_BACKENDS or spec.node_local:
+    if not getattr(cluster_class(backend), "reusable", False) or spec.node_local:
         return None
     return json.dumps([backend, _shape(spec)], sort_keys=True, default=str)
 

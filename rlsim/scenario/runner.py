@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rlsim.adapters import ADAPTERS, TrainerLaunch
 from rlsim.adapters.base import REPO, resolve
-from rlsim.backends import cluster_class, every_class
+from rlsim.backends import DEFAULT, cluster_class, every_class
 from rlsim.backends.base import ClusterStartError, HoldsGpuMemory, StartsClusters, Unsupported
 from rlsim.events import ATTEMPT_VAR, RUN_DIR_VAR
 from rlsim.faults import FAULTS, FaultContext
@@ -65,7 +65,7 @@ def _start(sc: Scenario, cluster, run_dir: Path, attempt: int, **popen) -> subpr
                             **popen)
 
 
-def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None = None,
+def make_cluster(sc: Scenario, backend: str = DEFAULT, ray_address: str | None = None,
                  out_dir: Path | None = None):
     """The scenario's cluster on ``backend``, not started yet; its nodes see ``out_dir`` (the run
     directory's parent). Raises ``Unsupported`` as :func:`check_runnable` does."""
@@ -87,7 +87,18 @@ def make_cluster(sc: Scenario, backend: str = "local", ray_address: str | None =
 def check_runnable(sc: Scenario, backend: str) -> type:
     """The backend's class if it can run ``sc``; else ``Unsupported`` (a skip, not a failure): the
     scenario's own ``skip_on``, the backend's refusal of the cluster section, or a fault it cannot
-    inject. Touches no cluster (``rlsim run --dry-run`` lists these)."""
+    inject. Touches no cluster (``rlsim run --dry-run`` lists these). Decided once per backend."""
+    if backend not in sc._runnable:
+        try:
+            sc._runnable[backend] = _runnable(sc, backend)
+        except Unsupported as e:
+            sc._runnable[backend] = e
+    if isinstance(found := sc._runnable[backend], Unsupported):
+        raise Unsupported(str(found), found.missing_part)
+    return found
+
+
+def _runnable(sc: Scenario, backend: str) -> type:
     if backend in sc.cluster.skip_on:
         raise Unsupported(sc.cluster.skip_on[backend])
     try:
@@ -107,11 +118,11 @@ def harmful_faults(sc: Scenario) -> list[str]:
     return sorted({f.kind for f in sc.faults if FAULTS[f.kind].harms_real_cluster})
 
 
-def harmful_on_real(sc: Scenario) -> list[str]:
-    """:func:`harmful_faults` of a scenario the real backend would run (one it skips anyway is
-    no reason to refuse the others)."""
+def harmful_on(sc: Scenario, backend: str) -> list[str]:
+    """:func:`harmful_faults` of a scenario ``backend`` would run (one it skips anyway is no
+    reason to refuse the others)."""
     try:
-        check_runnable(sc, "real")
+        check_runnable(sc, backend)
     except Unsupported:
         return []
     return harmful_faults(sc)
@@ -129,7 +140,7 @@ def checkpoint_dir(out_dir: Path) -> Path:
     return out_dir.resolve() / "run" / "checkpoints"
 
 
-def play(sc: Scenario, out_dir: Path, *, backend: str = "local", ray_address: str | None = None,
+def play(sc: Scenario, out_dir: Path, *, backend: str = DEFAULT, ray_address: str | None = None,
          pool: Pool | None = None, seed: int | None = None, on_progress=None) -> ScenarioResult:
     """Run ``sc``, judge it by its checks and record the result: the one way a scenario is played
     (``rlsim run`` and the pytest plugin both come here). The result is written once, to
@@ -146,7 +157,7 @@ def play(sc: Scenario, out_dir: Path, *, backend: str = "local", ray_address: st
 
 
 def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
-                 on_progress=None, backend: str = "local",
+                 on_progress=None, backend: str = DEFAULT,
                  ray_address: str | None = None, pool: Pool | None = None) -> Outcome:
     """Run ``sc`` with its outputs under ``out_dir``; never raises for a trainer failure
     (``Unsupported`` when the backend cannot run it, before anything starts).

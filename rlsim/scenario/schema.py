@@ -19,13 +19,22 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from rlsim.adapters import ADAPTERS
 from rlsim.adapters.base import placeholder_problem
+from rlsim.backends import DEFAULT, BackendName
 from rlsim.checks import CHECKS
 from rlsim.faults import FAULTS
-from rlsim.fields import DAY, PORT_NAMES, Strict, first_error, regex
+from rlsim.fields import DAY, Strict, first_error, regex
 from rlsim.history import HARNESS_EVENTS
 from rlsim.host.spec import ClusterShape, per_node_problem
 
@@ -40,12 +49,12 @@ class ClusterSection(ClusterShape):
     """The scenario's cluster: its shape (:class:`rlsim.host.spec.ClusterShape`, defaults and limits
     shared with the CLI and the fixture) and how the scenario runs on it."""
 
-    backend: Literal["local", "docker", "real"] = "local"
+    backend: BackendName = DEFAULT
     checkpoint_storage: Literal["shared", "node_local"] = Field(
         "shared",
         description="shared: every node sees the trainer's checkpoint directory (NFS, a shared "
                     "volume); node_local: each node has its own disk there (docker)")
-    skip_on: dict[Literal["local", "docker", "real"], str] = Field(
+    skip_on: dict[BackendName, str] = Field(
         default_factory=dict,
         description="backend -> why this scenario's story does not hold there (it is skipped "
                     "with that reason)")
@@ -156,6 +165,7 @@ class FaultEntry(BaseModel):
     """``{at: {...}, <fault>: {...}, for_s: S}``: one fault, when, and for how long."""
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+    _params: Strict = PrivateAttr()
     at: At
     for_s: float | None = Field(None, gt=0, le=DAY,
                                 description="heal after S seconds (else at the end)")
@@ -168,8 +178,9 @@ class FaultEntry(BaseModel):
             raise ValueError(f"unknown fault {unknown[0]!r}; known: {', '.join(FAULTS)}")
         if len(names) != 1:
             raise ValueError(f"one fault per entry, found {names or 'none'}")
-        try:
-            FAULTS[names[0]].Params.model_validate(self.model_extra[names[0]] or {})
+        try:  # validated once, kept as the fault's parameters
+            self._params = FAULTS[names[0]].Params.model_validate(
+                self.model_extra[names[0]] or {})
         except ValidationError as e:
             raise ValueError(f"{names[0]}.{first_error(e)}") from None
         return self
@@ -180,7 +191,7 @@ class FaultEntry(BaseModel):
 
     @property
     def params(self) -> Strict:
-        return FAULTS[self.kind].Params.model_validate(self.model_extra[self.kind] or {})
+        return self._params
 
 
 class Scenario(Strict):
@@ -192,6 +203,8 @@ class Scenario(Strict):
     trainer: TrainerSection
     faults: list[FaultEntry] = Field(default_factory=list)
     expect: list[dict[str, Any]] = Field(min_length=1)
+    _parsed: list[tuple[str, Strict]] | None = PrivateAttr(None)
+    _runnable: dict[str, object] = PrivateAttr(default_factory=dict)  # backend -> class or refusal
 
     @field_validator("expect")
     @classmethod
@@ -239,28 +252,11 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
-    def _nodes(self) -> Scenario:
-        last = self.cluster.nodes - 1
+    def _fit_the_cluster(self) -> Scenario:
+        """Each fault's parameters against this cluster (:meth:`Fault.plan_problem`)."""
         for i, fault in enumerate(self.faults):
-            where = f"faults[{i}].{fault.kind}"
-            for field in ("node", "sources", "groups"):
-                for n in _nodes(getattr(fault.params, field, None)):
-                    if not 0 <= n <= last:
-                        raise ValueError(f"{where}.{field}: node {n} is outside the cluster "
-                                         f"(nodes 0-{last})")
-            if fault.kind == "restart_node" and fault.params.node == 0 and \
-                    self.cluster.gcs_ft == "none":
-                raise ValueError(f"{where}.node: restarting the head needs GCS fault tolerance: "
-                                 "add gcs_ft: redis to the cluster section (its tables must "
-                                 "outlive the head), or use kill_head")
-            if getattr(fault.params, "node", None) == "random" and last < 1:
-                raise ValueError(f"{where}.node: random picks a node other than the head, and "
-                                 "this cluster has only the head: name node 0 or add nodes")
-            port = getattr(fault.params, "port", None)
-            m = PORT_NAMES.match(port) if isinstance(port, str) else None
-            if m and m.group(3) is not None and int(m.group(3)) > last:
-                raise ValueError(f"{where}.port: {port!r} names node {m.group(3)}, outside the "
-                                 f"cluster (nodes 0-{last})")
+            if problem := FAULTS[fault.kind].plan_problem(fault.params, self.cluster):
+                raise ValueError(f"faults[{i}].{fault.kind}.{problem[0]}: {problem[1]}")
         return self
 
     @property
@@ -296,13 +292,8 @@ class Scenario(Strict):
                         for i, (name, p) in enumerate(self.checks()) if name == "event"]
 
     def checks(self) -> list[tuple[str, Strict]]:
-        return [(name, CHECKS[name].params(p))
-                for entry in self.expect for name, p in entry.items()]
-
-
-def _nodes(value) -> list[int]:
-    if isinstance(value, int):
-        return [value]
-    if isinstance(value, list):
-        return [n for v in value for n in _nodes(v)]
-    return []
+        """The ``expect`` entries as (check name, validated parameters), read once."""
+        if self._parsed is None:
+            self._parsed = [(name, CHECKS[name].params(p))
+                            for entry in self.expect for name, p in entry.items()]
+        return self._parsed

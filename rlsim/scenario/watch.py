@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim.backends.gcs import global_state
+from rlsim.backends.ray_state import global_state
 from rlsim.history import EventTail
 from rlsim.host.home import auth_token_path
 

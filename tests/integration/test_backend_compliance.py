@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from waits import alive, wait_until
 
-from rlsim.backends.local import LocalCluster
+from rlsim.backends import cluster_class, names
 from rlsim.host.spec import ClusterSpec
 from rlsim.plugin.session import require
 
@@ -27,25 +27,16 @@ SHAPE = {"memory_gb": 2.5, "accelerator": "A100", "resources": {"nvme": 1.0},
          "node": {2: {"like": "g6e.12xlarge", "gpus": 1, "labels": {"tier": "small"}}}}
 
 
-def _docker_problem() -> str | None:
-    from rlsim.backends.docker import engine_problem
-
-    return engine_problem()
-
-
-@pytest.fixture(scope="module", params=["local", "docker"])
+@pytest.fixture(scope="module", params=names(starts=True))  # every backend that starts clusters
 def cluster(request, tmp_path_factory):
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
     shared = tmp_path_factory.mktemp(f"shared-{request.param}")  # every node sees it
     spec = ClusterSpec(name=f"pt-comp-{request.param}-{worker}-{os.getpid()}", nodes=NODES,
                        gpus_per_node=GPUS, mounts=[str(shared)], **SHAPE)
-    if request.param == "docker":
-        require(_docker_problem())
-        from rlsim.backends.docker import DockerCluster
-
-        backend = DockerCluster(spec)
-    else:
-        backend = LocalCluster(spec)
+    cls = cluster_class(request.param)
+    if (refused := cls.refusal(spec, False)) is not None and refused.missing_part:
+        require(str(refused))  # no engine here: fails under RLSIM_STRICT, as in CI
+    backend = cls(spec)
     # started from a shell whose PATH lacks the virtualenv (`.venv/bin/rlsim cluster` without
     # activating it): the nodes' processes must still find its python (Ray Jobs below)
     path = os.environ.get("PATH", "")
@@ -172,10 +163,7 @@ def test_doctor_names_a_blocked_port_with_both_nodes_and_finds_shared_storage(cl
 
 
 def test_partition_cuts_a_node_off_both_ways_and_heal_restores_it(cluster):
-    if isinstance(cluster, LocalCluster):
-        from rlsim.host.iptables import Firewall
-
-        require(Firewall.available())
+    require(cluster.firewall.available())  # local: iptables as root; docker: in the node
     gcs = cluster.port("gcs")[0]
     manager = cluster.state.plan.nodes[2].ports.node_manager
     assert cluster.probe(1, 2, manager)

@@ -68,7 +68,7 @@ def test_block_port_from_one_node_and_heal(cluster):
     out = fault(cluster, "block-port", "0", "gcs", "--from", "2")
     assert "from node(s) [2]" in out and "undo: rlsim fault" in out
     assert not cluster.probe(2, 0, gcs) and cluster.probe(1, 0, gcs)
-    assert in_force(cluster)[0]["port"] == "gcs"
+    assert in_force(cluster)[0]["params"]["port"] == "gcs"
     assert "healed 1 fault(s)" in fault(cluster, "heal")
     assert cluster.probe(2, 0, gcs) and in_force(cluster) == []
 
@@ -131,7 +131,7 @@ def test_status_answers_at_once_while_the_head_is_paused(cluster):
 def test_stopping_the_cluster_ends_a_pending_self_heal(cluster):
     fault(cluster, "pause-node", "1", "--for", "120")
     helpers = [p for p in psutil.process_iter(["cmdline"])
-               if "rlsim.faults.by_hand" in " ".join(p.info["cmdline"] or [])
+               if "rlsim.faults.ledger" in " ".join(p.info["cmdline"] or [])
                and cluster.spec.name in p.info["cmdline"]]
     assert len(helpers) == 1
     fault(cluster, "resume-node", "1")

@@ -18,13 +18,19 @@ from pathlib import Path
 import pytest
 
 from rlsim.backends.local import LocalCluster
+from rlsim.history import read_events as _read
 from rlsim.host.spec import ClusterSpec
-from trainer.events import read_events
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).parents[2]
 GRPO = ROOT / "fixtures" / "trainer" / "grpo_tiny.yaml"
 PPO = ROOT / "fixtures" / "trainer" / "ppo_tiny.yaml"
+
+
+def read_events(run_dir) -> list[dict]:
+    """Every event of a run directory, in order."""
+    path = Path(run_dir) / "events.jsonl"
+    return _read(path) if path.exists() else []
 
 
 @pytest.fixture(scope="module")

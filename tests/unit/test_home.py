@@ -173,8 +173,9 @@ def test_state_files_of_a_cluster_are_private_and_renamed_into_place(home):
 def test_the_longest_node_socket_path_fits_under_the_default_homes(top, monkeypatch):
     monkeypatch.setenv("RLSIM_HOME", top)
     st = ClusterState(spec=ClusterSpec(nodes=16), slot=0, session="a" * 32 + "-0123abcd",
-                      owner_pid=1)
+                      owner_pid=1, backend="local")
     assert socket_path_problem(st.node_dir(15)) is None
     monkeypatch.setenv("RLSIM_HOME", "/tmp/" + "d" * 40)
-    st = ClusterState(spec=ClusterSpec(nodes=16), slot=0, session="a-0123abcd", owner_pid=1)
+    st = ClusterState(spec=ClusterSpec(nodes=16), slot=0, session="a-0123abcd", owner_pid=1,
+                      backend="local")
     assert "set RLSIM_HOME to a shorter directory" in socket_path_problem(st.node_dir(15))

@@ -20,7 +20,7 @@ class Flaky(Fault):
     calls: list[str] = []
 
     def inject(self):
-        self.injected = True
+        self.held = {}
         Flaky.calls.append("inject")
         return {"node": 1}
 
@@ -34,7 +34,7 @@ class Plain(Fault):
     Params = FAULTS["pause_node"].Params
 
     def inject(self):
-        self.injected = True
+        self.held = {}
         return {"node": 2}
 
     def undo(self):

@@ -108,7 +108,7 @@ CASES = [
     ("port name", scenario(fault("block_port: {node: 1, port: gcs_port}")),
      ["faults[0].block_port.port", "unknown port name 'gcs_port'", "workers:<node>"]),
     ("port out of range", scenario(fault("block_port: {node: 1, port: 70000}")),
-     ["port 70000 is out of range: TCP ports are 1-65535"]),
+     ["port 70000 is out of range: a TCP port is 1-65535"]),
     ("port range reversed", scenario(fault("block_port: {node: 1, port: [9000, 8000]}")),
      ["port range [9000, 8000]: the low end comes first"]),
     ("port of a node outside", scenario(fault("block_port: {node: 1, port: 'workers:5'}")),
@@ -252,7 +252,7 @@ def test_pytest_reports_bad_scenario_files_as_invalid_items(pytester):
 @pytest.mark.parametrize("argv,words", [
     (["report", "{tmp}/[/oops]"], ["[/oops]: no such folder"]),
     (["run", "scenarios/head_lost.yaml", "--backend", "[/x]", "--report", "{tmp}/r"],
-     ["--backend [/x]: unknown (local, docker, real)"]),
+     ["--backend [/x]: unknown; fix: give one of local"]),
 ])
 def test_markup_in_arguments_is_printed_as_text(tmp_path, monkeypatch, capsys, argv, words):
     monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "home"))

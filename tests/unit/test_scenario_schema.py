@@ -34,7 +34,8 @@ BASE = "name: s\ntrainer: {config: fixtures/trainer/grpo_tiny.yaml}\n"
     ("expect:\n  - completes: {}\n  - restarts: {min: x}\n", 5,
      "expect[1].restarts.min: Input should be a valid integer"),
     ("faults:\n  - at: {step: 3}\n    restart_node: {node: 0}\nexpect: [{completes: {}}]\n", 5,
-     "faults[0].restart_node.node: restarting the head needs GCS fault tolerance: add gcs_ft"),
+     "faults[0].restart_node.node: node 0 is the head; restarting the head needs GCS fault "
+     "tolerance (gcs_ft: redis"),
     ("faults:\n  - at: {}\n    kill_node: {node: 1}\nexpect: [{completes: {}}]\n", 4,
      "faults[0].at: say when"),
     ("clustr: {nodes: 2}\nexpect: [{completes: {}}]\n", 3, "clustr: unknown key"),

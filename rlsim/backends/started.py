@@ -28,6 +28,7 @@ class StartedCluster:
 
     name = "cluster"
     pid_label = "raylet pid"  # what ``state.pids`` holds per node (``rlsim status``'s column)
+    reusable = False  # kept for the next scenario of its shape when clean (rlsim.scenario.pool)
     spec: ClusterSpec
     state: ClusterState | None
     detached: bool

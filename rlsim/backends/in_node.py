@@ -1,4 +1,4 @@
-"""Run a command inside one local node: ``python -m rlsim.backends._in_node SESSION INDEX CMD...``.
+"""Run a command inside one local node: ``python -m rlsim.backends.in_node SESSION INDEX CMD...``.
 
 Enters the node's cgroups (so its memory, freezer and firewall rules apply) and takes the node's
 environment labels, then execs CMD in place (same pid).

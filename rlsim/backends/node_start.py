@@ -1,4 +1,4 @@
-"""Start Ray nodes of one rlsim cluster; run as ``python -m rlsim.backends._launch NAME I [I ...]``.
+"""Start Ray nodes of one rlsim cluster: ``python -m rlsim.backends.node_start NAME I [I ...]``.
 
 Runs in a child process of its own so that the caller never carries the cluster's labels or Ray's
 process-global state. Nodes start one after another through Ray's ``Node`` class (what
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim.backends import gcs_store
+from rlsim.backends import redis_store
 from rlsim.contract import MEMORY_LABEL
 from rlsim.host import cgroups, procs, state
 from rlsim.host.home import auth_token_path
@@ -99,7 +99,7 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
             include_dashboard=spec.dashboard,
             dashboard_host="127.0.0.1" if addresses else address,
             dashboard_port=plan.dashboard_port,
-            **gcs_store.head_params(st),
+            **redis_store.head_params(st),
         )
     else:
         # Each node has its own temp dir here, so the head's log monitor sees only the head's
