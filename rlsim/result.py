@@ -1,4 +1,4 @@
-"""One scenario's result: made once by the run that judged it (:func:`rlsim.scenario.play.play`),
+"""One scenario's result: made once by the run that judged it (:func:`rlsim.scenario.runner.play`),
 written once (``<scenario>/verdicts.json``, and its entry in ``summary.json``), and read as this one
 type by every consumer: ``rlsim run``'s lines, the pytest plugin's failure, the report, the
 sign-off page and JUnit (as pytest makes one report object per test and every consumer reads it).

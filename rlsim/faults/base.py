@@ -117,6 +117,13 @@ class Fault:
         return None
 
     @classmethod
+    def trainer_problem(cls, params, trainer, adapter) -> tuple[str, str] | None:
+        """Why these parameters cannot apply to the scenario's ``trainer`` section driven by
+        ``adapter`` (what it can observe), as (field, what and the fix), or None. Default:
+        nothing to check."""
+        return None
+
+    @classmethod
     def from_text(cls, name: str, text: str):
         """A parameter given on the command line, as the value its model reads: whole numbers
         as numbers, ``1,2`` as a list where the field takes one."""

@@ -29,6 +29,15 @@ class KillRole(Fault):
         role: Literal["actor", "rollout", "ref", "critic", "reward"]
         rank: int = Field(0, ge=0, le=4096)
 
+    @classmethod
+    def trainer_problem(cls, params, trainer, adapter):
+        """A trainer that logs no worker table (``placement``) is searched by actor class."""
+        if "placement" in adapter.observes or params.role in trainer.roles:
+            return None
+        return "role", (f"adapter {adapter.name} logs no worker table, so rlsim finds role "
+                        f"{params.role!r} by its Ray actor class: add trainer.roles: "
+                        f"{{{params.role}: <class name pattern>}}")
+
     def inject(self):
         p = self.params
         if p.role in self.ctx.roles:

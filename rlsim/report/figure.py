@@ -19,6 +19,7 @@ from rlsim.report.lanes import Span, Story
 COLORS = {"alive": "#9bd39b", "dead": "#444444", "restarting": "#f0b35a", "paused": "#6b8fd6",
           "cut off": "#e4572e", "port blocked": "#f08a5d", "GPU memory held": "#b05fc7",
           "memory squeezed": "#c78fd6", "fault": "#d62728"}
+SPARE = ("#8c564b", "#e377c2", "#bcbd22", "#17becf", "#7f7f7f")
 BASE = frozenset({"alive", "dead", "restarting"})
 MARKERS = {"worker_died": ("x", "#d62728"), "node_lost": ("x", "#8c1c13"),
            "ray_node_dead": ("x-thin", "#8c1c13"), "ray_actor_died": ("x-thin", "#d62728"),
@@ -26,7 +27,7 @@ MARKERS = {"worker_died": ("x", "#d62728"), "node_lost": ("x", "#8c1c13"),
            "checkpoint_saved": ("square", "#1f77b4"),
            "checkpoint_loaded": ("square-open", "#1f77b4"),
            "error": ("diamond", "#d62728"), "oom": ("diamond", "#9467bd"),
-           "run_end": ("star", "#333333"), "kill_role": ("x", "#d62728"),
+           "run_end": ("star", "#333333"), "fault": ("x", "#d62728"),
            "run_start": ("triangle-right-open", "#555555"),
            "placement": ("diamond-open", "#555555"),
            "trainer_started": ("line-ns", "#555555"), "trainer_exited": ("line-ns", "#222222"),
@@ -70,11 +71,14 @@ def figure(story: Story, baseline: list[dict] | None = None) -> go.Figure:
 
 def _spans(fig: go.Figure, spans: list[Span]) -> None:
     """Bars from start to end, one trace per state (its legend entry); impairments narrower,
-    over the base state."""
-    for state, color in COLORS.items():
+    over the base state. A state a fault names that has no colour here gets one of the spare
+    colours (a fault's module alone decides what it impairs)."""
+    states = [*COLORS, *sorted({s.state for s in spans} - set(COLORS))]
+    for i, state in enumerate(states):
         mine = [s for s in spans if s.state == state]
         if not mine:
             continue
+        color = COLORS.get(state) or SPARE[i % len(SPARE)]
         width = 0.8 if state in BASE or state == "fault" else 0.45
         fig.add_trace(go.Bar(
             orientation="h", name=state, y=[s.lane for s in mine],
@@ -94,7 +98,8 @@ def _marks(fig: go.Figure, story: Story, lanes: set[str]) -> None:
             if keep(m):
                 by_type.setdefault(m.label, []).append(m)
         for label, marks in sorted(by_type.items()):
-            symbol, color = MARKERS.get(label, ("circle", "#7f7f7f"))
+            symbol, color = MARKERS.get(label) or MARKERS.get(marks[0].kind) or \
+                ("circle", "#7f7f7f")
             fig.add_trace(go.Scatter(
                 mode="markers", name=_br(label), legendgroup=label,
                 showlegend=row == 2 or label not in in_events,

@@ -41,6 +41,7 @@ class Mark:
     label: str
     t: float
     detail: str
+    kind: str = "event"  # "fault": a fault's mark on the node it hit
 
 
 @dataclass
@@ -169,7 +170,7 @@ def _marks(rel: list[dict], addresses: list[str]) -> list[Mark]:
     for e in (e for e in rel if e["ts"] >= 0):  # the set-up before is a line of figures
         if e["type"] == "fault_injected" and e.get("ip") in addresses:  # kill_role: its node
             j = addresses.index(e["ip"])
-            marks.append(Mark(node_lane(j, e["ip"]), e["fault"], e["ts"], _detail(e)))
+            marks.append(Mark(node_lane(j, e["ip"]), e["fault"], e["ts"], _detail(e), "fault"))
         if e["type"] in NOT_MARKED:
             continue
         source = e.get("source", "trainer")

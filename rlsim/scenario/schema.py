@@ -239,16 +239,13 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
-    def _roles_findable(self) -> Scenario:
-        """kill_role in a trainer that logs no worker table needs the role's actor class."""
-        if self.trainer.adapter == "rlsim":
-            return self
+    def _fit_the_trainer(self) -> Scenario:
+        """Each fault's parameters against the trainer and what its adapter can see
+        (:meth:`Fault.trainer_problem`)."""
+        adapter = ADAPTERS[self.trainer.adapter]
         for i, fault in enumerate(self.faults):
-            if fault.kind == "kill_role" and fault.params.role not in self.trainer.roles:
-                raise ValueError(
-                    f"faults[{i}].kill_role.role: adapter {self.trainer.adapter} logs no worker "
-                    f"table, so rlsim finds role {fault.params.role!r} by its Ray actor class: "
-                    f"add trainer.roles: {{{fault.params.role}: <class name pattern>}}")
+            if problem := FAULTS[fault.kind].trainer_problem(fault.params, self.trainer, adapter):
+                raise ValueError(f"faults[{i}].{fault.kind}.{problem[0]}: {problem[1]}")
         return self
 
     @model_validator(mode="after")
