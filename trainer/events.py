@@ -40,10 +40,13 @@ import threading
 import time
 from pathlib import Path
 
-EVENT_TYPES = frozenset({
-    "run_start", "placement", "step_end", "checkpoint_saved", "checkpoint_loaded",
-    "checkpoint_invalid", "checkpoint_not_shared", "checkpoint_write_failed", "resume",
-    "worker_died", "node_lost", "driver_reconnected", "restart", "oom", "error", "run_end",
+from rlsim.events import EVENT_TYPES
+
+# rlsim's documented vocabulary (what any trainer may write, and the checks read), and what the
+# reference trainer writes besides
+RUN_EVENT_TYPES = EVENT_TYPES | frozenset({
+    "run_start", "placement", "checkpoint_loaded", "checkpoint_invalid", "checkpoint_not_shared",
+    "checkpoint_write_failed", "driver_reconnected", "oom",
 })
 
 
@@ -61,8 +64,8 @@ class RunLog:
 
     def emit(self, type: str, **fields) -> dict:
         """Append one event; unknown types are a programming error, refused at once."""
-        if type not in EVENT_TYPES:
-            raise ValueError(f"unknown event type {type!r}; known: {sorted(EVENT_TYPES)}")
+        if type not in RUN_EVENT_TYPES:
+            raise ValueError(f"unknown event type {type!r}; known: {sorted(RUN_EVENT_TYPES)}")
         event = {"ts": round(time.time(), 4), "type": type, "attempt": self.attempt, **fields}
         with self._lock:  # the head watchdog writes from its own thread
             self._events.write(json.dumps(event, default=str) + "\n")

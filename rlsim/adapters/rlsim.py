@@ -9,12 +9,12 @@ import re
 from pathlib import Path
 
 from rlsim.adapters.base import REPO, Adapter, TrainerFacts, TrainerLaunch, TrainerProblem, resolve
-from trainer.events import EVENT_TYPES
+from trainer.events import RUN_EVENT_TYPES
 
 
 class RlsimAdapter(Adapter):
     name = "rlsim"
-    observes = EVENT_TYPES | {"metrics.jsonl"}
+    observes = RUN_EVENT_TYPES | {"metrics.jsonl"}
 
     def command(self, trainer, launch: TrainerLaunch) -> list[str]:
         return [launch.python, "-m", "trainer", "--config", str(resolve(trainer.config)),

@@ -218,7 +218,7 @@ class DockerCluster(StartedCluster):
 
     @property
     def address(self) -> str:
-        return f"{self.addresses[0]}:{self._st.plan.gcs_port}"
+        return f"{self.addresses[0]}:{self._st.layout.gcs_port}"
 
     def driver_env(self) -> dict[str, str]:
         return {"RAY_ADDRESS": self.address, **connect_env(str(auth_token_path()))}
@@ -228,7 +228,7 @@ class DockerCluster(StartedCluster):
         """The dashboard listens on the head container's loopback only."""
         if not self.spec.dashboard:
             return "off (spec.dashboard)"
-        return (f"http://127.0.0.1:{self._st.plan.dashboard_port} inside "
+        return (f"http://127.0.0.1:{self._st.layout.dashboard_port} inside "
                 f"{self._container(0).name} (docker exec)")
 
     def connect_hints(self) -> list[str]:
@@ -363,7 +363,7 @@ class ContainerFirewall:
         """Where a drop goes: a drop between two nodes is applied at both ends (OUTPUT in the
         sender's namespace, INPUT in the receiver's), so that it holds, like a firewall on the
         network, while either end restarts (a new container has a new, empty namespace)."""
-        plan_addrs = {n.address: n.index for n in self.cluster._st.plan.nodes}
+        plan_addrs = {n.address: n.index for n in self.cluster._st.layout.nodes}
         addrs = self.cluster.addresses
         sender = int(drop.src.rsplit("/n", 1)[1]) if drop.src else None
         target = plan_addrs[drop.dst] if drop.dst else None

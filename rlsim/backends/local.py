@@ -69,7 +69,7 @@ class LocalCluster(StartedCluster):
         self._firewall = Firewall(st.slot, st.session)
         self._firewall.heal()  # a chain left by a crashed owner of this slot
         if Firewall.available() is None:  # without root the daemons stay open on every interface
-            self._firewall.guard_loopback(st.plan.port_block)
+            self._firewall.guard_loopback(st.layout.port_block)
 
     @classmethod
     def refusal(cls, shape: ClusterShape, node_local: bool) -> Unsupported | None:
@@ -112,7 +112,7 @@ class LocalCluster(StartedCluster):
         st = self._st
         found = [f"iptables rule left: {rule}" for rule in self.firewall.leftover_rules()]
         if st.cgroups:
-            for node in st.plan.nodes:
+            for node in st.layout.nodes:
                 group = cgroups.NodeGroup(st.session, node.index)
                 if group.frozen():
                     found.append(f"node {node.index} is frozen")
@@ -129,11 +129,11 @@ class LocalCluster(StartedCluster):
 
     @property
     def address(self) -> str:
-        return self._st.plan.gcs_address
+        return self._st.layout.gcs_address
 
     @property
     def dashboard_url(self) -> str:
-        return self._st.plan.dashboard_url if self.spec.dashboard else "off (spec.dashboard)"
+        return self._st.layout.dashboard_url if self.spec.dashboard else "off (spec.dashboard)"
 
     def driver_env(self) -> dict[str, str]:
         return {"RAY_ADDRESS": self.address, **connect_env(str(auth_token_path()))}
@@ -152,14 +152,14 @@ class LocalCluster(StartedCluster):
             procs_file = str(cgroups.NodeGroup(st.session, src).path / "cgroup.procs")
             enter = f"open({procs_file!r}, 'w').write(str(__import__('os').getpid()));"
         code = (enter + "import socket,sys;s=socket.socket();s.settimeout(1.5);"
-                f"sys.exit(s.connect_ex(({st.plan.nodes[dst].address!r}, {port})))")
+                f"sys.exit(s.connect_ex(({st.layout.nodes[dst].address!r}, {port})))")
         return subprocess.run([sys.executable, "-c", code], timeout=10).returncode == 0
 
     # ---- observation -----------------------------------------------------------------------
 
     def nodes(self, exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
         st = self._st
-        pids = {node.index: self._pids(node.index) for node in st.plan.nodes}
+        pids = {node.index: self._pids(node.index) for node in st.layout.nodes}
         # With the head gone or paused there is no GCS to ask (Ray's client would retry for ~15 s
         # and raise): nobody is seen alive, as on docker
         alive = alive_nodes(self.address, str(auth_token_path()), exclude_ids) \
@@ -167,7 +167,7 @@ class LocalCluster(StartedCluster):
         shapes = st.spec.node_shapes()
         return [NodeInfo.seen(node.index, node.address, alive.get(node.address),
                               shapes[node.index].gpus, pids[node.index])
-                for node in st.plan.nodes]
+                for node in st.layout.nodes]
 
     def logs(self, index: int, lines: int = 40) -> str:
         logs_dir = self._st.node_dir(index) / "session_latest" / "logs"
@@ -212,7 +212,7 @@ class LocalCluster(StartedCluster):
             failed = next((i for i in indices if i not in st.pids), indices[-1])
             raise ClusterStartError(
                 f"cluster {st.spec.name!r}: node {failed} "
-                f"({st.plan.nodes[failed].address}) failed to start (exit {proc.returncode}). "
+                f"({st.layout.nodes[failed].address}) failed to start (exit {proc.returncode}). "
                 f"Log tail:\n" + self.logs(failed)
             )
 

@@ -48,8 +48,8 @@ def cluster_env(st: ClusterState) -> dict[str, str]:
         "RAY_enable_worker_prestart": "0",
         "RAY_prestart_worker_first_driver": "0",
         # the head's metrics servers inside the cluster's own port block
-        "AUTOSCALER_METRIC_PORT": str(st.plan.autoscaler_metrics_port),
-        "DASHBOARD_METRIC_PORT": str(st.plan.dashboard_metrics_port),
+        "AUTOSCALER_METRIC_PORT": str(st.layout.autoscaler_metrics_port),
+        "DASHBOARD_METRIC_PORT": str(st.layout.dashboard_metrics_port),
         # As after `source .venv/bin/activate; ray start`: a Ray Job's entrypoint (`python
         # train.py`) and any other command a node runs find the nodes' own Python and packages
         "PATH": os.pathsep.join([str(Path(sys.executable).parent),
@@ -64,7 +64,7 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
     the container's loopback."""
     from ray._private.parameter import RayParams
 
-    plan = st.plan
+    plan = st.layout
     node = plan.nodes[index]
     spec = st.spec
     p = node.ports
@@ -131,7 +131,7 @@ def start_node(st: ClusterState, index: int, addresses: list[str] | None = None)
     # supervisor resolves its driver's RAY_ADDRESS from it. Without it Ray falls back to any
     # gcs_server process on the machine, which with two clusters at once (pytest -n 2) was
     # another cluster's.
-    gcs = f"{addresses[0]}:{st.plan.gcs_port}" if addresses else st.plan.gcs_address
+    gcs = f"{addresses[0]}:{st.layout.gcs_port}" if addresses else st.layout.gcs_address
     ray._private.utils.write_ray_address(gcs, params.temp_dir)
     return node.all_processes["raylet"][0].process.pid
 

@@ -38,7 +38,7 @@ def _password_path(st: ClusterState):
 
 def start(st: ClusterState) -> int:
     """Start the cluster's Redis and wait until it answers; its pid."""
-    host, port = st.plan.gcs_store_address.rsplit(":", 1)
+    host, port = st.layout.gcs_store_address.rsplit(":", 1)
     password = secrets.token_hex(16)
     path = _password_path(st)
     path.touch(0o600)
@@ -81,6 +81,6 @@ def head_params(st: ClusterState) -> dict:
     """What the head's Ray parameters add to use the store (none without ``gcs_ft``)."""
     if st.spec.gcs_ft != "redis":
         return {}
-    address = st.plan.gcs_store_address
+    address = st.layout.gcs_store_address
     return {"external_addresses": [address, address], "num_redis_shards": 1,
             "redis_password": _password_path(st).read_text()}

@@ -107,7 +107,7 @@ class StartedCluster:
 
     def port(self, name: str) -> tuple[int, int]:
         """A named port range of this cluster (``gcs``, ``dashboard``, ``workers:1``, ...)."""
-        ports = named_ports(self._st.plan)
+        ports = named_ports(self._st.layout)
         if name not in ports:
             raise KeyError(f"unknown port name {name!r}; known: {', '.join(sorted(ports))}")
         return ports[name]
@@ -116,7 +116,7 @@ class StartedCluster:
 
     def endpoints(self) -> list[dict]:
         """Each node's address and the ports the other nodes must reach (the head: GCS too)."""
-        plan = self._st.plan
+        plan = self._st.layout
         out = []
         for info, node in zip(self.nodes(), plan.nodes, strict=True):
             ports = {"node_manager": node.ports.node_manager,
@@ -181,7 +181,7 @@ class StartedCluster:
 
     def partition(self, groups: list[list[int]]) -> list[Drop]:
         st = self._st
-        return self.firewall.apply(iptables.partition_rules(st.plan, st.session, groups))
+        return self.firewall.apply(iptables.partition_rules(st.layout, st.session, groups))
 
     def block_port(
         self, node: int, ports: tuple[int, int] | str, sources: list[int] | None = None
@@ -190,7 +190,7 @@ class StartedCluster:
             ports = self.port(ports)
         st = self._st
         return self.firewall.apply(
-            iptables.block_port_rules(st.plan, st.session, node, ports, sources))
+            iptables.block_port_rules(st.layout, st.session, node, ports, sources))
 
     def remove_rules(self, rules: list[Drop]) -> None:
         self.firewall.remove(rules)

@@ -52,7 +52,7 @@ def demo(
         results = _run_on_every_node(c)
         ok = True
         for i, addr, gpu in results:
-            want = c.state.plan.nodes[i].address if c.state else "?"
+            want = c.state.layout.nodes[i].address if c.state else "?"
             good = addr == want
             ok &= good
             verdict = "ok" if good else f"WRONG (expected {want})"

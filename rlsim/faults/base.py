@@ -101,7 +101,7 @@ class Fault:
         return f"{self.name}: {shown}"
 
     @classmethod
-    def plan_problem(cls, params, shape) -> tuple[str, str] | None:
+    def cluster_problem(cls, params, shape) -> tuple[str, str] | None:
         """Why these parameters cannot apply to a cluster of ``shape`` (a ``ClusterShape``), as
         (field, what is wrong and the fix), or None: every node they name is in the cluster, and
         ``random`` has a node other than the head to pick. Read with the scenario, and by hand

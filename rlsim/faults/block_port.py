@@ -36,12 +36,12 @@ class BlockPort(FirewallFault):
             return port
 
     @classmethod
-    def plan_problem(cls, params, shape):
+    def cluster_problem(cls, params, shape):
         m = PORT_NAMES.match(params.port) if isinstance(params.port, str) else None
         if m and m.group(3) is not None and int(m.group(3)) >= shape.nodes:
             return "port", (f"{params.port!r} names node {m.group(3)}, outside the cluster "
                             f"(nodes 0-{shape.nodes - 1})")
-        return super().plan_problem(params, shape)
+        return super().cluster_problem(params, shape)
 
     @classmethod
     def from_text(cls, field, text):

@@ -158,7 +158,7 @@ def _params(fault_cls: type[Fault], action: str, args: list[str], options: dict[
         params = fault_cls.Params.model_validate(raw)
     except ValidationError as e:
         raise FaultError(f"{action}: {first_error(e)}; {usage}") from None
-    if problem := fault_cls.plan_problem(params, st.spec):
+    if problem := fault_cls.cluster_problem(params, st.spec):
         raise FaultError(f"{action} {' '.join(args)}: {problem[1]}")
     return params
 
@@ -181,7 +181,7 @@ def _refuse_conflicts(fault: Fault, st: ClusterState, in_force: list[dict]) -> N
     if fault.restored_by:
         restorer = FAULTS[fault.restored_by]
         params = restorer.Params.model_validate({"node": node})
-        if problem := restorer.plan_problem(params, st.spec):
+        if problem := restorer.cluster_problem(params, st.spec):
             raise FaultError(f"{fault.action()} {node}: {problem[1]}; an rlsim cluster started "
                              f"without it cannot bring its head back: `rlsim down "
                              f"{st.spec.name}` and start anew")

@@ -37,12 +37,12 @@ class Partition(FirewallFault):
             super().from_text(field, text)
 
     @classmethod
-    def plan_problem(cls, params, shape):
+    def cluster_problem(cls, params, shape):
         cut = {n for group in params.groups for n in group}
         if len(params.groups) == 1 and cut >= set(range(shape.nodes)):
             return "groups", ("that is every node: a partition cuts some nodes off from the "
                               "rest; name fewer")
-        return super().plan_problem(params, shape)
+        return super().cluster_problem(params, shape)
 
     def nodes_hit(self, did):
         return sorted({n for group in did["groups"] for n in group})

@@ -17,12 +17,12 @@ class RestartNode(Fault):
         node: NodeRef
 
     @classmethod
-    def plan_problem(cls, params, shape):
+    def cluster_problem(cls, params, shape):
         if params.node == 0 and shape.gcs_ft == "none":
             return "node", ("node 0 is the head; restarting the head needs GCS fault tolerance "
                             "(gcs_ft: redis in the cluster section: its tables must outlive the "
                             "head), or use kill_head")
-        return super().plan_problem(params, shape)
+        return super().cluster_problem(params, shape)
 
     def inject(self):
         node = self.ctx.node(self.params.node)

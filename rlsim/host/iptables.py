@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rlsim.host.home import home_id
-from rlsim.host.layout import ClusterPlan
+from rlsim.host.layout import ClusterLayout
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def node_cgroup(session: str, index: int) -> str:
 
 
 def partition_rules(
-    plan: ClusterPlan, session: str, groups: Sequence[Sequence[int]]
+    plan: ClusterLayout, session: str, groups: Sequence[Sequence[int]]
 ) -> list[Drop]:
     """Drops that split the cluster into ``groups`` (both directions, every port).
 
@@ -87,7 +87,7 @@ def partition_rules(
 
 
 def block_port_rules(
-    plan: ClusterPlan,
+    plan: ClusterLayout,
     session: str,
     node: int,
     ports: tuple[int, int],

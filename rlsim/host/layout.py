@@ -68,14 +68,14 @@ class NodePorts:
 
 
 @dataclass(frozen=True)
-class NodePlan:
+class NodeLayout:
     index: int
     address: str
     ports: NodePorts
 
 
 @dataclass(frozen=True)
-class ClusterPlan:
+class ClusterLayout:
     """Where every node of one cluster lives. Derived from (slot, nodes) alone."""
 
     slot: int
@@ -85,10 +85,10 @@ class ClusterPlan:
     autoscaler_metrics_port: int
     dashboard_metrics_port: int
     gcs_store_port: int
-    nodes: tuple[NodePlan, ...]
+    nodes: tuple[NodeLayout, ...]
 
     @property
-    def head(self) -> NodePlan:
+    def head(self) -> NodeLayout:
         return self.nodes[0]
 
     @property
@@ -134,7 +134,7 @@ def node_address(slot: int, index: int) -> str:
 
 
 @functools.cache
-def plan_cluster(slot: int, nodes: int) -> ClusterPlan:
+def lay_out(slot: int, nodes: int) -> ClusterLayout:
     """The address and port plan of a cluster of ``nodes`` nodes in ``slot``.
 
     Raises ValueError naming the limit when the slot or node count is out of range.
@@ -157,8 +157,8 @@ def plan_cluster(slot: int, nodes: int) -> ClusterPlan:
             min_worker=first + WORKER_OFFSET,
             max_worker=first + stride - 1,
         )
-        plans.append(NodePlan(index=i, address=node_address(slot, i), ports=ports))
-    return ClusterPlan(
+        plans.append(NodeLayout(index=i, address=node_address(slot, i), ports=ports))
+    return ClusterLayout(
         slot=slot,
         gcs_port=base,
         dashboard_port=base + 1,
@@ -181,7 +181,7 @@ def pick_slot(taken: set[int]) -> int:
     )
 
 
-def named_ports(plan: ClusterPlan) -> dict[str, tuple[int, int]]:
+def named_ports(plan: ClusterLayout) -> dict[str, tuple[int, int]]:
     """Symbolic port names a fault may block, as inclusive ranges.
 
     ``gcs``, ``dashboard`` and ``client`` are the head's; ``workers:<i>`` is node i's worker

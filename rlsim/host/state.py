@@ -31,7 +31,7 @@ from rlsim.host.home import (
     run_dir,
     write_private,
 )
-from rlsim.host.layout import MAX_SLOTS, ClusterPlan, pick_slot, plan_cluster
+from rlsim.host.layout import MAX_SLOTS, ClusterLayout, lay_out, pick_slot
 from rlsim.host.spec import SESSION_RE, ClusterSpec, name_problem
 
 
@@ -62,8 +62,8 @@ class ClusterState(BaseModel):
         return v
 
     @property
-    def plan(self) -> ClusterPlan:
-        return plan_cluster(self.slot, self.spec.nodes)
+    def layout(self) -> ClusterLayout:
+        return lay_out(self.slot, self.spec.nodes)
 
     @property
     def root(self) -> Path:

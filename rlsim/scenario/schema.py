@@ -250,9 +250,9 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _fit_the_cluster(self) -> Scenario:
-        """Each fault's parameters against this cluster (:meth:`Fault.plan_problem`)."""
+        """Each fault's parameters against this cluster (:meth:`Fault.cluster_problem`)."""
         for i, fault in enumerate(self.faults):
-            if problem := FAULTS[fault.kind].plan_problem(fault.params, self.cluster):
+            if problem := FAULTS[fault.kind].cluster_problem(fault.params, self.cluster):
                 raise ValueError(f"faults[{i}].{fault.kind}.{problem[0]}: {problem[1]}")
         return self
 

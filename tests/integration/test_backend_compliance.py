@@ -165,7 +165,7 @@ def test_doctor_names_a_blocked_port_with_both_nodes_and_finds_shared_storage(cl
 def test_partition_cuts_a_node_off_both_ways_and_heal_restores_it(cluster):
     require(cluster.firewall.available())  # local: iptables as root; docker: in the node
     gcs = cluster.port("gcs")[0]
-    manager = cluster.state.plan.nodes[2].ports.node_manager
+    manager = cluster.state.layout.nodes[2].ports.node_manager
     assert cluster.probe(1, 2, manager)
     cluster.partition([[2]])
     assert not cluster.probe(1, 2, manager) and not cluster.probe(2, 0, gcs)

@@ -133,8 +133,8 @@ def test_two_clusters_at_once_do_not_collide():
         assert not errors, errors
         a, b = (c.state for c in clusters)
         assert a.slot != b.slot
-        assert not {n.address for n in a.plan.nodes} & {n.address for n in b.plan.nodes}
-        assert a.plan.port_range != b.plan.port_range
+        assert not {n.address for n in a.layout.nodes} & {n.address for n in b.layout.nodes}
+        assert a.layout.port_range != b.layout.port_range
         assert all(alive(c) == [0, 1] for c in clusters)
         # Ray's "auto" address (a Ray Job's driver gets it) resolves, on every node, to the
         # node's own cluster, never to the other gcs_server running on the machine
@@ -143,7 +143,7 @@ def test_two_clusters_at_once_do_not_collide():
         for st in (a, b):
             for i in range(2):
                 assert get_ray_address_from_environment("auto", str(st.node_dir(i))) == \
-                    st.plan.gcs_address
+                    st.layout.gcs_address
         clusters[0].kill_node(1)  # a fault in one leaves the other untouched
         wait_until(lambda: alive(clusters[0]) == [0], 15, "node death in cluster 0")
         assert alive(clusters[1]) == [0, 1]
@@ -200,7 +200,7 @@ def test_the_cluster_answers_only_over_loopback(shared, tmp_path):
     outside the block answers there, the GCS port refuses at once."""
     require(Firewall.available())
     st = shared.state
-    lo, hi = st.plan.port_block
+    lo, hi = st.layout.port_block
     listening = {(c.laddr.ip, c.laddr.port)
                  for pid in procs.find(st.session)
                  for c in _listening(pid)}
@@ -213,7 +213,7 @@ def test_the_cluster_answers_only_over_loopback(shared, tmp_path):
     with _namespace_peer() as (run_in_ns, host_ip):
         with socket.create_server(("0.0.0.0", 0)) as control:  # outside every slot's block
             assert _connect(run_in_ns, host_ip, control.getsockname()[1]) == "connected"
-        assert _connect(run_in_ns, host_ip, st.plan.gcs_port) == "ConnectionRefusedError"
+        assert _connect(run_in_ns, host_ip, st.layout.gcs_port) == "ConnectionRefusedError"
 
 
 def _listening(pid: int) -> list:

@@ -15,7 +15,7 @@ def all_ports(plan):
 
 
 def test_every_node_has_its_own_loopback_address_never_127_0_0_1():
-    plan = alloc.plan_cluster(slot=3, nodes=4)
+    plan = alloc.lay_out(slot=3, nodes=4)
     addrs = [n.address for n in plan.nodes]
     assert addrs == ["127.77.3.10", "127.77.3.11", "127.77.3.12", "127.77.3.13"]
     assert "127.0.0.1" not in addrs
@@ -25,7 +25,7 @@ def test_every_node_has_its_own_loopback_address_never_127_0_0_1():
 
 @pytest.mark.parametrize("nodes", [1, 4, 16, 17, alloc.MAX_NODES])
 def test_ports_are_unique_and_inside_the_slot_block(nodes):
-    plan = alloc.plan_cluster(slot=5, nodes=nodes)
+    plan = alloc.lay_out(slot=5, nodes=nodes)
     ports = all_ports(plan)
     assert len(ports) == len(set(ports))
     lo, hi = plan.port_range
@@ -33,21 +33,21 @@ def test_ports_are_unique_and_inside_the_slot_block(nodes):
 
 
 def test_no_two_slots_share_a_port_or_an_address():
-    plans = [alloc.plan_cluster(s, alloc.MAX_NODES) for s in range(alloc.MAX_SLOTS)]
+    plans = [alloc.lay_out(s, alloc.MAX_NODES) for s in range(alloc.MAX_SLOTS)]
     for a, b in itertools.combinations(plans, 2):
         assert not set(all_ports(a)) & set(all_ports(b))
         assert not {n.address for n in a.nodes} & {n.address for n in b.nodes}
 
 
 def test_ports_stay_below_the_ephemeral_range_and_ray_defaults():
-    plan = alloc.plan_cluster(alloc.MAX_SLOTS - 1, alloc.MAX_NODES)
+    plan = alloc.lay_out(alloc.MAX_SLOTS - 1, alloc.MAX_NODES)
     assert max(all_ports(plan)) < 32768
-    assert min(all_ports(alloc.plan_cluster(0, 1))) >= 20000  # above Ray's 10002-19999 workers
+    assert min(all_ports(alloc.lay_out(0, 1))) >= 20000  # above Ray's 10002-19999 workers
 
 
 def test_up_to_16_nodes_keep_60_ports_and_32_share_the_block_with_20_worker_ports_each():
     assert alloc.node_stride(16) == 60 and alloc.worker_ports(16) == 50
-    plan = alloc.plan_cluster(0, 32)
+    plan = alloc.lay_out(0, 32)
     assert alloc.MAX_NODES == 32
     assert [n.ports.max_worker - n.ports.min_worker + 1 for n in plan.nodes] == [20] * 32
     assert plan.nodes[-1].address == "127.77.0.41"
@@ -64,9 +64,9 @@ def test_a_shape_whose_workers_outnumber_their_ports_is_refused_naming_the_fix()
 
 def test_too_many_nodes_names_the_limit():
     with pytest.raises(ValueError, match=f"1..{alloc.MAX_NODES}"):
-        alloc.plan_cluster(0, alloc.MAX_NODES + 1)
+        alloc.lay_out(0, alloc.MAX_NODES + 1)
     with pytest.raises(ValueError, match="slot"):
-        alloc.plan_cluster(alloc.MAX_SLOTS, 2)
+        alloc.lay_out(alloc.MAX_SLOTS, 2)
 
 
 def test_pick_slot_takes_the_lowest_free_and_names_the_fix_when_full():
@@ -77,7 +77,7 @@ def test_pick_slot_takes_the_lowest_free_and_names_the_fix_when_full():
 
 
 def test_named_ports_cover_head_services_and_worker_ranges():
-    plan = alloc.plan_cluster(0, 2)
+    plan = alloc.lay_out(0, 2)
     names = alloc.named_ports(plan)
     assert names["gcs"] == (20000, 20000)
     assert names["workers:1"] == (plan.nodes[1].ports.min_worker, plan.nodes[1].ports.max_worker)

@@ -2,9 +2,9 @@ import pytest
 
 from rlsim.host import iptables
 from rlsim.host.home import home_id
-from rlsim.host.layout import plan_cluster
+from rlsim.host.layout import lay_out
 
-PLAN = plan_cluster(0, 4)
+PLAN = lay_out(0, 4)
 
 
 def test_grudge_is_symmetric_and_puts_unnamed_nodes_together():
