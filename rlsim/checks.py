@@ -21,7 +21,8 @@ from pydantic import Field, ValidationError, field_validator
 
 from rlsim.contract import DETECTION_EVENTS
 from rlsim.fields import DAY, Strict, first_error, regex
-from rlsim.history import HARNESS_EVENTS, Outcome
+from rlsim.files import read_file
+from rlsim.history import HARNESS_EVENTS, MAX_HISTORY, Outcome
 from rlsim.result import Verdict
 
 
@@ -281,7 +282,8 @@ def recovered_within_s(o: Outcome, p) -> Verdict:
 
 def _metrics(run_dir: Path) -> dict[int, dict]:
     path = run_dir / "metrics.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    rows = [json.loads(x) for x in read_file(path, MAX_HISTORY).splitlines()] \
+        if path.exists() else []
     return {r["step"]: {k: v for k, v in r.items() if not k.startswith(("perf/", "attempt"))}
             for r in rows}
 

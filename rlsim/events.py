@@ -37,6 +37,8 @@ import os
 import time
 from pathlib import Path
 
+from rlsim.files import append_line
+
 RUN_DIR_VAR = "RLSIM_RUN_DIR"
 ATTEMPT_VAR = "RLSIM_ATTEMPT"
 
@@ -61,8 +63,6 @@ class EventLog:
         if type not in EVENT_TYPES:
             raise ValueError(f"unknown event type {type!r}; known: {sorted(EVENT_TYPES)}")
         event = {"ts": round(time.time(), 4), "type": type, "attempt": self.attempt, **fields}
-        with self.path.open("a") as f:  # opened per event: a killed trainer loses nothing
-            f.write(json.dumps(event, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        # opened per event and flushed to disk: a killed trainer loses nothing
+        append_line(self.path, json.dumps(event, default=str))
         return event

@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlsim.files import read_file, write_file
+
 # the event types the runner records for every adapter (source rlsim), from Ray itself
 HARNESS_EVENTS = frozenset({"ray_node_dead", "ray_actor_died"})
+MAX_HISTORY = 256 << 20  # a timeline or event log read back whole (a day of a chatty trainer)
 
 
 class Judged(Protocol):
@@ -98,15 +101,15 @@ class Recorder:
     def write(self, path: Path) -> None:
         """The timeline, ordered by time (a fault that blocked is logged when it returned)."""
         self.outcome.timeline.sort(key=lambda e: e["ts"])
-        path.write_text("".join(json.dumps(e, default=str) + "\n"
-                                for e in self.outcome.timeline))
+        write_file(path, "".join(json.dumps(e, default=str) + "\n"
+                                 for e in self.outcome.timeline))
 
 
 def read_events(path: Path) -> list[dict]:
     """The events of a JSON-lines file: objects with a numeric ``ts`` and a string ``type``
     (a line cut short by a killed writer, or written by hand wrong, is skipped)."""
     events = []
-    for line in path.read_text(errors="replace").splitlines():
+    for line in read_file(path, MAX_HISTORY).decode(errors="replace").splitlines():
         try:
             e = json.loads(line)
         except ValueError:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator
 
+from rlsim.files import FileRefused, read_file, write_file
 from rlsim.history import Outcome
 
 
@@ -66,15 +68,13 @@ class ScenarioResult:
                            for v in self.checks]}
 
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(self.record(), indent=1))
+        write_file(path, json.dumps(self.record(), indent=1))
 
 
 def write_summary(root: Path, results: list[ScenarioResult]) -> Path:
     """``<root>/summary.json``: every result of a run, in order."""
     root.mkdir(parents=True, exist_ok=True)
-    path = root / "summary.json"
-    path.write_text(json.dumps([r.record() for r in results], indent=1))
-    return path
+    return write_file(root / "summary.json", json.dumps([r.record() for r in results], indent=1))
 
 
 def figure_text(v) -> str:
@@ -128,7 +128,7 @@ def read_results(root: Path) -> list[ScenarioResult]:
     """The results in a report folder: ``summary.json`` (``rlsim run --report``), or each
     scenario's ``verdicts.json`` (pytest); ResultInputError naming the file and the field when
     one does not hold such records."""
-    if (root / "summary.json").exists():
+    if os.path.lexists(root / "summary.json"):
         return [_result(r) for r in _records(root / "summary.json", list[_Record])]
     return [_result(_records(p, _Record)) for p in sorted(root.glob("*/verdicts.json"))]
 
@@ -141,7 +141,9 @@ def _result(r: _Record) -> ScenarioResult:
 def _records(path: Path, shape):
     fix = "fix: write the folder again with `rlsim run --report DIR`"
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_file(path))
+    except FileRefused as e:
+        raise ResultInputError(f"{e}; {fix}") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ResultInputError(f"{path}: not readable JSON ({type(e).__name__}: "
                                f"{str(e)[:200]}); {fix}") from None

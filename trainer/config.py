@@ -9,15 +9,14 @@ exist, so scenarios and CI can set them without knowing the rest.
 from __future__ import annotations
 
 import errno
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from rlsim.files import FileRefused, read_file
 from trainer.errors import ConfigError
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -255,28 +254,20 @@ def load_config(path: str | Path | None,
 
 
 def read_small_file(path: str | Path, limit: int) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them.
+    """The bytes of the regular file ``path``, at most ``limit`` of them (rlsim's one reader,
+    :func:`rlsim.files.read_file`, following a symlink the user named).
 
     Raises OSError as reading does (FileNotFoundError, IsADirectoryError, PermissionError), and
     ValueError saying what is wrong for anything that is no regular file or is larger: a device
     such as /dev/zero would be read without end, and opening a pipe waits for a writer forever.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a pipe without a writer must not block
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
-        if not stat.S_ISREG(mode):
-            raise ValueError("not a regular file (a device, pipe or socket)")
-        chunks, size = [], 0
-        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    if size > limit:
-        raise ValueError(f"larger than {limit} bytes")
-    return b"".join(chunks)
+        return read_file(path, limit, follow=True)
+    except FileRefused as e:
+        if e.errno == errno.EISDIR or Path(path).is_dir():
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path)) from None
+        raise ValueError(str(e).removeprefix(f"{path} is ").removesuffix("; give a file")) \
+            from None
 
 
 def _read_yaml(path: Path) -> dict:

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from rlsim.adapters.base import Adapter, TrainerLaunch
+from rlsim.files import read_file
 from rlsim.history import new_lines
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -63,8 +64,9 @@ def flag(command: list[str], names: tuple[str, ...], default: str) -> str:
 
 
 def read_text(path: Path) -> str | None:
+    """A small file a framework writes (a tracker naming its last checkpoint), or None."""
     try:
-        return path.read_text()
+        return read_file(path, 1 << 16).decode(errors="replace")
     except OSError:
         return None
 

@@ -53,6 +53,7 @@ from rlsim.backends.node_start import ADDRESSES_VAR, cluster_env
 from rlsim.backends.ray_state import alive_nodes, connect_env
 from rlsim.backends.reaper import reap_docker, reap_docker_orphans
 from rlsim.backends.started import StartedCluster
+from rlsim.files import write_file
 from rlsim.host import cgroups, iptables, procs, state
 from rlsim.host.home import auth_token_path, home_id, rlsim_home
 from rlsim.host.iptables import Drop
@@ -188,7 +189,7 @@ class DockerCluster(StartedCluster):
         if index in self.spec.ray_version:  # this node's Ray package says another version
             real, version = _ray_version()
             fake = st.root / f"n{index}-ray-version.py"
-            fake.write_text(ray_version_source(real.read_text(), version,
+            write_file(fake, ray_version_source(real.read_text(), version,
                                                self.spec.ray_version[index]))
             container.with_volume_mapping(str(fake), str(real), "ro")
         python = self.spec.python.get(index, sys.executable)

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import time
 
+from rlsim.files import read_file, write_file
 from rlsim.host import procs
 from rlsim.host.state import ClusterState
 
@@ -42,7 +43,7 @@ def start(st: ClusterState) -> int:
     password = secrets.token_hex(16)
     path = _password_path(st)
     path.touch(0o600)
-    path.write_text(password)
+    write_file(path, password, 0o600)
     log = st.root / "gcs-store.log"
     cmd = ["redis-server", "--bind", host, "--port", port, "--requirepass", password,
            "--save", "", "--appendonly", "no", "--dir", str(st.root), "--logfile", str(log),
@@ -83,4 +84,4 @@ def head_params(st: ClusterState) -> dict:
         return {}
     address = st.layout.gcs_store_address
     return {"external_addresses": [address, address], "num_redis_shards": 1,
-            "redis_password": _password_path(st).read_text()}
+            "redis_password": read_file(_password_path(st)).decode()}

@@ -16,6 +16,7 @@ from pathlib import Path
 from rlsim.backends.base import NodeInfo
 from rlsim.backends.reaper import reap_abandoned
 from rlsim.contract import RESERVE_FILE
+from rlsim.files import read_file, write_file
 from rlsim.host import iptables, state
 from rlsim.host.iptables import Drop
 from rlsim.host.layout import named_ports
@@ -206,19 +207,19 @@ class StartedCluster:
         address = self.nodes()[index].address
         path = run_dir / RESERVE_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        table = json.loads(path.read_text()) if path.exists() else {}
+        table = json.loads(read_file(path)) if path.exists() else {}
         table[address] = table.get(address, 0.0) + gb
-        path.write_text(json.dumps(table))
+        write_file(path, json.dumps(table))
         return [{"gpu": g, "gb": gb} for g in range(self._st.spec.node_shapes()[index].gpus)]
 
     def release_gpu(self, index: int, run_dir: Path) -> int:
         """Give back every GiB held on node ``index``; how many GPUs had some. Safe twice."""
         path = run_dir / RESERVE_FILE
-        table = json.loads(path.read_text()) if path.exists() else {}
+        table = json.loads(read_file(path)) if path.exists() else {}
         if table.pop(self.nodes()[index].address, None) is None:
             return 0
         if table:
-            path.write_text(json.dumps(table))
+            write_file(path, json.dumps(table))
         else:
             path.unlink()
         return self._st.spec.node_shapes()[index].gpus

@@ -12,6 +12,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
+from rlsim.files import write_file
 from rlsim.launch import kuberay, slurm, tasks
 from rlsim.launch.model import Launch
 
@@ -97,7 +98,7 @@ def launch(
     try:
         out.mkdir(parents=True, exist_ok=True)
         path = out / name
-        path.write_text(text)
+        write_file(path, text, 0o755 if path.suffix in (".sbatch", ".sh") else 0o644)
         path.chmod(0o755 if name.endswith(".sbatch") else 0o644)
     except OSError as e:
         _fail(f"--out {out}: cannot write there ({e.strerror})")

@@ -3,6 +3,7 @@ and their report."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated
@@ -243,7 +244,7 @@ def report(
     if not root.is_dir():
         raise refuse(f"{root}: {'no such folder' if not root.exists() else 'not a folder'}; "
                      "give the folder rlsim run --report DIR wrote")
-    if not (root / "summary.json").is_file() and not list(root.glob("*/verdicts.json")):
+    if not os.path.lexists(root / "summary.json") and not list(root.glob("*/verdicts.json")):
         raise refuse(f"{root}: no summary.json (write one with rlsim run --report DIR)")
     if screenshots is not None:  # before anything is rewritten
         try:
@@ -259,7 +260,7 @@ def report(
         results = read_results(root)
         out = render(root, results, problems)
         console.print(f"report: {out}", markup=False, highlight=False)
-        if (root / "summary.json").is_file():
+        if os.path.lexists(root / "summary.json"):
             html_path, junit = signoff.render(root, results)
             console.print(f"sign-off: {html_path} and {junit}", markup=False, highlight=False)
     except ResultInputError as e:

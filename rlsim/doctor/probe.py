@@ -24,6 +24,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from rlsim.files import write_file
+
 CONNECT_TIMEOUT_S = 2.0
 
 
@@ -129,7 +131,7 @@ def look(args: dict) -> dict:
         try:
             d = _marker_dir(args["dir"], args["nonce"])
             d.mkdir(parents=True, exist_ok=True)
-            (d / f"n{args['index']}").write_text(socket.gethostname())
+            write_file(d / f"n{args['index']}", socket.gethostname())
         except OSError as e:
             out["write_error"] = str(e)
     return out

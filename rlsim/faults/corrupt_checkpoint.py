@@ -6,6 +6,7 @@ from typing import Literal
 
 from rlsim.faults.base import Fault
 from rlsim.fields import Strict
+from rlsim.files import read_file, write_file
 
 
 class CorruptCheckpoint(Fault):
@@ -32,11 +33,11 @@ class CorruptCheckpoint(Fault):
         files = sorted((p for p in latest.rglob("*") if p.is_file() and p.stat().st_size > 0
                         and p.name != "manifest.json"), key=lambda p: -p.stat().st_size)
         target = files[0]
-        data = bytearray(target.read_bytes())
+        data = bytearray(read_file(target, 1 << 40))
         if mode == "truncate":
             data = data[: len(data) // 2]
         else:
             at = self.ctx.rng.randrange(len(data))
             data[at] ^= 1 << self.ctx.rng.randrange(8)
-        target.write_bytes(bytes(data))
+        write_file(target, bytes(data))
         return {"mode": mode, "path": str(target), "size": len(data)}

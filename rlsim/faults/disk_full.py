@@ -61,7 +61,7 @@ class DiskFull(Fault):
         free = _free(self.dir)
         self.filler = self.dir / FILLER
         self.held = {"path": str(self.filler)}
-        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             os.posix_fallocate(fd, 0, free)
         finally:

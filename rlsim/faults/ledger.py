@@ -30,6 +30,7 @@ from rlsim.backends import attach
 from rlsim.faults import FAULTS
 from rlsim.faults.base import Fault, FaultContext
 from rlsim.fields import DAY, first_error
+from rlsim.files import read_file
 from rlsim.host import procs, state
 from rlsim.host.home import locked, write_private
 from rlsim.host.state import ClusterState
@@ -55,7 +56,7 @@ def ledger(st: ClusterState) -> list[dict]:
     if not path.exists():
         return []
     try:
-        entries = json.loads(path.read_text())
+        entries = json.loads(read_file(path))
         if not isinstance(entries, list) or not all(_entry_ok(e) for e in entries):
             raise ValueError("not a list of faults as rlsim fault writes them")
     except (ValueError, UnicodeDecodeError) as e:

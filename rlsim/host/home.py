@@ -16,10 +16,11 @@ import hashlib
 import os
 import secrets
 import stat
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+from rlsim.files import write_file
 
 
 def rlsim_home() -> Path:
@@ -164,19 +165,8 @@ def locked() -> Iterator[None]:
 
 
 def write_private(path: Path, text: str, mode: int = 0o600) -> None:
-    """Write ``path`` whole: a fresh temp file beside it (exclusive, never through a symlink),
-    flushed to disk, then renamed over it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
+    """Write ``path`` whole, readable by this user alone (:func:`rlsim.files.write_file`)."""
+    write_file(path, text, mode)
 
 
 def auth_token_path() -> Path:

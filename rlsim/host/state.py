@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from rlsim.files import read_file
 from rlsim.host import procs
 from rlsim.host.home import (
     HOME_FIX,
@@ -114,7 +115,7 @@ def _read(path: Path) -> ClusterState | Corrupt:
     name = path.name.removesuffix(".json")
     raw = b""
     try:
-        raw = path.read_bytes()
+        raw = read_file(path)
         st = ClusterState.model_validate_json(raw)
         if st.spec.name != name:
             raise ValueError(f"it names cluster {st.spec.name!r}, not {name!r}")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from rlsim.files import write_file
 from rlsim.plan.model import Placement, PlanInputError
 
 # the framework's role names -> the reference trainer's
@@ -116,4 +117,4 @@ def write_scenario(p: Placement, path: Path) -> None:
     sc = scenario(p, name)
     mirrorable(sc)
     text = yaml.safe_dump(sc, sort_keys=False, width=100)
-    path.write_text(f"# written by rlsim plan --emit-scenario\n{text}")
+    write_file(path, f"# written by rlsim plan --emit-scenario\n{text}")

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import ast
 import math
-from pathlib import Path
 
 import yaml
 
+from rlsim.files import FileRefused, read_file
 from rlsim.plan.model import MAX_GPUS, Concern, Group, Layout, NodeCapacity, PlanInputError
 
 ROLES = ("actor_train", "actor_infer", "reference", "critic", "reward", "reward_model",
@@ -75,7 +75,9 @@ def _int(node: ast.AST) -> int:
 
 def load(path: str) -> dict:
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yaml.safe_load(read_file(path, 1 << 20, follow=True).decode())
+    except FileRefused as e:
+        raise PlanInputError(f"{e}; give the YAML config") from None
     except OSError as e:
         raise PlanInputError(f"{path}: cannot read it ({e.strerror})") from None
     except yaml.YAMLError as e:

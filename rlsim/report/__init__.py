@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from rlsim.checks import FIGURES
+from rlsim.files import write_file
 from rlsim.history import read_events
 from rlsim.report.lanes import story
 from rlsim.result import ScenarioResult, figure_text, read_results
@@ -38,9 +39,7 @@ def render(root: str | Path, results: list[ScenarioResult] | None = None,
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>rlsim report: {passed}/"
             f"{len(summary)} passed</title><style>{CSS}</style><script>{get_plotlyjs()}</script>"
             f"</head><body>{''.join(body)}<script>{SORT_JS}</script></body></html>")
-    out = root / "report.html"
-    out.write_text(page)
-    return out
+    return write_file(root / "report.html", page)
 
 
 def _summary(summary: list[ScenarioResult]) -> str:

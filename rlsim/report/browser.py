@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlsim.files import new_file, write_file
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "chrome")
 
 # What the page drew, read from the rendered SVG (not from the figure's data): each plot's lane
@@ -115,7 +117,7 @@ def _shoot(tools: _DevTools, session: str, folder: Path, width: int, ids: list[s
         data = tools.call("Page.captureScreenshot", session=session, format="png",
                           captureBeyondViewport=True, clip={**clip, "scale": 1})["data"]
         path = folder / f"{name}.png"
-        path.write_bytes(base64.b64decode(data))
+        write_file(path, base64.b64decode(data))
         out.append(path)
     return out
 
@@ -137,7 +139,7 @@ class _DevTools:
             os.dup2(b, 4)
 
         try:
-            with self.log.open("wb") as log:
+            with new_file(self.log) as log:
                 # its own session: the renderer and helper processes go with it (killpg)
                 self.proc = subprocess.Popen(
                     [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",

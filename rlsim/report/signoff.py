@@ -19,6 +19,7 @@ from xml.etree import ElementTree as ET
 from pydantic import BaseModel
 
 from rlsim.checks import FIGURES
+from rlsim.files import read_file, write_file
 from rlsim.result import ScenarioResult, figure_text, read_results
 
 
@@ -49,7 +50,7 @@ def _doctor(path: Path) -> dict | None:
     the cluster wrote nothing) or not a doctor's record: the page says so instead of failing
     the run."""
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(read_file(path))
         _Record.model_validate(record)
     except (OSError, ValueError):  # ValidationError is a ValueError
         return None
@@ -121,9 +122,7 @@ def render(root: str | Path, results: list[ScenarioResult] | None = None) -> tup
              "<p>Timelines: <a href='report.html'>report.html</a></p>"]
     page = ("<!doctype html><meta charset=utf-8><title>rlsim sign-off</title>"
             "<body style='font-family:sans-serif'>" + "".join(body) + "</body>")
-    out = root / "signoff.html"
-    out.write_text(page)
-    return out, _junit(root, summary)
+    return write_file(root / "signoff.html", page), _junit(root, summary)
 
 
 def _junit(root: Path, summary: list[ScenarioResult]) -> Path:
@@ -140,6 +139,5 @@ def _junit(root: Path, summary: list[ScenarioResult]) -> Path:
         if failed := s.failed:
             ET.SubElement(case, "failure", message=failed[0].message[:500]).text = "\n".join(
                 f"{c.check}: {c.message}" for c in failed)
-    out = root / "junit.xml"
-    ET.ElementTree(suite).write(out, encoding="unicode", xml_declaration=True)
-    return out
+    text = ET.tostring(suite, encoding="unicode", xml_declaration=True)
+    return write_file(root / "junit.xml", text)

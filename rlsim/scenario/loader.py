@@ -12,6 +12,7 @@ before any cluster starts.
 
 from __future__ import annotations
 
+import errno
 import math
 import re
 from pathlib import Path
@@ -23,6 +24,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rlsim.adapters import ADAPTERS
 from rlsim.adapters.base import TrainerProblem
+from rlsim.files import FileRefused, read_file
 from rlsim.scenario.schema import Scenario
 
 MAX_BYTES = 1 << 20
@@ -65,20 +67,20 @@ def discover(root: str | Path) -> list[Path]:
 # -- reading and parsing ---------------------------------------------------------------------------
 def _read(p: Path) -> str:
     try:
-        if not p.is_file():
-            what = "a directory" if p.is_dir() else "not a regular file" if p.exists() else None
-            if what is None:
-                raise ScenarioError(f"{p}:1: no such file; give a scenario .yaml file or a "
-                                    "directory of them")
-            raise ScenarioError(f"{p}:1: {what}; give a scenario .yaml file")
-        with p.open("rb") as f:
-            raw = f.read(MAX_BYTES + 1)
+        raw = read_file(p, MAX_BYTES, follow=True)
+    except FileNotFoundError:
+        raise ScenarioError(f"{p}:1: no such file; give a scenario .yaml file or a directory of "
+                            "them") from None
+    except FileRefused as e:
+        if e.errno == errno.EFBIG:
+            raise ScenarioError(f"{p}:1: larger than {MAX_BYTES // 1024} KiB, the limit for a "
+                                "scenario file (a real one is a few KiB): is this the right "
+                                "file?") from None
+        what = str(e).removeprefix(f"{p} is ").removesuffix("; give a file")
+        raise ScenarioError(f"{p}:1: {what}; give a scenario .yaml file") from None
     except OSError as e:
         raise ScenarioError(f"{p}:1: cannot read the file ({e.strerror}); make it readable by "
                             "this user") from None
-    if len(raw) > MAX_BYTES:
-        raise ScenarioError(f"{p}:1: larger than {MAX_BYTES // 1024} KiB, the limit for a "
-                            "scenario file (a real one is a few KiB): is this the right file?")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:

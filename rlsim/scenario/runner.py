@@ -25,7 +25,8 @@ from rlsim.backends import DEFAULT, cluster_class, every_class
 from rlsim.backends.base import ClusterStartError, HoldsGpuMemory, StartsClusters, Unsupported
 from rlsim.events import ATTEMPT_VAR, RUN_DIR_VAR
 from rlsim.faults import FAULTS, FaultContext
-from rlsim.history import Outcome, Recorder
+from rlsim.files import new_file, read_file, write_file
+from rlsim.history import MAX_HISTORY, Outcome, Recorder
 from rlsim.host.spec import ClusterSpec
 from rlsim.result import ScenarioResult
 from rlsim.scenario.nemesis import Nemesis
@@ -227,7 +228,7 @@ def _keep_node_logs(cluster, where: Path, log: Recorder, lines: int = 300) -> No
     try:
         where.mkdir(exist_ok=True)
         for i in range(cluster.spec.nodes):
-            (where / f"node-{i}.log").write_text(cluster.logs(i, lines) + "\n")
+            write_file(where / f"node-{i}.log", cluster.logs(i, lines) + "\n")
     except Exception as e:  # noqa: BLE001 - a missing log must not decide the scenario
         log.emit("node_logs_error", message=f"{type(e).__name__}: {e}"[:300])
 
@@ -257,7 +258,7 @@ def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -
                 if proc.poll() is None:
                     proc.kill()
                 proc.wait()
-                outcome.output += output.read_text(errors="replace")
+                outcome.output += read_file(output, MAX_HISTORY).decode(errors="replace")
                 outcome.returncode = proc.returncode
                 for e in tail.poll() + tail.exited(attempt, proc.returncode):
                     log.trainer(e)
@@ -276,7 +277,7 @@ def _launch(sc, cluster, run_dir: Path, attempt: int, log: Recorder):
     run directory (a file, not a pipe: a talkative trainer would fill a pipe and stall)."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     output = run_dir.parent / f"trainer-{attempt}.log"
-    with output.open("w") as out:
+    with new_file(output) as out:
         proc = _start(sc, cluster, run_dir, attempt, stdout=out, stderr=subprocess.STDOUT)
     log.emit("trainer_started", pid=proc.pid, attempt=attempt)
     return proc, output

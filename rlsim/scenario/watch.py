@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from rlsim.backends.ray_state import global_state
+from rlsim.files import append_line
 from rlsim.history import EventTail
 from rlsim.host.home import auth_token_path
 
@@ -140,12 +141,10 @@ def main(argv: list[str]) -> int:
     gcs_address, out, addresses = argv[0], Path(argv[1]), argv[2:]
     parent, watch = os.getppid(), RayWatch(gcs_address, addresses)
     try:
-        with out.open("a") as f:
-            while os.getppid() == parent and not watch.stopped:
-                for e in watch.poll():
-                    f.write(json.dumps(e) + "\n")
-                    f.flush()
-                time.sleep(watch.every_s)
+        while os.getppid() == parent and not watch.stopped:
+            for e in watch.poll():
+                append_line(out, json.dumps(e))
+            time.sleep(watch.every_s)
     finally:
         watch.close()
     return 0

@@ -24,6 +24,7 @@ FORBIDDEN = {
     ("faults", "scenario"): "a fault sees a backend, never the runner",
 }
 FRONT_ENDS = {"commands", "plugin", "__main__"}  # nothing of the engine imports these
+BASES = {"files", "fields"}  # the standard-library helpers everything may stand on
 
 
 def import_graph(package: Path) -> dict[tuple[str, str], list[str]]:
@@ -111,7 +112,7 @@ def test_no_import_the_layering_forbids():
     bad = []
     for (src, dst), where in import_graph(RLSIM).items():
         for (a, b), why in FORBIDDEN.items():
-            if src == a and b in (dst, "*"):
+            if src == a and (dst == b or b == "*" and dst not in BASES):
                 bad.append(f"{src} -> {dst} ({why}): {', '.join(where)}")
         if dst in FRONT_ENDS and src not in FRONT_ENDS:
             bad.append(f"{src} -> {dst} (the engine never imports a front end): {where}")

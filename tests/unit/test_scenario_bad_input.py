@@ -162,7 +162,7 @@ CASES = [
     ("roles for the reference trainer",
      scenario(trainer=f"{{config: {TINY}, roles: {{actor: Worker}}}}"),
      [":2: trainer: roles: the reference trainer logs where each rank runs"]),
-    ("fifo", fifo, [":1: not a regular file"]),
+    ("fifo", fifo, [":1: a FIFO (named pipe), not a regular file"]),
     ("missing file", lambda tmp: tmp / "nope.yaml", [":1: no such file"]),
     ("empty directory", empty_dir, ["a directory with no scenario files"]),
     ("directory without scenarios", dir_without_scenarios, ["a directory with no scenario files"]),

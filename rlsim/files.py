@@ -1,0 +1,127 @@
+"""The one safe writer and the one safe reader of every file rlsim writes or reads.
+
+rlsim often runs as root, in folders other people can write to (a shared report folder, a
+checkout, ``/tmp``). So a file is written whole into a fresh temp file beside its target (created
+exclusively, never through a symlink), flushed, then renamed over the target: an existing path is
+never opened for writing, a symlink planted at the target is replaced, not followed, and no mode is
+ever changed on a path rlsim did not create. A file is read only when it is a regular file, and at
+most ``limit`` bytes of it: a FIFO would block the reader forever, a device would never end, a
+folder or a symlink where a file of rlsim's is expected is someone else's doing.
+
+The standard library only: a trainer may use these too.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+MAX_READ = 16 << 20  # a record rlsim reads back (a summary, a ledger, a state file, a config)
+
+
+class FileRefused(OSError):
+    """A path is not what rlsim reads or writes there; ``str()`` names the path, what it is
+    and the fix."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def write_file(path: str | Path, data: str | bytes, mode: int = 0o644) -> Path:
+    """Write ``path`` whole: a fresh temp file in its folder (``O_EXCL``, never through a
+    symlink), flushed to disk, then renamed over the target. A folder at the target is refused;
+    a symlink there is replaced by the file, its target left as it was. The folder must exist."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        raise FileRefused(errno.EISDIR, f"{path} is a folder, where rlsim writes a file; remove it "
+                          "or choose another place")
+    blob = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)  # the temp file is rlsim's own, just made
+        view = memoryview(blob)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def read_file(path: str | Path, limit: int = MAX_READ, follow: bool = False) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them. FileRefused (an
+    OSError) for a symlink (unless ``follow``: a file the user named may be a link to one), a
+    folder, a FIFO, a device or socket, or a file over ``limit``; FileNotFoundError as usual."""
+    path = Path(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)  # O_NONBLOCK: a FIFO without a writer must not block
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise FileRefused(e.errno, f"{path} is a symlink, where rlsim reads a file of its "
+                              "own; remove it (rlsim never follows one there)") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FileRefused(errno.EINVAL, f"{path} is {_kind(mode)}, not a regular file; give a "
+                              "file")
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise FileRefused(errno.EFBIG, f"{path} is larger than {limit} bytes, more than such a "
+                          "file ever holds: is it the right file?")
+    return b"".join(chunks)
+
+
+def read_text(path: str | Path, limit: int = MAX_READ, follow: bool = False) -> str:
+    """:func:`read_file` as UTF-8 text; FileRefused naming the byte when it is not."""
+    raw = read_file(path, limit, follow)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FileRefused(errno.EILSEQ, f"{path}: not UTF-8 text (byte {e.start}): a binary "
+                          "file?") from None
+
+
+def new_file(path: str | Path, mode: int = 0o644):
+    """A file object writing the new file ``path`` (binary): created here, exclusively (an
+    existing path, a symlink included, is refused as FileExistsError), for a log rlsim streams
+    into (a trainer's output)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    return os.fdopen(fd, "wb")
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Append ``line`` and a newline to the log file ``path`` (created if missing, never through
+    a symlink), flushed to disk: what survives a writer killed right after."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FileRefused(errno.EINVAL, f"{path} is not a regular file; rlsim appends its log "
+                              "there")
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
