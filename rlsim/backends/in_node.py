@@ -14,7 +14,7 @@ def main() -> None:
     session, index, cmd = sys.argv[1], sys.argv[2], sys.argv[3:]
     if cgroups.available() is None:
         cgroups.NodeGroup(session, int(index)).enter()
-    os.environ.update({procs.SESSION_VAR: session, procs.NODE_VAR: index})
+    os.environ.update({**procs.labels(session), procs.NODE_VAR: index})
     os.execvp(cmd[0], cmd)
 
 

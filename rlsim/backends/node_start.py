@@ -40,7 +40,7 @@ OVERRIDE_LABELS_VAR = "RAY_OVERRIDE_LABELS"
 def cluster_env(st: ClusterState) -> dict[str, str]:
     """Environment shared by every process of the cluster (never set in the caller's process)."""
     return {
-        procs.SESSION_VAR: st.session,
+        **procs.labels(st.session),
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN_PATH": str(auth_token_path()),
         "RAY_USAGE_STATS_ENABLED": "0",

@@ -48,7 +48,7 @@ def start(st: ClusterState) -> int:
     cmd = ["redis-server", "--bind", host, "--port", port, "--requirepass", password,
            "--save", "", "--appendonly", "no", "--dir", str(st.root), "--logfile", str(log),
            "--daemonize", "no", "--set-proc-title", "no"]  # keeps the session label
-    env = {**os.environ, procs.SESSION_VAR: st.session}
+    env = {**os.environ, **procs.labels(st.session)}
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + START_TIMEOUT_S

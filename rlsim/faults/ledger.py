@@ -284,7 +284,7 @@ def _heal_later(st: ClusterState, fault_id: str, after_s: float) -> None:
     session, so stopping the cluster ends it too."""
     subprocess.Popen(
         [sys.executable, "-m", "rlsim.faults.ledger", st.spec.name, str(fault_id), str(after_s)],
-        env={**os.environ, procs.SESSION_VAR: st.session}, start_new_session=True,
+        env={**os.environ, **procs.labels(st.session)}, start_new_session=True,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -7,13 +7,14 @@ picks a node's outgoing packets, which on loopback all leave from 127.0.0.1, not
 address. Needs root and a writable cgroup2 hierarchy (pure v2 or the hybrid ``unified`` mount);
 :func:`available` says why not otherwise, and callers fall back to environment labels.
 
-Layout: ``<cgroup2 mount>/rlsim/<session>/n<index>``; iptables paths are relative to the mount.
+Layout: ``<cgroup2 mount>/rlsim/<home id>.<session>/n<index>``; iptables paths are relative to the
+mount.
 
 Memory: a node's memory is accounted (and can be capped, see ``host_oom``) in the node's own group
 from its first process on. On cgroup2 hosts with the memory controller that is the same group; on
 hybrid hosts (v1 memory, cgroup2 without controllers, as on the development machine) a twin group
-``<v1 memory>/<our memory cgroup>/rlsim/<session>/n<index>`` is entered too. It nests under the
-caller's memory cgroup so a sandbox's limit still holds. v1 cannot move charges of running
+``<v1 memory>/<our memory cgroup>/rlsim/<home id>.<session>/n<index>`` is entered too. It nests
+under the caller's memory cgroup so a sandbox's limit still holds. v1 cannot move charges of running
 processes, which is why nodes are born in it rather than moved there later.
 """
 
@@ -24,6 +25,8 @@ import os
 import time
 from functools import lru_cache
 from pathlib import Path
+
+from rlsim.host.home import home_id
 
 TOP = "rlsim"
 
@@ -97,7 +100,7 @@ class NodeGroup:
     @property
     def rel(self) -> str:
         """Path relative to the cgroup2 root, as iptables ``-m cgroup --path`` wants it."""
-        return f"{TOP}/{self.session}/n{self.index}"
+        return f"{TOP}/{session_dir(self.session)}/n{self.index}"
 
     @property
     def path(self) -> Path:
@@ -242,9 +245,9 @@ def remove_session(session: str) -> None:
     m = mount()
     if m is None:
         return
-    top = m / TOP / session
+    top = m / TOP / session_dir(session)
     v1 = memory_v1_base()
-    v1_top = v1 / TOP / session if v1 is not None else None
+    v1_top = v1 / TOP / session_dir(session) if v1 is not None else None
     if not top.exists() and not (v1_top and v1_top.exists()):
         return
     for child in _node_dirs(top):
@@ -270,7 +273,15 @@ def remove_session(session: str) -> None:
                 time.sleep(0.05)
 
 
+def session_dir(session: str) -> str:
+    """The cgroup directory of a session under ``rlsim/``: named by the home's id and the
+    session, so that a reaper of another home never touches it."""
+    return f"{home_id()}.{session}"
+
+
 def sessions() -> list[str]:
-    """Sessions that still have a cgroup directory, v2 or v1 memory (for the reaper)."""
+    """This home's sessions that still have a cgroup directory, v2 or v1 memory (the reaper)."""
     tops = [base / TOP for base in (mount(), memory_v1_base()) if base is not None]
-    return sorted({p.name for top in tops if top.exists() for p in top.iterdir() if p.is_dir()})
+    mine = f"{home_id()}."
+    return sorted({p.name.removeprefix(mine) for top in tops if top.exists()
+                   for p in top.iterdir() if p.is_dir() and p.name.startswith(mine)})

@@ -108,13 +108,43 @@ def _check_ancestors(path: Path) -> None:
                             "without the sticky bit: set RLSIM_HOME elsewhere")
 
 
+# The system's own trees: a home there would put rlsim's state, tokens and node directories into
+# the system (and rlsim deletes inside its home)
+SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/usr", "/boot", "/bin", "/sbin", "/lib",
+                "/lib64", "/lib32")
+# directories that hold other people's things: a home may be below them, never one of them
+SHARED_DIRS = ("/", "/var", "/tmp", "/home", "/root", "/run", "/opt", "/srv", "/mnt", "/media",
+               "/var/tmp", "/var/lib", "/var/log", "/run/user")
+
+
+def home_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be an rlsim home, or None: it must be absolute, a directory rlsim can
+    own privately, not a system directory or one of the directories everybody shares, and not
+    below a file. Checked before anything is created."""
+    fix = f"set RLSIM_HOME to a directory of your own (the default is /tmp/rlsim-{os.geteuid()})"
+    if not path.is_absolute():
+        return f"RLSIM_HOME={path} is not an absolute path: give a full path"
+    if "\0" in str(path) or "\n" in str(path):
+        return f"RLSIM_HOME={str(path)!r} holds a NUL byte or a newline: {fix}"
+    real = Path(os.path.realpath(path))
+    for p in {path, real}:
+        if str(p) in SHARED_DIRS or any(p == Path(t) or Path(t) in p.parents
+                                        for t in SYSTEM_TREES):
+            return f"RLSIM_HOME={path} is a system directory or inside one: {fix}"
+    for parent in [real, *real.parents]:
+        if parent.exists() and not parent.is_dir():
+            what = "is a file" if parent == real else f"is below {parent}, which is a file"
+            return f"RLSIM_HOME={path} {what}: {fix}"
+    return None
+
+
 def home() -> Path:
     """The rlsim home, created (mode 0700) and checked: raises HomeError naming the path and the
     fix when it, or a directory above it, is another user's, or it is a symlink or writable by
     group or others."""
     path = rlsim_home()
-    if not path.is_absolute():
-        raise HomeError(f"RLSIM_HOME={path} is not an absolute path: give a full path")
+    if problem := home_problem(path):
+        raise HomeError(problem)
     path.parent.mkdir(parents=True, exist_ok=True)
     _check_ancestors(path)
     return private_dir(path)

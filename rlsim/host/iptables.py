@@ -2,12 +2,12 @@
 
 On loopback every connection leaves from 127.0.0.1 whatever node opened it, so a rule cannot tell
 senders apart by source address. It tells them apart by cgroup instead: each node's processes live
-in cgroup ``rlsim/<session>/n<i>`` (see :mod:`rlsim.host.cgroups`) and ``-m cgroup --path``
-matches the packets their sockets send. Receivers are matched by the node's own address.
+in cgroup ``rlsim/<home id>.<session>/n<i>`` (see :mod:`rlsim.host.cgroups`) and ``-m cgroup
+--path`` matches the packets their sockets send. Receivers are matched by the node's own address.
 
 Planning (which packets to drop) is pure data, apart from applying it. Every rule carries the
-comment ``rlsim:<session>`` and lives in chain ``RLSIM-<home id>-<slot>``, jumped to from OUTPUT
-(loopback traffic crosses OUTPUT once per packet, so one rule per direction suffices).
+comment ``rlsim:<home id>:<session>`` and lives in chain ``RLSIM-<home id>-<slot>``, jumped to from
+OUTPUT (loopback traffic crosses OUTPUT once per packet, so one rule per direction suffices).
 ``heal()`` removes the jump, flushes and deletes the chain; it is safe to call any number of times.
 """
 
@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from rlsim.host.cgroups import NodeGroup
 from rlsim.host.home import home_id
 from rlsim.host.layout import ClusterLayout
 
@@ -69,7 +70,7 @@ def grudge(nodes: Sequence[int], groups: Sequence[Sequence[int]]) -> dict[int, s
 
 
 def node_cgroup(session: str, index: int) -> str:
-    return f"rlsim/{session}/n{index}"
+    return NodeGroup(session, index).rel
 
 
 def partition_rules(
@@ -124,7 +125,7 @@ class Firewall:
     def __init__(self, slot: int, session: str) -> None:
         self.chain = chain_name(slot)
         self.guard = guard_chain(slot)
-        self.comment = f"rlsim:{session}"
+        self.comment = f"rlsim:{home_id()}:{session}"
         self.rules: list[Drop] = []
 
     @staticmethod

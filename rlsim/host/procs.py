@@ -1,9 +1,10 @@
 """Find and signal the processes of a simulated node by the labels in their environment.
 
 Every process rlsim starts (GCS, raylet, dashboard, agents, and the Ray workers the raylet forks)
-inherits ``RLSIM_SESSION`` and ``RLSIM_NODE``. Matching on the environment rather than on a pid
-tree matters: when a raylet dies its agents are re-parented and live on, and a reaper run after a
-crash has no tree to walk. Nothing here matches a process that rlsim did not label.
+inherits ``RLSIM_SESSION``, ``RLSIM_HOME_ID`` and ``RLSIM_NODE``. Matching on the environment
+rather than on a pid tree matters: when a raylet dies its agents are re-parented and live on, and
+a reaper run after a crash has no tree to walk. Nothing here matches a process that rlsim did not
+label, or that another rlsim home labelled (another user's, another CI job's).
 """
 
 from __future__ import annotations
@@ -14,25 +15,35 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from rlsim.host.home import home_id
+
 SESSION_VAR = "RLSIM_SESSION"
+HOME_VAR = "RLSIM_HOME_ID"  # the home that started it: a reaper acts on its own home's only
 NODE_VAR = "RLSIM_NODE"
 PROC = Path("/proc")
 
 
+def labels(session: str) -> dict[str, str]:
+    """The environment labels of every process a cluster session starts: its session and its
+    home's id (:func:`rlsim.host.home.home_id`); found, and killed, only by both."""
+    return {SESSION_VAR: session, HOME_VAR: home_id()}
+
+
 def _labels(pid: int) -> dict[str, str] | None:
-    """The rlsim labels of ``pid``, or None if it has none or is gone."""
+    """The rlsim labels of ``pid``, or None if it has none of this home, or is gone."""
     try:
         raw = (PROC / str(pid) / "environ").read_bytes()
     except OSError:
         return None
     if SESSION_VAR.encode() not in raw:
         return None
-    labels = {}
+    found = {}
     for item in raw.split(b"\0"):
         key, _, value = item.partition(b"=")
-        if key in (SESSION_VAR.encode(), NODE_VAR.encode()):
-            labels[key.decode()] = value.decode(errors="replace")
-    return labels if SESSION_VAR in labels else None
+        if key in (SESSION_VAR.encode(), NODE_VAR.encode(), HOME_VAR.encode()):
+            found[key.decode()] = value.decode(errors="replace")
+    # another home's process (another user's, another CI job's) is never this home's
+    return found if SESSION_VAR in found and found.get(HOME_VAR) == home_id() else None
 
 
 def _state(pid: int) -> str | None:
@@ -54,7 +65,8 @@ def stopped(pid: int) -> bool:
 
 
 def find(session: str | None = None, node: int | None = None) -> list[int]:
-    """Live (non-zombie) pids labelled with ``session`` (any rlsim session if None) and ``node``."""
+    """Live (non-zombie) pids of this home labelled with ``session`` (any rlsim session if None)
+    and ``node``."""
     me = os.getpid()
     pids = []
     for entry in PROC.iterdir():
@@ -73,7 +85,7 @@ def find(session: str | None = None, node: int | None = None) -> list[int]:
 
 
 def sessions() -> set[str]:
-    """Every rlsim session label that still has a live process on this machine."""
+    """Every rlsim session of this home that still has a live process on this machine."""
     found = set()
     for entry in PROC.iterdir():
         if entry.name.isdigit():

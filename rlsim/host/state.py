@@ -51,7 +51,8 @@ class ClusterState(BaseModel):
     owner_pid: int = Field(ge=1)
     detached: bool = False
     created: float = Field(default_factory=time.time)
-    cgroups: bool = Field(False, description="node i lives in cgroup rlsim/<session>/n<i>")
+    cgroups: bool = Field(False, description="node i lives in cgroup "
+                          "rlsim/<home id>.<session>/n<i>")
     pids: dict[int, int] = Field(default_factory=dict, description="node index -> raylet pid")
 
     @field_validator("session")

@@ -35,7 +35,7 @@ expect:
 
 def _rules(cluster_name: str) -> list[str]:
     out = subprocess.run(["iptables", "-S"], capture_output=True, text=True, check=True).stdout
-    return [line for line in out.splitlines() if f"rlsim:{cluster_name}-" in line]
+    return [line for line in out.splitlines() if f":{cluster_name}-" in line]
 
 
 @pytest.mark.root

@@ -4,6 +4,8 @@ from rlsim.host import iptables
 from rlsim.host.home import home_id
 from rlsim.host.layout import lay_out
 
+H = home_id()  # the cgroup of a node carries its home's id
+
 PLAN = lay_out(0, 4)
 
 
@@ -32,25 +34,25 @@ def test_grudge_rejects_bad_groups(groups, msg):
 def test_partition_drops_each_direction_by_sender_cgroup_and_receiver_address():
     rules = iptables.partition_rules(PLAN, "s1", [[3]])
     pairs = {(r.src, r.dst) for r in rules}
-    assert ("rlsim/s1/n3", "127.77.0.10") in pairs
-    assert ("rlsim/s1/n0", "127.77.0.13") in pairs
+    assert (f"rlsim/{H}.s1/n3", "127.77.0.10") in pairs
+    assert (f"rlsim/{H}.s1/n0", "127.77.0.13") in pairs
     assert len(rules) == 6  # 3 <-> {0,1,2}, both ways
     assert all(r.ports is None for r in rules)
 
 
 def test_block_port_from_one_source():
     rules = iptables.block_port_rules(PLAN, "s1", node=0, ports=(20000, 20000), sources=[2])
-    assert rules == [iptables.Drop("rlsim/s1/n2", "127.77.0.10", (20000, 20000))]
+    assert rules == [iptables.Drop(f"rlsim/{H}.s1/n2", "127.77.0.10", (20000, 20000))]
     args = rules[0].args("rlsim:s1")
-    assert args[:4] == ["-m", "cgroup", "--path", "rlsim/s1/n2"]
+    assert args[:4] == ["-m", "cgroup", "--path", f"rlsim/{H}.s1/n2"]
     assert "--dport" in args and "20000" in args and args[-1] == "DROP"
 
 
 def test_block_port_from_everyone_spares_the_node_itself():
     (rule,) = iptables.block_port_rules(PLAN, "s1", node=1, ports=(20080, 20119))
-    assert rule.exclude_src and rule.src == "rlsim/s1/n1" and rule.dst == "127.77.0.11"
+    assert rule.exclude_src and rule.src == f"rlsim/{H}.s1/n1" and rule.dst == "127.77.0.11"
     args = rule.args("c")
-    assert args[:5] == ["-m", "cgroup", "!", "--path", "rlsim/s1/n1"]
+    assert args[:5] == ["-m", "cgroup", "!", "--path", f"rlsim/{H}.s1/n1"]
     assert "20080:20119" in args
 
 
