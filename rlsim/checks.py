@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator
 
 from rlsim.contract import DETECTION_EVENTS
-from rlsim.fields import DAY, Strict, first_error, regex
+from rlsim.fields import DAY, Bounds, NodeIndex, Role, Step, Strict, first_error, regex
 from rlsim.files import read_file
 from rlsim.history import HARNESS_EVENTS, MAX_HISTORY, Outcome
 from rlsim.result import Verdict
@@ -43,6 +43,8 @@ class Check:
     # clusters (seconds to detect, to recover, to a failure; restarts): reports and JUnit
     # properties carry it
     figure: str | None = None
+    # checks that cannot hold in the same run (a run that completes does not fail)
+    excludes: tuple[str, ...] = ()
 
     def params(self, value: Any) -> Strict:
         """The parameters of an ``expect`` entry, long form or shorthand; ValueError says which
@@ -67,10 +69,12 @@ CHECKS: dict[str, Check] = {}
 
 
 def check(Params: type[Strict], scalar: Callable[[str, Any], dict] | None = None,
-          needs: tuple[str, ...] = (), figure: str | None = None):
+          needs: tuple[str, ...] = (), figure: str | None = None,
+          excludes: tuple[str, ...] = ()):
     """Register the decorated judge as the check of its name."""
     def register(judge: Callable[[Outcome, Any], Verdict]):
-        CHECKS[judge.__name__] = Check(judge.__name__, Params, judge, scalar, needs, figure)
+        CHECKS[judge.__name__] = Check(judge.__name__, Params, judge, scalar, needs, figure,
+                                       excludes)
         return judge
     return register
 
@@ -131,7 +135,7 @@ class Completes(Strict):
     pass
 
 
-@check(Completes, _true, needs=("run_end",))
+@check(Completes, _true, needs=("run_end",), excludes=("fails", "refused"))
 def completes(o: Outcome, p) -> Verdict:
     end = _end(o)
     ok = o.returncode == 0 and end is not None and end["status"] == "completed"
@@ -149,7 +153,8 @@ class Fails(Strict):
     _pattern = field_validator("pattern")(regex)
 
 
-@check(Fails, _text("pattern"), needs=("error",), figure="failed after (s)")
+@check(Fails, _text("pattern"), needs=("error",), figure="failed after (s)",
+       excludes=("completes", "refused"))
 def fails(o: Outcome, p) -> Verdict:
     errors = o.trainer("error")
     text = " | ".join(f"{e['kind']}: {e['message']}" for e in errors)
@@ -170,7 +175,7 @@ def fails(o: Outcome, p) -> Verdict:
 
 
 class ResumedFromStep(Strict):
-    step: int = Field(ge=0)
+    step: Step
 
 
 @check(ResumedFromStep, _count("step"), needs=("resume",))
@@ -181,9 +186,8 @@ def resumed_from_step(o: Outcome, p) -> Verdict:
                    f"{p.step}", evidence=_interesting(o))
 
 
-class Restarts(Strict):
-    min: int = Field(0, ge=0)
-    max: int | None = Field(None, ge=0)
+class Restarts(Bounds):
+    pass
 
 
 def _restarts(o: Outcome) -> list[dict]:
@@ -205,8 +209,8 @@ class PlacedOn(Strict):
     """Every placement of the trainer's workers (those holding ``role``, or all) lands on the
     nodes ``nodes`` (indices) only: e.g. never on a smaller spare node of a mixed cluster."""
 
-    nodes: list[int] = Field(min_length=1)
-    role: str | None = Field(None, description="actor, critic, ref, reward or rollout")
+    nodes: list[NodeIndex] = Field(min_length=1)
+    role: Role | None = Field(None, description="actor, critic, ref, reward or rollout")
 
 
 @check(PlacedOn, needs=("placement",))
@@ -224,7 +228,7 @@ def placed_on(o: Outcome, p) -> Verdict:
 
 
 class FinalStep(Strict):
-    step: int = Field(ge=0)
+    step: Step
 
 
 @check(FinalStep, _count("step"), needs=("step_end",))
@@ -380,13 +384,12 @@ def no_leaks(o: Outcome, p) -> Verdict:
                    "left behind: " + ", ".join(o.leaks))
 
 
-class Event(Strict):
+class Event(Bounds):
     """An event of this type appears at least ``min`` and at most ``max`` times: one the trainer
     logs, or one of Ray's own that the runner records (``ray_node_dead``, ``ray_actor_died``)."""
 
     type: str
-    min: int = Field(1, ge=0)
-    max: int | None = Field(None, ge=0)
+    min: int = Field(1, ge=0, le=10**6)
 
 
 @check(Event, _text("type"))
@@ -407,7 +410,7 @@ class Refused(Strict):
     _pattern = field_validator("pattern")(regex)
 
 
-@check(Refused, _text("pattern"))
+@check(Refused, _text("pattern"), excludes=("completes", "fails"))
 def refused(o: Outcome, p) -> Verdict:
     ok = o.refusal is not None and re.search(p.pattern, o.refusal) is not None
     if ok:

@@ -56,7 +56,11 @@ class EventLog:
                              "(the scenario runner sets it for the command it starts)")
         self.path = Path(where) / "events.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.attempt = int(os.environ.get(ATTEMPT_VAR, "0"))
+        attempt = os.environ.get(ATTEMPT_VAR, "0")
+        if not (attempt.isascii() and attempt.isdigit()):
+            raise ValueError(f"{ATTEMPT_VAR}={attempt!r}: the launch's number, 0 for the first; "
+                             "the scenario runner sets it (unset it to log as launch 0)")
+        self.attempt = int(attempt)
 
     def emit(self, type: str, **fields) -> dict:
         """Append one event; a type outside :data:`EVENT_TYPES` is refused (no check reads it)."""

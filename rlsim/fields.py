@@ -1,20 +1,64 @@
 """The base of every parameter model a scenario file fills in (a fault's, a check's, a section's):
-strict pydantic, unknown keys and non-finite numbers refused, and the shared field types."""
+strict pydantic (unknown keys, non-finite numbers, and values of another type such as ``yes`` for
+a number refused), and the shared field types.
+
+A field that names something of the cluster or the trainer says so in its type, with
+:class:`Refers`: a node index, a step, a role, a rank of a role. The scenario's reader resolves
+every such field against the scenario's own cluster and trainer (:func:`problem`, the one place
+that does), so a new fault or check gets those checks by using these types, never by a check per
+field name. What is known grows as the scenario is read: the cluster's shape when the file is
+parsed (node indices), then the trainer's facts from its adapter (the steps it runs, the ranks of
+each role). Facts nobody knows are not guessed: their checks are skipped, never failed.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+import typing
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-NodeRef = int | Literal["random"]
+
+@dataclass(frozen=True)
+class Refers:
+    """What a field names: ``node`` (an index of the cluster), ``step`` (a step the trainer
+    reaches), ``role`` (one the trainer runs), ``rank`` (of the role in the field ``of``)."""
+
+    kind: Literal["node", "step", "role", "rank"]
+    of: str | None = None
+
+
+ROLES = ("actor", "rollout", "ref", "critic", "reward")
+NodeIndex = Annotated[int, Field(ge=0, le=4095), Refers("node")]
+NodeRef = NodeIndex | Literal["random"]
+Step = Annotated[int, Field(ge=0, le=10**9), Refers("step")]
+Role = Annotated[Literal["actor", "rollout", "ref", "critic", "reward"], Refers("role")]
+Rank = Annotated[int, Field(ge=0, le=4096), Refers("rank", of="role")]
 DAY = 86400.0  # no fault, wait or run in a scenario lasts longer
 PORT_NAMES = re.compile(r"^(gcs|dashboard|client|(workers|daemons):(\d{1,2}))$")
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+
+class Bounds(Strict):
+    """A count between ``min`` and ``max`` (None: no upper bound); a ``min`` above ``max`` is
+    refused when both are written (``max: 0`` alone means never, whatever ``min``'s default)."""
+
+    min: int = Field(0, ge=0, le=10**6)
+    max: int | None = Field(None, ge=0, le=10**6)
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.max is not None and self.min > self.max and "min" not in self.model_fields_set:
+            self.min = self.max
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}: no count satisfies "
+                             "both; swap them or drop one")
+        return self
 
 
 def regex(pattern: str) -> str:
@@ -33,3 +77,68 @@ def first_error(e) -> str:
     field = ".".join(str(x) for x in err["loc"])
     msg = err["msg"].removeprefix("Value error, ")
     return f"{field}: {msg}" if field else msg
+
+
+@dataclass(frozen=True)
+class World:
+    """What a scenario's fields are resolved against. ``nodes``: the cluster's; ``total_steps``
+    and ``ranks`` (role -> ranks): the trainer's, None where its adapter cannot say; ``steps_knob``:
+    the setting that changes the steps."""
+
+    nodes: int
+    total_steps: int | None = None
+    ranks: dict[str, int] | None = None
+    steps_knob: str = "trainer.total_steps"
+
+
+def problem(params: BaseModel, world: World) -> tuple[str, str] | None:
+    """The first field of ``params`` that names something ``world`` does not have, as (field,
+    what is wrong and the fix); None when every reference resolves."""
+    for name, info in type(params).model_fields.items():
+        for ref in refers(info.annotation) + [m for m in info.metadata if isinstance(m, Refers)]:
+            value = getattr(params, name)
+            for v in _leaves(value):
+                if said := _resolve(ref, v, params, world):
+                    return name, said
+    return None
+
+
+def refers(annotation) -> list[Refers]:
+    """The references a type carries anywhere inside it (a union, a list, Optional)."""
+    found = []
+    if typing.get_origin(annotation) is typing.Annotated:
+        found += [m for m in annotation.__metadata__ if isinstance(m, Refers)]
+    for arg in typing.get_args(annotation):
+        if arg is not annotation:
+            found += refers(arg)
+    return list(dict.fromkeys(found))
+
+
+def _leaves(value) -> list:
+    if isinstance(value, list | tuple):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [] if value is None else [value]
+
+
+def _resolve(ref: Refers, v, params: BaseModel, world: World) -> str | None:
+    last = world.nodes - 1
+    if ref.kind == "node":
+        if v == "random":
+            return None if last >= 1 else ("random picks a node other than the head, and this "
+                                           "cluster has only the head: name node 0 or add nodes")
+        if isinstance(v, int) and not 0 <= v <= last:
+            return f"node {v} is outside the cluster (nodes 0-{last})"
+    elif ref.kind == "step" and world.total_steps is not None and isinstance(v, int):
+        if v > world.total_steps:
+            return (f"step {v} is never reached: the trainer stops at total_steps="
+                    f"{world.total_steps}; name an earlier step or raise {world.steps_knob}")
+    elif ref.kind == "role" and world.ranks is not None and v not in world.ranks:
+        return (f"role {v!r} is not in this run: its roles are {', '.join(sorted(world.ranks))}"
+                " (a GRPO run has no critic; a run without a reward model no reward role)")
+    elif ref.kind == "rank" and world.ranks is not None:
+        role = getattr(params, ref.of or "", None)
+        have = world.ranks.get(role)
+        if have is not None and isinstance(v, int) and v >= have:
+            return (f"rank {v} of role {role!r} does not exist: the run has {have} "
+                    f"({role} ranks 0-{have - 1})")
+    return None

@@ -20,6 +20,7 @@ from rlsim.files import FileRefused, read_file
 from trainer.errors import ConfigError
 
 MAX_CONFIG_BYTES = 1 << 20
+WEEK = 7 * 86400.0  # no wait of a run lasts longer (a timedelta beyond overflows)
 MAX_CONFIG_VALUES = 100_000
 RANGE_RE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
 
@@ -33,24 +34,26 @@ class ModelConfig(_Section):
     """A small GPT-2 causal LM (trainer.model), random init (no downloads)."""
 
     path: str | None = Field(None, description="local HF model dir; loads real weights instead")
-    n_layer: int = Field(2, ge=1, description="transformer blocks")
-    n_embd: int = Field(64, ge=8, description="hidden width")
-    n_head: int = Field(2, ge=1, description="attention heads (must divide n_embd)")
-    vocab_size: int = Field(12, ge=12, description="digits 0-9, '=', pad (fixtures' tokenizer)")
-    n_positions: int = Field(32, ge=8, description="longest prompt + response")
+    n_layer: int = Field(2, ge=1, le=64, description="transformer blocks")
+    n_embd: int = Field(64, ge=8, le=8192, description="hidden width")
+    n_head: int = Field(2, ge=1, le=128, description="attention heads (must divide n_embd)")
+    vocab_size: int = Field(12, ge=12, le=1_000_000,
+                            description="digits 0-9, '=', pad (fixtures' tokenizer)")
+    n_positions: int = Field(32, ge=8, le=65536, description="longest prompt + response")
 
 
 class DataConfig(_Section):
     path: str = Field("fixtures/data/digits.jsonl", description="prompt set (jsonl)")
-    prompts_per_step: int = Field(16, ge=1, description="prompts drawn per step (the batch)")
+    prompts_per_step: int = Field(16, ge=1, le=100_000,
+                                  description="prompts drawn per step (the batch)")
 
 
 class RolloutConfig(_Section):
     engine: Literal["torch", "vllm"] = Field("torch", description="torch: CPU sampler; vllm: GPU")
-    n_samples: int = Field(8, ge=1, description="responses per prompt (GRPO group size)")
-    response_length: int = Field(2, ge=1, description="tokens generated per response")
-    temperature: float = Field(1.0, gt=0, description="sampling temperature")
-    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per rollout engine")
+    n_samples: int = Field(8, ge=1, le=1024, description="responses per prompt (GRPO group size)")
+    response_length: int = Field(2, ge=1, le=4096, description="tokens generated per response")
+    temperature: float = Field(1.0, gt=0, le=100, description="sampling temperature")
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs per rollout engine")
     gpu_memory_utilization: float = Field(
         0.4, gt=0, le=1, description="vLLM: share of a GPU its KV cache reserves"
     )
@@ -64,24 +67,25 @@ class OptimConfig(_Section):
 
     engine: Literal["deepspeed", "ddp"] = Field("deepspeed", description="training engine")
     zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage (0 = plain DP)")
-    lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
-    warmup_steps: int = Field(0, ge=0, description="linear LR warm-up steps")
-    weight_decay: float = Field(0.0, ge=0)
-    grad_clip: float = Field(1.0, ge=0, description="global grad-norm clip (0 = off)")
-    micro_batch_size: int = Field(32, ge=1, description="sequences per forward/backward per rank")
+    lr: float = Field(1e-3, gt=0, le=10, description="AdamW learning rate")
+    warmup_steps: int = Field(0, ge=0, le=10**9, description="linear LR warm-up steps")
+    weight_decay: float = Field(0.0, ge=0, le=10)
+    grad_clip: float = Field(1.0, ge=0, le=1e6, description="global grad-norm clip (0 = off)")
+    micro_batch_size: int = Field(32, ge=1, le=65536,
+                                  description="sequences per forward/backward per rank")
     auto_micro_batch: bool = Field(
         False, description="halve micro_batch_size until the memory ledger fits (else OOM)"
     )
 
 
 class AlgoConfig(_Section):
-    ppo_epochs: int = Field(1, ge=1, description="passes over each batch")
-    mini_batches: int = Field(1, ge=1, description="optimizer steps per pass")
-    clip_ratio: float = Field(0.2, gt=0, description="PPO ratio clip")
-    kl_coef: float = Field(0.01, ge=0, description="KL to the frozen reference")
+    ppo_epochs: int = Field(1, ge=1, le=100, description="passes over each batch")
+    mini_batches: int = Field(1, ge=1, le=1024, description="optimizer steps per pass")
+    clip_ratio: float = Field(0.2, gt=0, le=10, description="PPO ratio clip")
+    kl_coef: float = Field(0.01, ge=0, le=1e3, description="KL to the frozen reference")
     gamma: float = Field(1.0, ge=0, le=1, description="PPO discount")
     lam: float = Field(0.95, ge=0, le=1, description="PPO GAE lambda")
-    value_clip: float = Field(0.2, gt=0, description="PPO value clip")
+    value_clip: float = Field(0.2, gt=0, le=1e3, description="PPO value clip")
 
 
 class PlacementConfig(_Section):
@@ -92,8 +96,8 @@ class PlacementConfig(_Section):
     (``rollout: 0-19``, ``ref: 20-23``, ``actor: 24-31``).
     """
 
-    nnodes: int = Field(2, ge=1, description="nodes the run uses")
-    gpus_per_node: int = Field(1, ge=1, description="GPUs the run uses on each node")
+    nnodes: int = Field(2, ge=1, le=4096, description="nodes the run uses")
+    gpus_per_node: int = Field(1, ge=1, le=64, description="GPUs the run uses on each node")
     mode: Literal["colocated", "disaggregated"] = "colocated"
     roles: dict[str, str] = Field(default_factory=dict, description="role -> 'a-b' (disaggregated)")
 
@@ -109,24 +113,31 @@ class PlacementConfig(_Section):
 class MemoryConfig(_Section):
     """The fake-GPU memory ledger (real GPUs report real CUDA OOMs instead)."""
 
-    gpu_memory_gb: float | None = Field(None, description="per GPU; default: the node's label")
+    gpu_memory_gb: float | None = Field(None, gt=0, le=4096,
+                                        description="per GPU; default: the node's label")
     model_params_b: float | None = Field(
-        None, description="account as if the model had this many billion parameters"
+        None, gt=0, le=100_000,
+            description="account as if the model had this many billion parameters"
     )
-    dtype_bytes: int = Field(2, description="bytes per weight/grad on GPU (bf16)")
-    reserve_gb: float = Field(0.0, ge=0, description="taken on every GPU by something else")
+    dtype_bytes: int = Field(2, ge=1, le=8, description="bytes per weight/grad on GPU (bf16)")
+    reserve_gb: float = Field(0.0, ge=0, le=4096,
+                              description="taken on every GPU by something else")
 
 
 class FaultToleranceConfig(_Section):
     """Every wait is bounded: nothing the driver does can hang."""
 
-    max_restarts: int = Field(2, ge=0, description="rebuilds after a lost worker or node")
-    resources_timeout_s: float = Field(60, gt=0, description="wait for the GPUs the run needs")
-    init_timeout_s: float = Field(180, gt=0, description="worker start and process-group setup")
-    step_timeout_s: float = Field(120, gt=0, description="any single role call")
-    collective_timeout_s: float = Field(30, gt=0, description="gloo/NCCL process-group timeout")
+    max_restarts: int = Field(2, ge=0, le=1000, description="rebuilds after a lost worker or node")
+    resources_timeout_s: float = Field(60, gt=0, le=WEEK,
+                                       description="wait for the GPUs the run needs")
+    init_timeout_s: float = Field(180, gt=0, le=WEEK,
+                                  description="worker start and process-group setup")
+    step_timeout_s: float = Field(120, gt=0, le=WEEK, description="any single role call")
+    collective_timeout_s: float = Field(30, gt=0, le=WEEK,
+                                        description="gloo/NCCL process-group timeout")
     gcs_reconnect_timeout_s: float = Field(
-        15, gt=0, description="how long the driver waits for a lost head (GCS) before failing")
+        15, gt=0, le=WEEK,
+            description="how long the driver waits for a lost head (GCS) before failing")
 
 
 class LoggingConfig(_Section):
@@ -137,11 +148,12 @@ class TrainerConfig(_Section):
     """Everything one run needs; the first five keys always exist."""
 
     run_dir: str = Field("runs/default", description="events, metrics and checkpoints go here")
-    total_steps: int = Field(20, ge=1, description="train until this global step")
-    save_freq: int = Field(10, ge=0, description="checkpoint every N steps (0 = only at the end)")
+    total_steps: int = Field(20, ge=1, le=10**9, description="train until this global step")
+    save_freq: int = Field(10, ge=0, le=10**9,
+                           description="checkpoint every N steps (0 = only at the end)")
     seed: int = Field(1, ge=0, lt=2**63, description="seeds model init, data order, sampling")
     resume: str = Field("auto", description="auto | disable | <checkpoint dir>")
-    keep_last: int = Field(3, ge=1, description="checkpoints kept")
+    keep_last: int = Field(3, ge=1, le=1000, description="checkpoints kept")
     checkpoint_dir: str = Field("", description="where checkpoints go (default <run_dir>/"
                                 "checkpoints); every node must see it: storage all nodes share")
     algorithm: Literal["grpo", "ppo"] = "grpo"

@@ -50,10 +50,12 @@ class TrainerLaunch:
 @dataclass(frozen=True)
 class TrainerFacts:
     """What a scenario is checked against when it is read, as the adapter knows it: the steps
-    the trainer runs (None: unknown) and the setting that changes them."""
+    the trainer runs and the setting that changes them, the ranks of each role it runs (None:
+    not known)."""
 
     total_steps: int | None
     steps_knob: str = "trainer.total_steps"
+    ranks: dict[str, int] | None = None
 
 
 class TrainerProblem(ValueError):

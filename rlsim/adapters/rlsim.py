@@ -26,6 +26,7 @@ class RlsimAdapter(Adapter):
         it, through its own pre-flight (data, model, resume, placement)."""
         from trainer.config import load_config, preflight
         from trainer.errors import ConfigError
+        from trainer.placement import plan_placement
 
         config = resolve(trainer.config)
         if not config.is_file():
@@ -44,11 +45,13 @@ class RlsimAdapter(Adapter):
                                       "point data.path at a jsonl file such as "
                                       "fixtures/data/digits.jsonl")
                 preflight(cfg)
+                plan = plan_placement(cfg)
         except ConfigError as e:
             if any(re.search(pattern, str(e)) for pattern in refusals):
                 return None  # the scenario's story is this refusal
             raise _problem(trainer, " ".join(str(e).split())) from None
-        return TrainerFacts(cfg.total_steps, "total_steps in trainer.overrides")
+        ranks = {role: len(plan.of(role)) for role in cfg.roles()}
+        return TrainerFacts(cfg.total_steps, "total_steps in trainer.overrides", ranks)
 
 
 def _problem(trainer, msg: str) -> TrainerProblem:

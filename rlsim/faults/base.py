@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rlsim.backends.base import Backend, CutsNetwork, Unsupported
-from rlsim.fields import Strict
+from rlsim.fields import Strict, World, problem
 from rlsim.host.iptables import Drop
 
 
@@ -103,18 +103,10 @@ class Fault:
     @classmethod
     def cluster_problem(cls, params, shape) -> tuple[str, str] | None:
         """Why these parameters cannot apply to a cluster of ``shape`` (a ``ClusterShape``), as
-        (field, what is wrong and the fix), or None: every node they name is in the cluster, and
-        ``random`` has a node other than the head to pick. Read with the scenario, and by hand
+        (field, what is wrong and the fix), or None: every node its fields name (by their type,
+        :class:`rlsim.fields.Refers`) is in the cluster. Read with the scenario, and by hand
         before anything is done. Subclasses add what they know (a head that cannot restart)."""
-        last = shape.nodes - 1
-        for name in ("node", "sources", "groups"):
-            for n in node_indices(getattr(params, name, None)):
-                if not 0 <= n <= last:
-                    return name, f"node {n} is outside the cluster (nodes 0-{last})"
-        if getattr(params, "node", None) == "random" and last < 1:
-            return "node", ("random picks a node other than the head, and this cluster has only "
-                            "the head: name node 0 or add nodes")
-        return None
+        return problem(params, World(shape.nodes))
 
     @classmethod
     def trainer_problem(cls, params, trainer, adapter) -> tuple[str, str] | None:
@@ -213,15 +205,6 @@ class FirewallFault(Fault):
                  for r in self.held["rules"]]
         self.ctx.cluster.remove_rules(rules)
         return {"rules_removed": len(rules)}
-
-
-def node_indices(value) -> list[int]:
-    """The node indices a parameter value names (an index, or lists of them)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return [value]
-    if isinstance(value, list):
-        return [n for v in value for n in node_indices(v)]
-    return []
 
 
 def _number(text: str):

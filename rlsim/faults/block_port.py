@@ -3,7 +3,7 @@
 from pydantic import Field, field_validator
 
 from rlsim.faults.base import FirewallFault
-from rlsim.fields import PORT_NAMES, Strict
+from rlsim.fields import PORT_NAMES, NodeIndex, Strict
 
 
 class BlockPort(FirewallFault):
@@ -13,10 +13,10 @@ class BlockPort(FirewallFault):
     cli_args = ("node", "port")
 
     class Params(Strict):
-        node: int = Field(description="the node whose port is blocked")
+        node: NodeIndex = Field(description="the node whose port is blocked")
         port: str | int | list[int] = Field(
             description="gcs | dashboard | workers:<i> | 6379 | [lo, hi]")
-        sources: list[int] | None = Field(None,
+        sources: list[NodeIndex] | None = Field(None,
                                           description="nodes that lose it (default: all others)")
 
         @field_validator("port")
@@ -37,6 +37,9 @@ class BlockPort(FirewallFault):
 
     @classmethod
     def cluster_problem(cls, params, shape):
+        if params.sources is not None and params.node in params.sources:
+            return "sources", (f"node {params.node} is the node whose port is blocked: a node "
+                               "always reaches its own ports; drop it from sources")
         m = PORT_NAMES.match(params.port) if isinstance(params.port, str) else None
         if m and m.group(3) is not None and int(m.group(3)) >= shape.nodes:
             return "port", (f"{params.port!r} names node {m.group(3)}, outside the cluster "

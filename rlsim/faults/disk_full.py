@@ -36,8 +36,8 @@ class DiskFull(Fault):
         @field_validator("path")
         @classmethod
         def _inside_run(cls, path: str) -> str:
-            parts = path.split("/")
-            if path.startswith("/") or ".." in parts or not path.strip("/"):
+            parts = [p for p in path.split("/") if p not in ("", ".")]
+            if path.startswith("/") or ".." in parts or not parts or "\0" in path:
                 raise ValueError(f"{path!r}: name a directory inside the run directory, such as "
                                  "checkpoints (the trainer's default checkpoint_dir)")
             return path

@@ -9,14 +9,11 @@ signals that pid only, on the host that runs it.
 
 import ipaddress
 import re
-from typing import Literal
-
-from pydantic import Field
 
 from rlsim.backends.base import KillsProcesses
 from rlsim.backends.ray_state import alive_actors
 from rlsim.faults.base import Fault
-from rlsim.fields import Strict
+from rlsim.fields import Rank, Role, Strict
 from rlsim.host.home import auth_token_path
 
 
@@ -26,8 +23,8 @@ class KillRole(Fault):
     harms_real_cluster = True
 
     class Params(Strict):
-        role: Literal["actor", "rollout", "ref", "critic", "reward"]
-        rank: int = Field(0, ge=0, le=4096)
+        role: Role
+        rank: Rank = 0
 
     @classmethod
     def trainer_problem(cls, params, trainer, adapter):

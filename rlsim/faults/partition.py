@@ -3,7 +3,7 @@
 from pydantic import Field, field_validator
 
 from rlsim.faults.base import FirewallFault
-from rlsim.fields import Strict
+from rlsim.fields import NodeIndex, Strict
 
 
 class Partition(FirewallFault):
@@ -14,12 +14,12 @@ class Partition(FirewallFault):
     may_down_node = True
 
     class Params(Strict):
-        groups: list[list[int]] = Field(
+        groups: list[list[NodeIndex]] = Field(
             min_length=1, description="node groups cut off from the rest and each other")
 
         @field_validator("groups")
         @classmethod
-        def _each_node_once(cls, groups: list[list[int]]) -> list[list[int]]:
+        def _each_node_once(cls, groups: list[list[NodeIndex]]) -> list[list[NodeIndex]]:
             seen: set[int] = set()
             for group in groups:
                 if not group:

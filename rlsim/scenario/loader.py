@@ -24,6 +24,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rlsim.adapters import ADAPTERS
 from rlsim.adapters.base import TrainerProblem
+from rlsim.fields import World
 from rlsim.files import FileRefused, read_file
 from rlsim.scenario.schema import Scenario
 
@@ -145,6 +146,9 @@ def _compose(p: Path, loader) -> tuple[Node | None, dict[tuple, int]]:
             path = _attach(p, stack[-1], node, lines) if stack else ()
             if isinstance(node, ScalarNode):
                 _check_number(p, loader, node, path)
+                if "\0" in node.value:  # a path or a name cut short by every C API it reaches
+                    raise ScenarioError(f"{p}:{line}: {_dotted(path)}: a NUL byte in a value "
+                                        "(written \\0 or \\x00 in quotes); remove it")
             root = node if root is None else root
             if not isinstance(node, ScalarNode):
                 if len(stack) >= MAX_DEPTH:
@@ -253,10 +257,14 @@ def _check_against_trainer(p: Path, lines: dict[tuple, int], sc: Scenario) -> No
         raise ScenarioError(f"{p}:{_line_of(lines, e.where)}: {e.field}: {e}") from None
     if facts is None:  # refused, as the scenario expects
         return
-    for i, fault in enumerate(sc.faults):  # a fault at a step never reached would never fire
-        if facts.total_steps is not None and fault.at.step is not None and \
-                fault.at.step > facts.total_steps:
-            raise ScenarioError(
-                f"{p}:{_line_of(lines, ('faults', i, 'at', 'step'))}: faults[{i}].at.step: step "
-                f"{fault.at.step} is never reached, the trainer stops at total_steps="
-                f"{facts.total_steps}; fire earlier or raise {facts.steps_knob}")
+    world = World(sc.cluster.nodes, facts.total_steps, facts.ranks, facts.steps_knob)
+    found = sc.problems(world)  # steps never reached, roles and ranks the run does not have
+    if found:
+        raise ScenarioError("\n".join(f"{p}:{_line_of(lines, _key_path(where))}: {where}: {said}"
+                                       for where, said in found))
+
+
+def _key_path(where: str) -> tuple:
+    """``faults[2].at.step`` -> ("faults", 2, "at", "step"), for the line of a field."""
+    return tuple(int(part) if part.isdigit() else part
+                 for part in where.replace("[", ".").replace("]", "").split("."))

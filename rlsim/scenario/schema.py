@@ -17,7 +17,7 @@ A scenario reads top to bottom as a story::
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -34,11 +34,16 @@ from rlsim.adapters.base import placeholder_problem
 from rlsim.backends import DEFAULT, BackendName
 from rlsim.checks import CHECKS
 from rlsim.faults import FAULTS
-from rlsim.fields import DAY, Strict, first_error, regex
+from rlsim.fields import DAY, Refers, Strict, World, first_error, problem, regex
 from rlsim.history import HARNESS_EVENTS
 from rlsim.host.spec import ClusterShape, per_node_problem
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# what the runner sets for every launch of a trainer, and why
+RUNNER_ENV = {"RAY_ADDRESS": "the cluster's own GCS address", "RLSIM_RUN_DIR": "the run directory",
+              "RLSIM_ATTEMPT": "the launch's number", "RAY_AUTH_MODE": "the cluster's token auth",
+              "RAY_AUTH_TOKEN_PATH": "the cluster's token"}
 # The tag of the slow tier: scenarios minutes long on a 2-core machine (full-scale ranks) that the
 # test command leaves out. pytest runs them with --rlsim-slow; `rlsim run` runs one named by its
 # file, and those in a folder with --slow.
@@ -49,6 +54,7 @@ class ClusterSection(ClusterShape):
     """The scenario's cluster: its shape (:class:`rlsim.host.spec.ClusterShape`, defaults and limits
     shared with the CLI and the fixture) and how the scenario runs on it."""
 
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     backend: BackendName = DEFAULT
     checkpoint_storage: Literal["shared", "node_local"] = Field(
         "shared",
@@ -108,6 +114,18 @@ class TrainerSection(Strict):
                 raise ValueError(f"roles.{role}: {e}") from None
         return roles
 
+    @field_validator("env")
+    @classmethod
+    def _not_ours(cls, env: dict[str, str]) -> dict[str, str]:
+        for key in env:
+            if key in RUNNER_ENV:
+                raise ValueError(f"env.{key}: rlsim sets {key} for every launch ({RUNNER_ENV[key]}"
+                                 "); a value here would silently replace it: drop it")
+            if not ENV_KEY.match(key):
+                raise ValueError(f"env: {key!r} is not an environment variable name (letters, "
+                                 "digits and _, not starting with a digit)")
+        return env
+
     @field_validator("overrides")
     @classmethod
     def _keys_ok(cls, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -142,13 +160,17 @@ class TrainerSection(Strict):
         for arg in self.command:
             if problem := placeholder_problem(arg):
                 raise ValueError(f"command: {problem}")
+        if self.command[0] == "{python}" and len(self.command) == 1:
+            raise ValueError("command: [\"{python}\"] alone starts an interpreter that waits on "
+                             "its input until the run times out; give the script: [\"{python}\", "
+                             "\"train.py\", ...] (or -m module)")
         return self
 
 
 class At(Strict):
     """When a fault fires: at a trainer step, seconds after the trainer started, or an event."""
 
-    step: int | None = Field(None, ge=1)
+    step: Annotated[int, Field(ge=1, le=10**9), Refers("step")] | None = None
     seconds: float | None = Field(None, ge=0, le=DAY)
     event: str | None = None
 
@@ -164,7 +186,7 @@ class At(Strict):
 class FaultEntry(BaseModel):
     """``{at: {...}, <fault>: {...}, for_s: S}``: one fault, when, and for how long."""
 
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False, strict=True)
     _params: Strict = PrivateAttr()
     at: At
     for_s: float | None = Field(None, gt=0, le=DAY,
@@ -249,12 +271,49 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
-    def _fit_the_cluster(self) -> Scenario:
-        """Each fault's parameters against this cluster (:meth:`Fault.cluster_problem`)."""
+    def _no_contradictions(self) -> Scenario:
+        """Checks that cannot hold together, and faults that cannot both happen."""
+        names = [name for name, _ in self.checks()]
+        for i, name in enumerate(names):
+            if clash := next((n for n in CHECKS[name].excludes if n in names), None):
+                raise ValueError(f"expect[{i}].{name}: cannot hold in the same run as "
+                                 f"expect[{names.index(clash)}].{clash}; keep the one the story "
+                                 "expects")
+        held: dict[tuple, int] = {}  # (node, when) -> the fault that takes it out of service
         for i, fault in enumerate(self.faults):
-            if problem := FAULTS[fault.kind].cluster_problem(fault.params, self.cluster):
-                raise ValueError(f"faults[{i}].{fault.kind}.{problem[0]}: {problem[1]}")
+            node = getattr(fault.params, "node", None)
+            if not FAULTS[fault.kind].holds_node or node is None or node == "random":
+                continue
+            when = (node, fault.at.step, fault.at.seconds, fault.at.event)
+            if when in held:
+                raise ValueError(f"faults[{i}].{fault.kind}.node: node {node} is already out of "
+                                 f"service at that moment (faults[{held[when]}]); fire the "
+                                 "second one later, or drop it")
+            held[when] = i
         return self
+
+    @model_validator(mode="after")
+    def _fit_the_cluster(self) -> Scenario:
+        """Each fault's and check's parameters against this cluster (:meth:`Fault.cluster_problem`,
+        the references of :mod:`rlsim.fields`)."""
+        for where, found in self.problems(World(self.cluster.nodes)):
+            raise ValueError(f"{where}: {found}")
+        return self
+
+    def problems(self, world: World) -> list[tuple[str, str]]:
+        """(field, what is wrong and the fix) for every fault and check parameter that names
+        something ``world`` does not have."""
+        out = []
+        for i, fault in enumerate(self.faults):
+            if found := FAULTS[fault.kind].cluster_problem(fault.params, self.cluster) or \
+                    problem(fault.params, world):
+                out.append((f"faults[{i}].{fault.kind}.{found[0]}", found[1]))
+            if found := problem(fault.at, world):
+                out.append((f"faults[{i}].at.{found[0]}", found[1]))
+        for i, (name, params) in enumerate(self.checks()):
+            if found := problem(params, world):
+                out.append((f"expect[{i}].{name}.{found[0]}", found[1]))
+        return out
 
     @property
     def slow(self) -> bool:
