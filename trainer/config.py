@@ -153,6 +153,10 @@ class TrainerConfig(_Section):
                            description="checkpoint every N steps (0 = only at the end)")
     seed: int = Field(1, ge=0, lt=2**63, description="seeds model init, data order, sampling")
     resume: str = Field("auto", description="auto | disable | <checkpoint dir>")
+    step_delay_s: float = Field(0.0, ge=0, le=60,
+                                description="seconds added to every step, as a slower machine or "
+                                "model would take: a scenario's story must not depend on how fast "
+                                "steps go")
     keep_last: int = Field(3, ge=1, le=1000, description="checkpoints kept")
     checkpoint_dir: str = Field("", description="where checkpoints go (default <run_dir>/"
                                 "checkpoints); every node must see it: storage all nodes share")

@@ -165,6 +165,7 @@ class Run:
                 idx = self.loader.next_indices()
                 seeds = [_mix(cfg.seed, self.step, i) for i in idx]
                 metrics = step_fn(roles, self.prompts[idx], seeds, cfg)
+                time.sleep(cfg.step_delay_s)  # a slower machine's step (0 by default)
                 self.step += 1
                 dt = time.monotonic() - t0
                 rows = len(idx) * cfg.rollout.n_samples

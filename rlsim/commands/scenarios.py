@@ -18,6 +18,7 @@ from rlsim.backends import BACKENDS, DEFAULT, cluster_class, described, unknown
 from rlsim.backends.base import Unsupported
 from rlsim.result import ScenarioResult, write_summary
 from rlsim.scenario.loader import ScenarioError, discover, load
+from rlsim.scenario.schema import parse_overrides
 
 console = Console(soft_wrap=True)
 
@@ -83,6 +84,10 @@ def run(
                               "folder holds (a file named on its own always runs)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="list each scenario as runnable or "
                                  "skipped, with the reason, touching no cluster"),
+    override: Annotated[list[str] | None, typer.Option(
+        "--override", metavar="KEY=VALUE", help="a reference-trainer override for every scenario "
+        "that runs it (repeatable), e.g. step_delay_s=0.1: the same stories on slower "
+        "steps")] = None,
     allow_disruptive: bool = typer.Option(
         False, "--allow-disruptive", help="with --backend real: run scenarios whose faults kill "
         "nodes or processes, take GPU memory or damage checkpoints (refused otherwise)"),
@@ -92,13 +97,18 @@ def run(
     from rlsim.scenario.pool import Pool, hand_on_order
 
     named = {p.resolve() for p in paths if p.is_file()}
+    try:
+        extra = parse_overrides(override or [])
+    except ValueError as e:
+        console.print(str(e), style="red", markup=False, highlight=False)
+        raise typer.Exit(2) from None
     scenarios = []
     for path, sc in _load_all(paths):  # all valid before anything starts
         if sc.slow and not slow and path.resolve() not in named:
             console.print(f"[yellow]SKIP[/] {sc.name}: slow tier; name its file or pass --slow",
                           highlight=False)
         else:
-            scenarios.append(sc)
+            scenarios.append(sc.with_overrides(extra))
     if problem := unknown(backend):
         console.print(problem, style="red", markup=False, highlight=False)
         raise typer.Exit(2)

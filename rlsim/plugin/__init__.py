@@ -45,6 +45,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     default=False, help="with --backend real: run scenarios whose faults kill "
                     "nodes or processes, take GPU memory or damage checkpoints (refused "
                     "otherwise)")
+    group.addoption("--rlsim-override", dest="rlsim_overrides", action="append", default=[],
+                    metavar="KEY=VALUE", help="a reference-trainer override for every scenario "
+                    "that runs it (repeatable), e.g. step_delay_s=0.1: the catalogue on slower "
+                    "steps")
     group.addoption("--no-reuse", dest="rlsim_no_reuse", action="store_true", default=False,
                     help="start and stop a cluster per scenario (default: scenarios of one shape "
                          "share a cluster within a worker, checked clean in between)")

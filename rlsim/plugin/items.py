@@ -18,6 +18,7 @@ from rlsim.result import ScenarioResult
 from rlsim.scenario.loader import ScenarioError, load
 from rlsim.scenario.pool import scenario_key
 from rlsim.scenario.runner import play
+from rlsim.scenario.schema import parse_overrides
 
 
 def shape_scheduler(config: pytest.Config, log):
@@ -38,6 +39,14 @@ def shape_scheduler(config: pytest.Config, log):
             return super()._split_scope(nodeid)
 
     return ShapeScopeScheduling(config, log)
+
+
+def overrides(config: pytest.Config) -> dict:
+    """``--rlsim-override KEY=VALUE`` options as the reference trainer's overrides."""
+    try:
+        return parse_overrides(config.getoption("rlsim_overrides") or [])
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 class ScenarioFailed(Exception):
@@ -90,8 +99,9 @@ class ScenarioItem(pytest.Item):
         report = self.config.getoption("rlsim_report")
         out = Path(report) / self.scenario.name if report else \
             self.config._tmp_path_factory.mktemp(self.scenario.name)
+        scenario = self.scenario.with_overrides(overrides(self.config))
         try:
-            result = play(self.scenario, out, backend=backend,
+            result = play(scenario, out, backend=backend,
                           ray_address=self.config.getoption("rlsim_ray_address"),
                           pool=scenario_pool(self.config))
         except Unsupported as e:

@@ -28,7 +28,11 @@ class Schedule:
 
 
 def _reached(entry: FaultEntry, events: list[dict], elapsed: float) -> bool:
-    at = entry.at
+    return reached(entry.at, events, elapsed)
+
+
+def reached(at, events: list[dict], elapsed: float) -> bool:
+    """Whether ``at`` (a step, an event, seconds after the trainer started) has happened."""
     if at.seconds is not None:
         return elapsed >= at.seconds
     wanted = at.event or "step_end"
@@ -47,7 +51,8 @@ class Nemesis:
         self.faults: dict[int, Fault] = {i: FAULTS[e.kind](e.params, ctx)
                                          for i, e in enumerate(entries)}
         self.fired: list[Fault] = []
-        self.heal_at: list[tuple[float, Fault]] = []
+        self.heal_at: list[tuple[float, Fault]] = []  # for_s: healed at a monotonic time
+        self.heal_when: list[tuple[object, float, Fault]] = []  # heal_at: (when, fired at)
 
     def setup(self) -> None:
         """Each fault's preparation, before the trainer starts (raises: the scenario fails)."""
@@ -55,13 +60,17 @@ class Nemesis:
             fault.setup()
 
     def tick(self, events: list[dict], elapsed: float) -> None:
-        """Fire what is due; heal what has lasted its ``for_s``."""
+        """Fire what is due; heal what has lasted its ``for_s`` or reached its ``heal_at``."""
         for i, entry in self.schedule.due(events, elapsed):
             self._fire(i, entry)
         now = time.monotonic()
         for when, fault in [h for h in self.heal_at if h[0] <= now]:
             self.heal_at.remove((when, fault))
             self.heal(fault)
+        for h in [h for h in self.heal_when
+                  if reached(h[0], [e for e in events if e.get("ts", 0) >= h[1]], elapsed)]:
+            self.heal_when.remove(h)  # only what happened after the fault fired counts
+            self.heal(h[2])
 
     def _fire(self, i: int, entry: FaultEntry) -> None:
         fault = self.faults[i]
@@ -79,6 +88,8 @@ class Nemesis:
             self.on_progress({"type": "fault_injected", "fault": entry.kind, **did})
         if entry.for_s:
             self.heal_at.append((time.monotonic() + entry.for_s, fault))
+        if entry.heal_at is not None:
+            self.heal_when.append((entry.heal_at, fired, fault))
 
     def heal(self, fault: Fault) -> None:
         """Heal one fault (safe twice), logging what was undone or why it could not be."""

@@ -191,6 +191,9 @@ class FaultEntry(BaseModel):
     at: At
     for_s: float | None = Field(None, gt=0, le=DAY,
                                 description="heal after S seconds (else at the end)")
+    heal_at: At | None = Field(None, description="heal when this happens (the shape of at: a "
+                               "step, an event, seconds after the trainer started); a story that "
+                               "needs X before Y says so with events, never with seconds")
 
     @model_validator(mode="after")
     def _one_fault(self) -> FaultEntry:
@@ -200,6 +203,8 @@ class FaultEntry(BaseModel):
             raise ValueError(f"unknown fault {unknown[0]!r}; known: {', '.join(FAULTS)}")
         if len(names) != 1:
             raise ValueError(f"one fault per entry, found {names or 'none'}")
+        if self.for_s is not None and self.heal_at is not None:
+            raise ValueError("heal_at: give for_s or heal_at, not both")
         try:  # validated once, kept as the fault's parameters
             self._params = FAULTS[names[0]].Params.model_validate(
                 self.model_extra[names[0]] or {})
@@ -315,6 +320,16 @@ class Scenario(Strict):
                 out.append((f"expect[{i}].{name}.{found[0]}", found[1]))
         return out
 
+    def with_overrides(self, extra: dict[str, Any]) -> Scenario:
+        """This scenario with more reference-trainer overrides (``--override``): the same story
+        on another knob (a slower step, ``step_delay_s``), for every scenario of a catalogue.
+        Scenarios of other adapters are returned as they are."""
+        if not extra or self.trainer.adapter != "rlsim":
+            return self
+        trainer = self.trainer.model_copy(update={"overrides": {**self.trainer.overrides,
+                                                                **extra}})
+        return self.model_copy(update={"trainer": trainer})
+
     @property
     def slow(self) -> bool:
         return SLOW in self.tags
@@ -342,8 +357,9 @@ class Scenario(Strict):
 
     def named_events(self) -> list[tuple[str, str]]:
         """(field, event type) for every event a fault waits for or an ``event`` check counts."""
-        named = [(f"faults[{i}].at.event", f.at.event) for i, f in enumerate(self.faults)
-                 if f.at.event is not None]
+        named = [(f"faults[{i}].{key}.event", at.event) for i, f in enumerate(self.faults)
+                 for key, at in (("at", f.at), ("heal_at", f.heal_at))
+                 if at is not None and at.event is not None]
         return named + [(f"expect[{i}].event.type", p.type)
                         for i, (name, p) in enumerate(self.checks()) if name == "event"]
 
@@ -353,3 +369,21 @@ class Scenario(Strict):
             self._parsed = [(name, CHECKS[name].params(p))
                             for entry in self.expect for name, p in entry.items()]
         return self._parsed
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` words (``--override``) as reference-trainer overrides, values read as YAML
+    as in a scenario file; ValueError naming the word and the fix."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not OVERRIDE_KEY.match(key):
+            raise ValueError(f"--override {item!r}: write KEY=VALUE with a dotted config key, "
+                             "e.g. step_delay_s=0.1")
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise ValueError(f"--override {item!r}: the value is not YAML ({e})") from None
+    return out

@@ -57,3 +57,25 @@ def test_timed_and_final_heals_share_one_guarded_path(monkeypatch):
     assert types == [("fault_injected", "kill_node"), ("fault_injected", "pause_node"),
                      ("fault_heal_error", "kill_node"), ("fault_healed", "pause_node")]
     assert Flaky.calls == ["inject", "undo"]
+
+
+def test_heal_at_waits_for_its_event_after_the_fault_fired_not_for_a_clock(monkeypatch):
+    monkeypatch.setitem(nem.FAULTS, "pause_node", Plain)
+    entry = FaultEntry.model_validate({"at": {"step": 2}, "pause_node": {"node": 2},
+                                       "heal_at": {"event": "resume"}})
+    outcome = Outcome(scenario=None, run_dir=Path("."))
+    n = nem.Nemesis([entry], FaultContext(None, Path("."), random.Random(0)), Recorder(outcome))
+    early = {"ts": time.time() - 5, "type": "resume", "from_step": 0}  # before the fault
+    n.tick([early, {"ts": time.time(), "type": "step_end", "step": 2}], 1.0)
+    n.tick([early], 600.0)  # no clock heals it: ten minutes on, still in force
+    assert [e["type"] for e in outcome.timeline] == ["fault_injected"]
+    n.tick([early, {"ts": time.time() + 1, "type": "resume", "from_step": 2}], 601.0)
+    assert [e["type"] for e in outcome.timeline] == ["fault_injected", "fault_healed"]
+
+
+def test_for_s_and_heal_at_together_are_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="give for_s or heal_at, not both"):
+        FaultEntry.model_validate({"at": {"step": 2}, "pause_node": {"node": 2}, "for_s": 3,
+                                   "heal_at": {"event": "resume"}})
