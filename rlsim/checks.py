@@ -62,7 +62,7 @@ class Check:
         try:
             return self.Params.model_validate(value)
         except ValidationError as e:
-            raise ValueError(f"{self.name}.{first_error(e)}") from None
+            raise ValueError(first_error(e, self.name)) from None
 
 
 CHECKS: dict[str, Check] = {}

@@ -71,12 +71,15 @@ def regex(pattern: str) -> str:
     return pattern
 
 
-def first_error(e) -> str:
-    """A pydantic ValidationError as ``field: what is wrong`` (its first problem)."""
+def first_error(e, within: str = "") -> str:
+    """A pydantic ValidationError as ``field: what is wrong`` (its first problem); with
+    ``within``, the field is written as ``within.field`` (or ``within: ...`` for a problem of the
+    whole model, two of its fields together)."""
     err = e.errors()[0]
     field = ".".join(str(x) for x in err["loc"])
     msg = err["msg"].removeprefix("Value error, ")
-    return f"{field}: {msg}" if field else msg
+    where = ".".join(p for p in (within, field) if p)
+    return f"{where}: {msg}" if where else msg
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 MAX_READ = 16 << 20  # a record rlsim reads back (a summary, a ledger, a state file, a config)
+CHUNK = 1 << 20  # read at most this much at a time: a limit is a bound, not a buffer size
 
 
 class FileRefused(OSError):
@@ -74,7 +75,7 @@ def read_file(path: str | Path, limit: int = MAX_READ, follow: bool = False) -> 
             raise FileRefused(errno.EINVAL, f"{path} is {_kind(mode)}, not a regular file; give a "
                               "file")
         chunks, size = [], 0
-        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+        while size <= limit and (chunk := os.read(fd, min(limit + 1 - size, CHUNK))):
             chunks.append(chunk)
             size += len(chunk)
     finally:

@@ -99,7 +99,6 @@ def launch(
         out.mkdir(parents=True, exist_ok=True)
         path = out / name
         write_file(path, text, 0o755 if path.suffix in (".sbatch", ".sh") else 0o644)
-        path.chmod(0o755 if name.endswith(".sbatch") else 0o644)
     except OSError as e:
         _fail(f"--out {out}: cannot write there ({e.strerror})")
     console.print(f"wrote {path}: start it with `{start.format(path=path)}`; the report lands "

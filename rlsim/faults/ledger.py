@@ -96,6 +96,10 @@ def apply(name: str, action: str, args: list[str], options: dict[str, str] | Non
                          "--for")
     if for_s is not None and not 0 < for_s <= MAX_FOR_S:  # inf, nan: never healed on its own
         raise FaultError(f"--for {for_s}: give seconds between 0.1 and {MAX_FOR_S:g} (a day)")
+    if action != "heal" and state.is_abandoned(st, procs.sessions()):
+        raise FaultError(f"cluster {name!r} is abandoned (its owner, pid {st.owner_pid}, is "
+                         f"gone, so nobody will tear it down); fix: `rlsim down {name}` and "
+                         "start anew")
     c = attach(st)
     try:
         in_force = ledger(st)

@@ -27,11 +27,30 @@ class Launch(BaseModel):
     wait_s: float = Field(600, ge=1, le=86400, description="bound on the nodes joining")
     allow_disruptive: bool = False
 
+    @field_validator("python", "report_dir", "image", "accelerator", "time")
+    @classmethod
+    def _one_line(cls, v: str | None) -> str | None:
+        """A value written into a shell script or a YAML file: what neither can carry inside a
+        quoted word is refused (a newline would start a line of its own, a key or a command)."""
+        if v is not None and (bad := next((c for c in v if c in "\n\r\0" or
+                                           not c.isprintable()), None)):
+            raise ValueError(f"{v!r} holds {bad!r}, which a launcher cannot write inside one "
+                             "word of a script or a YAML value; give it without")
+        return v
+
+    @field_validator("scenarios")
+    @classmethod
+    def _one_line_each(cls, v: list[str]) -> list[str]:
+        return [cls._one_line(s) for s in v]
+
     @field_validator("python")
     @classmethod
     def _python(cls, v: str) -> str:
         if "/" in v and not v.startswith("/"):
             raise ValueError(f"{v!r}: give an absolute path or a command name (python3)")
+        if not v.startswith("/") and any(c.isspace() for c in v):
+            raise ValueError(f"{v!r} is written as one command name; give the interpreter alone "
+                             "(flags such as -u have no place here), or its absolute path")
         return v
 
     @field_validator("time")
@@ -50,6 +69,9 @@ class Launch(BaseModel):
         if not v.startswith("/"):
             raise ValueError(f"{v!r} is not an absolute path: every node resolves it the same "
                              "way only if it is absolute")
+        if "," in v or ":" in v:  # pyxis --container-mounts=SRC:DST,SRC:DST
+            raise ValueError(f"{v!r} holds ',' or ':', which separate Slurm's container mounts "
+                             "(and Docker's volumes); give a directory without them")
         return v
 
     @property

@@ -9,6 +9,7 @@ on each GPU, and what the framework itself would refuse before placing anything.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -27,6 +28,21 @@ class PlanInputError(ValueError):
 # before any list of that size is built (a typo of 99999999999 nodes would hang the reader)
 MAX_NODES, MAX_GPUS_PER_NODE = 4096, 64
 MAX_GPUS = MAX_NODES * MAX_GPUS_PER_NODE
+
+
+def whole(value, key: str, least: int = 1, most: int = MAX_GPUS) -> int:
+    """Launch setting ``key`` as a whole number within ``least..most``; PlanInputError naming
+    the key and the fix for anything else (``0.5`` is not rounded to 0, ``auto`` and ``.inf`` are
+    no sizes, a bool is not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise PlanInputError(f"{key}={value}: not a whole number; fix: e.g. {key}=2")
+    try:
+        number = float(value) if not isinstance(value, int) else value
+    except ValueError:
+        raise PlanInputError(f"{key}={value}: not a whole number; fix: e.g. {key}=2") from None
+    if not isinstance(number, int) and not (math.isfinite(number) and number.is_integer()):
+        raise PlanInputError(f"{key}={value}: not a whole number; fix: e.g. {key}=2")
+    return bounded(int(number), key, least, most)
 
 
 def bounded(value: int, key: str, least: int, most: int) -> int:

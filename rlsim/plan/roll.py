@@ -23,7 +23,15 @@ import math
 import yaml
 
 from rlsim.files import FileRefused, read_file
-from rlsim.plan.model import MAX_GPUS, Concern, Group, Layout, NodeCapacity, PlanInputError
+from rlsim.plan.model import (
+    MAX_GPUS,
+    Concern,
+    Group,
+    Layout,
+    NodeCapacity,
+    PlanInputError,
+    whole,
+)
 
 ROLES = ("actor_train", "actor_infer", "reference", "critic", "reward", "reward_model",
          "validation", "teacher", "student_train", "student_infer")
@@ -112,8 +120,9 @@ def _per_worker(role: str, cfg: dict) -> int:
     if strategy in ONE_GPU:
         return 1
     if strategy == "vllm":
-        return int(conf.get("tensor_parallel_size", 1)) * int(conf.get("pipeline_parallel_size", 1))
-    return int(cfg.get("num_gpus_per_worker", 1))
+        return (whole(conf.get("tensor_parallel_size", 1), f"{role}.tensor_parallel_size")
+                * whole(conf.get("pipeline_parallel_size", 1), f"{role}.pipeline_parallel_size"))
+    return whole(cfg.get("num_gpus_per_worker", 1), f"{role}.num_gpus_per_worker")
 
 
 def layout(path: str, nodes: list[NodeCapacity]) -> Layout:
@@ -188,9 +197,9 @@ def _megatron(data: dict, m: list[int] | None) -> list[Concern]:
     if not m or args.get("strategy_name") != "megatron_train":
         return []
     conf = args.get("strategy_config") or {}
-    tp, pp, cp = (int(conf.get(k, 1)) for k in ("tensor_model_parallel_size",
-                                                 "pipeline_model_parallel_size",
-                                                 "context_parallel_size"))
+    tp, pp, cp = (whole(conf.get(k, 1), f"actor_train.{k}")
+                  for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                            "context_parallel_size"))
     if len(m) % (tp * pp * cp):
         return [Concern("error", f"Total GPUs ({len(m)}) must be divisible by model parallel size "
                         f"({tp * pp * cp} = TP:{tp} x PP:{pp} x CP:{cp}) (ROLL's megatron "

@@ -32,8 +32,8 @@ from rlsim.plan.model import (
     Group,
     Layout,
     PlanInputError,
-    bounded,
     launch_argv,
+    whole,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -129,18 +129,10 @@ def layout(argv: list[str]) -> Layout:
         raise PlanInputError(f"a placement value is not a number: {e}") from None
 
 
-def _whole(value, key: str) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError, OverflowError):  # .inf is a float YAML reads
-        raise PlanInputError(f"{key}={value}: not a whole number; fix: e.g. {key}=2") from None
-
-
 def _layout(name: str, cfg) -> Layout:
     t, arr = cfg.trainer, cfg.actor_rollout_ref
-    nnodes = bounded(_whole(t.nnodes, "trainer.nnodes"), "trainer.nnodes", 1, MAX_NODES)
-    per_node = bounded(_whole(t.n_gpus_per_node, "trainer.n_gpus_per_node"),
-                       "trainer.n_gpus_per_node", 1, MAX_GPUS_PER_NODE)
+    nnodes = whole(t.nnodes, "trainer.nnodes", 1, MAX_NODES)
+    per_node = whole(t.n_gpus_per_node, "trainer.n_gpus_per_node", 1, MAX_GPUS_PER_NODE)
     kl = bool(cfg.algorithm.use_kl_in_reward or arr.actor.use_kl_loss)
     critic = bool(cfg.critic.enable) if cfg.critic.enable is not None else \
         cfg.algorithm.adv_estimator == "gae"
@@ -154,10 +146,9 @@ def _layout(name: str, cfg) -> Layout:
                     "trainer.nnodes x trainer.n_gpus_per_node", cpus=BUNDLE_CPUS)
               for k in range(nnodes)]
     if own_rm_pool:
-        rm_nodes = bounded(_whole(rm.get("nnodes", 0), "reward_model.nnodes"),
-                           "reward_model.nnodes", 0, MAX_NODES)
-        rm_gpus = bounded(_whole(rm.get("n_gpus_per_node", 0), "reward_model.n_gpus_per_node"),
-                          "reward_model.n_gpus_per_node", 0, MAX_GPUS_PER_NODE)
+        rm_nodes = whole(rm.get("nnodes", 0), "reward_model.nnodes", 0, MAX_NODES)
+        rm_gpus = whole(rm.get("n_gpus_per_node", 0), "reward_model.n_gpus_per_node", 0,
+                        MAX_GPUS_PER_NODE)
         for key, v in (("n_gpus_per_node", rm_gpus), ("nnodes", rm_nodes)):
             if v <= 0:
                 findings.append(Concern("error", f"reward_model.enable_resource_pool needs its "

@@ -69,8 +69,8 @@ def _gpus(hw: dict) -> tuple[str, str]:
     models: dict[str, int] = {}
     for g in gpus:
         name = str(g.get("name", "unnamed GPU"))
-        key = f"{name} ({int(g['memory_mib']) // 1024} GiB)" \
-            if str(g.get("memory_mib", "")).isdigit() else name
+        mib = str(g.get("memory_mib", ""))
+        key = f"{name} ({int(mib) // 1024} GiB)" if mib.isascii() and mib.isdigit() else name
         models[key] = models.get(key, 0) + 1
     drivers = sorted({str(g.get("driver", "-")) for g in gpus})
     return ", ".join(f"{n} x {m}" for m, n in models.items()) or "none", ", ".join(drivers)

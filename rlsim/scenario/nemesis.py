@@ -79,7 +79,8 @@ class Nemesis:
         try:
             did = fault.inject()
         except Exception as e:  # noqa: BLE001 - a fault that cannot fire is part of the story
-            self.log.emit("fault_error", fault=entry.kind, index=i, message=str(e))
+            self.log.emit("fault_error", fault=entry.kind, index=i,
+                          message=str(e) or type(e).__name__)
             return
         self.log.emit("fault_injected", ts=round(fired, 4), **{
             **did, **fault.meaning(did), "fault": entry.kind, "index": i,

@@ -209,7 +209,7 @@ class FaultEntry(BaseModel):
             self._params = FAULTS[names[0]].Params.model_validate(
                 self.model_extra[names[0]] or {})
         except ValidationError as e:
-            raise ValueError(f"{names[0]}.{first_error(e)}") from None
+            raise ValueError(first_error(e, names[0])) from None
         return self
 
     @property
