@@ -286,6 +286,23 @@ def read_small_file(path: str | Path, limit: int) -> bytes:
             from None
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping: YAML would keep the last
+    value without a word, and the first one the user wrote would be silently lost."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice (lines {seen[key]} and "
+                    f"{key_node.start_mark.line + 1}): keep one", key_node.start_mark)
+            if isinstance(key, str | int | float | bool):
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path) -> dict:
     """The mapping a YAML config file holds; :class:`ConfigError` naming the file otherwise."""
     fix = "Fix: pass --config a trainer YAML file such as fixtures/trainer/grpo_tiny.yaml"
@@ -306,7 +323,7 @@ def _read_yaml(path: Path) -> dict:
     except ValueError as e:  # no regular file, or too large (read_small_file)
         raise ConfigError(f"{path}: {e}, so no trainer config. {fix}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     except RecursionError:

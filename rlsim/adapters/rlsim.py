@@ -29,6 +29,8 @@ class RlsimAdapter(Adapter):
         from trainer.placement import plan_placement
 
         config = resolve(trainer.config)
+        if config.exists() and not config.is_file():
+            raise TrainerProblem(("trainer", "config"), "trainer.config", _not_a_file(config))
         if not config.is_file():
             raise TrainerProblem(("trainer", "config"), "trainer.config", f"no such trainer "
                                  f"config {trainer.config!r} (looked for {str(config)!r}); use a "
@@ -52,6 +54,12 @@ class RlsimAdapter(Adapter):
             raise _problem(trainer, " ".join(str(e).split())) from None
         ranks = {role: len(plan.of(role)) for role in cfg.roles()}
         return TrainerFacts(cfg.total_steps, "total_steps in trainer.overrides", ranks)
+
+
+def _not_a_file(path: Path) -> str:
+    kind = "a folder" if path.is_dir() else "a FIFO (named pipe)" if path.is_fifo() else \
+        "a device or socket"
+    return f"{str(path)!r} is {kind}, not a trainer config file; give a YAML file"
 
 
 def _problem(trainer, msg: str) -> TrainerProblem:

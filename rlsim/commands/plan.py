@@ -102,7 +102,7 @@ def plan(
         if rehearse and not 0 < rehearse_timeout <= 3600:
             raise PlanInputError(f"--rehearse-timeout {rehearse_timeout}: give seconds between "
                                  "0 and 3600 for each group")
-        nodes = parse_cluster(cluster) if cluster else live_nodes(ray_address)
+        nodes = parse_cluster(cluster) if cluster is not None else live_nodes(ray_address)
         if cpus_per_node is not None:
             nodes = [NodeCapacity(n.gpus, cpus_per_node) for n in nodes]
         try:

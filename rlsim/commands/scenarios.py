@@ -54,6 +54,14 @@ def _load_all(paths: list[Path]) -> list:
         except ScenarioError as e:
             _refuse(e)
             bad += 1
+    first: dict[str, Path] = {}
+    for path, sc in scenarios:  # one report folder per name: a second would take the first's
+        if sc.name in first:
+            _refuse(ScenarioError(f"{path}:1: name: two scenarios are named {sc.name!r} "
+                                  f"({first[sc.name]} and {path}); their results would share "
+                                  "one report folder: rename one"))
+            bad += 1
+        first.setdefault(sc.name, path)
     if bad:
         raise typer.Exit(2)
     return scenarios
