@@ -22,7 +22,7 @@ trainer:
   overrides: {{placement: {{nnodes: 4}}, fault_tolerance: {{resources_timeout_s: 2}}}}
 expect:
   - completes: {{}}
-  - fails: {{pattern: "placement asks for 4 nodes", within_s: 30}}
+  - restarts: {{max: 0}}
 """
 
 INVALID = """
@@ -60,7 +60,7 @@ def test_a_wrong_expectation_fails_in_the_scenarios_words(pytester, scenarios):
     assert "invalid scenario:" in out and "broken.yaml:6: faults[0].kill_node.node: node 9" in out
     assert "Traceback" not in out
     junit = (pytester.path / "junit.xml").read_text()
-    assert '<property name="fails" value="' in junit
+    assert '<property name="restarts" value="0"' in junit
 
 
 def test_the_slow_tier_is_skipped_in_words_unless_asked_for(pytester, scenarios, tmp_path):
