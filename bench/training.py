@@ -31,7 +31,7 @@ from rich.table import Table  # noqa: E402
 
 from rlsim.backends.local import LocalCluster  # noqa: E402
 from rlsim.host.spec import ClusterSpec  # noqa: E402
-from trainer.config import load_config  # noqa: E402
+from trainer.config import PRESETS, load_config  # noqa: E402
 from trainer.inprocess import run_inprocess  # noqa: E402
 
 ROOT = Path(__file__).parents[1]
@@ -74,7 +74,7 @@ def main() -> None:
     spec = ClusterSpec(name="bench-trainer", nodes=2, gpus_per_node=1)
     with LocalCluster(spec) as cluster:
         for name in args.configs:
-            config = ROOT / "fixtures" / "trainer" / f"{name}.yaml"
+            config = PRESETS / f"{name}.yaml"
             cfg = load_config(config)
             results = {"ray, 2 nodes": on_cluster(cluster, config, args.steps),
                        "one process": in_process(config, args.steps)}

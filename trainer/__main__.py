@@ -1,7 +1,7 @@
-"""``python -m trainer --config PATH [key=value ...]`` on the Ray cluster named by RAY_ADDRESS.
+"""``python -m trainer --config PRESET|PATH [key=value ...]`` on the cluster named by RAY_ADDRESS.
 
 Also runs as a Ray Job: ``ray job submit --address http://<head>:<dashboard> -- python -m trainer
---config PATH``. Exit codes: 0 completed, 2 failed with a typed error (see ``events.jsonl``).
+--config PRESET|PATH``. Exit codes: 0 completed, 2 failed with a typed error (see ``events.jsonl``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from trainer.errors import ConfigError
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trainer", description=__doc__.splitlines()[0])
-    ap.add_argument("--config", required=True, help="trainer YAML (e.g. fixtures/trainer/...)")
+    ap.add_argument("--config", required=True, help="a preset (grpo_tiny, ppo_tiny) or the path "
+                    "of a trainer YAML file")
     ap.add_argument("overrides", nargs="*", help="dotted overrides: total_steps=40 actor.lr=3e-3")
     args = ap.parse_args(argv)
     try:

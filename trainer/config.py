@@ -1,6 +1,9 @@
 """The trainer's configuration: every field documented, loaded from YAML plus dotted overrides.
 
-``python -m trainer --config fixtures/trainer/grpo_tiny.yaml total_steps=40 actor.lr=3e-3``
+``python -m trainer --config grpo_tiny total_steps=40 actor.lr=3e-3``
+
+``--config`` takes a preset shipped with the package (a name without a slash or a file suffix:
+``grpo_tiny``, ``ppo_tiny``, in ``trainer/presets``) or the path of a YAML file of your own.
 
 The top-level keys ``run_dir``, ``total_steps``, ``save_freq``, ``seed`` and ``resume`` always
 exist, so scenarios and CI can set them without knowing the rest.
@@ -19,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rlsim.files import FileRefused, read_file
 from trainer.errors import ConfigError
 
+PRESETS = Path(__file__).parent / "presets"  # tiny configs and their prompt set, package data
 MAX_CONFIG_BYTES = 1 << 20
 WEEK = 7 * 86400.0  # no wait of a run lasts longer (a timedelta beyond overflows)
 MAX_CONFIG_VALUES = 100_000
@@ -43,7 +47,8 @@ class ModelConfig(_Section):
 
 
 class DataConfig(_Section):
-    path: str = Field("fixtures/data/digits.jsonl", description="prompt set (jsonl)")
+    path: str = Field(str(PRESETS / "digits.jsonl"), description="prompt set (jsonl); default: "
+                      "the digits set shipped with the package")
     prompts_per_step: int = Field(16, ge=1, le=100_000,
                                   description="prompts drawn per step (the batch)")
 
@@ -250,14 +255,37 @@ def _explain(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+def presets() -> list[str]:
+    """The names of the configs shipped with the package."""
+    return sorted(p.stem for p in PRESETS.glob("*.yaml"))
+
+
+def is_preset(name: str | Path) -> bool:
+    """A preset's name: no slash and no file suffix (anything else is a path)."""
+    text = str(name)
+    return "/" not in text and "." not in text and bool(text)
+
+
+def config_path(name: str | Path) -> Path:
+    """The file of ``--config``: a preset by its name, else the path as given."""
+    if not is_preset(name):
+        return Path(name)
+    path = PRESETS / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"--config {name}: no such preset (presets: {', '.join(presets())}); "
+                          "give one of those, or the path of a YAML file of your own")
+    return path
+
+
 def load_config(path: str | Path | None,
                 overrides: list[str] | dict | None = None) -> TrainerConfig:
     """Read a YAML config and apply overrides; errors name the file, the field and the fix."""
     data: dict = {}
     source = "<defaults>"
     if path is not None:
+        path = config_path(path)
         source = str(path)
-        data = _read_yaml(Path(path))
+        data = _read_yaml(path)
     extra = overrides if isinstance(overrides, dict) else parse_overrides(list(overrides or []))
     if extra:
         source += " + overrides " + ", ".join(sorted(_flat(extra)))
@@ -305,7 +333,7 @@ class _UniqueKeys(yaml.SafeLoader):
 
 def _read_yaml(path: Path) -> dict:
     """The mapping a YAML config file holds; :class:`ConfigError` naming the file otherwise."""
-    fix = "Fix: pass --config a trainer YAML file such as fixtures/trainer/grpo_tiny.yaml"
+    fix = "Fix: pass --config a preset (grpo_tiny, ppo_tiny) or a trainer YAML file of your own"
     try:
         if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
             raise ConfigError(f"{path}: {path.stat().st_size} bytes is no trainer config (they "

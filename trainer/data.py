@@ -7,7 +7,7 @@ tens of GRPO steps on one CPU core.
 
 Regenerate the shipped fixture (byte-identical for the same seed)::
 
-    python -m trainer.data fixtures/data/digits.jsonl --count 512 --seed 1234
+    python -m trainer.data trainer/presets/digits.jsonl --count 512 --seed 1234
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def read_prompts(path: str | Path) -> list[list[int]]:
         text = read_small_file(path, MAX_PROMPT_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{where}: no such prompt file. Fix: point data.path at a jsonl "
-                          "file such as fixtures/data/digits.jsonl") from None
+                          "file such as trainer/presets/digits.jsonl (the default)") from None
     except IsADirectoryError:
         raise ConfigError(f"{where} is a directory. Fix: point data.path at a jsonl file "
                           "inside it") from None

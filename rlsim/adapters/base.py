@@ -18,14 +18,12 @@ from typing import ClassVar, Protocol
 
 from rlsim.history import EventTail
 
-# Trainer commands run in the repository root: a relative path in a scenario is relative to it.
-REPO = Path(__file__).resolve().parents[2]
 
-
-def resolve(path: str) -> Path:
-    """A path in a scenario: absolute, or relative to the repository root."""
+def resolve(path: str | Path, base: Path) -> Path:
+    """``path`` absolute, or relative to ``base``: the one rule for a relative path (a scenario's
+    paths against its folder, a trainer's printed paths against the folder it runs in)."""
     p = Path(path)
-    return p if p.is_absolute() else REPO / p
+    return p if p.is_absolute() else base / p
 
 
 # what a command may name: the harness's interpreter, the run's directory, the launch (0 first,
@@ -95,6 +93,16 @@ class Adapter:
         """What this adapter adds to each launch's environment (after the scenario's ``env``)."""
         return {}
 
+    def resolve_paths(self, trainer, folder: Path) -> None:
+        """Make the paths of the ``trainer`` section this adapter reads itself absolute against
+        the scenario's ``folder``. Default: none (a command's own arguments are the command's,
+        relative to where it runs)."""
+
+    def inputs(self, trainer) -> list[Path]:
+        """The files whose contents decide the run's numbers besides its command (a fault-free
+        twin trained once serves every scenario with the same). Default: none known."""
+        return []
+
     def facts(self, trainer, refusals: list[str]) -> TrainerFacts | None:
         """Check the trainer section against what can be known before it runs; its facts, or
         None when the trainer refuses it in words matching one of ``refusals`` (the patterns of
@@ -103,19 +111,20 @@ class Adapter:
         script); ``total_steps`` as the section says."""
         program, *args = trainer.command
         where, field = ("trainer", "command"), "trainer.command"
+        here = trainer.workdir
         if program == "{python}":
-            script = resolve(args[0]) if args and args[0].endswith(".py") else None
+            script = resolve(args[0], here) if args and args[0].endswith(".py") else None
             if script is not None and not script.is_file():
                 raise TrainerProblem(where, field, f"no such script {args[0]!r} (looked for "
-                                     f"{str(script)!r}); paths are relative to the repository "
-                                     "root")
+                                     f"{str(script)!r}); the command runs in the scenario's "
+                                     "folder (or trainer.cwd), as a shell there would run it")
         elif "{" not in program:  # a placeholder is filled in at launch
-            found = resolve(program) if "/" in program else shutil.which(program)
+            found = resolve(program, here) if "/" in program else shutil.which(program)
             if found is None or not Path(found).is_file() or not os.access(found, os.X_OK):
                 raise TrainerProblem(where, field, f"{program!r} is not an executable here "
-                                     "(relative paths are from the repository root; a bare name "
-                                     "is looked up on PATH); fix the path, or start a script "
-                                     "with \"{python}\"")
+                                     "(a relative path is from the folder the command runs in, "
+                                     "a bare name is looked up on PATH); fix the path, or start "
+                                     "a script with \"{python}\"")
         return TrainerFacts(trainer.total_steps)
 
     def events(self, trainer, run_dir: Path) -> EventSource:

@@ -37,7 +37,7 @@ class NemoRLReader(Reader):
     def __init__(self, trainer, run_dir) -> None:
         super().__init__(trainer, run_dir)
         self.root = resolve(flag(filled(trainer, run_dir), ("checkpointing.checkpoint_dir",),
-                                 "results/grpo"))
+                                 "results/grpo"), trainer.workdir)
         self.enabled = flag(filled(trainer, run_dir), ("checkpointing.enabled",), "true").lower() \
             not in ("false", "0")
         self.saved = self._complete()

@@ -59,14 +59,14 @@ class OpenRLHFReader(Reader):
     def __init__(self, trainer, run_dir) -> None:
         super().__init__(trainer, run_dir)
         self.actor_dir = resolve(flag(filled(trainer, run_dir), ("--ckpt.path", "--ckpt_path"),
-                                      DEFAULT_PATH)) / "_actor"
+                                      DEFAULT_PATH), trainer.workdir) / "_actor"
         self.saved = tag_step(self.actor_dir)
 
     def line(self, text: str, actor: str | None) -> list[dict]:
         if m := STEP.search(text):
             return [self.step_end(int(m["step"]), status_of(m["status"]))]
         if m := LOADING.search(text):
-            step = tag_step(resolve(m["path"].strip()))
+            step = tag_step(resolve(m["path"].strip(), self.trainer.workdir))
             return [] if step is None else [{"type": "resume", "from_step": step,
                                              "path": m["path"].strip()}]
         return []

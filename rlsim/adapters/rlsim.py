@@ -8,7 +8,13 @@ import json
 import re
 from pathlib import Path
 
-from rlsim.adapters.base import REPO, Adapter, TrainerFacts, TrainerLaunch, TrainerProblem, resolve
+from rlsim.adapters.base import (
+    Adapter,
+    TrainerFacts,
+    TrainerLaunch,
+    TrainerProblem,
+    resolve,
+)
 from trainer.events import RUN_EVENT_TYPES
 
 
@@ -17,35 +23,54 @@ class RlsimAdapter(Adapter):
     observes = RUN_EVENT_TYPES | {"metrics.jsonl"}
 
     def command(self, trainer, launch: TrainerLaunch) -> list[str]:
-        return [launch.python, "-m", "trainer", "--config", str(resolve(trainer.config)),
+        return [launch.python, "-m", "trainer", "--config", trainer.config,
                 f"run_dir={launch.run_dir}", *overrides(trainer)]
 
+
+    def resolve_paths(self, trainer, folder: Path) -> None:
+        """``config`` is a preset's name, or a file relative to the scenario's folder."""
+        from trainer.config import is_preset
+
+        if trainer.config is not None and not is_preset(trainer.config):
+            trainer.config = str(resolve(trainer.config, folder))
+
+    def inputs(self, trainer) -> list[Path]:
+        """Its config file and the reference trainer's code."""
+        import trainer as package
+        from trainer.config import config_path
+
+        return [config_path(trainer.config), *sorted(Path(package.__file__).parent.rglob("*.py"))]
 
     def facts(self, trainer, refusals: list[str]) -> TrainerFacts | None:
         """The reference trainer's config with the scenario's overrides, as the runner will start
         it, through its own pre-flight (data, model, resume, placement)."""
-        from trainer.config import load_config, preflight
+        from trainer.config import is_preset, load_config, preflight, presets
         from trainer.errors import ConfigError
         from trainer.placement import plan_placement
 
-        config = resolve(trainer.config)
-        if config.exists() and not config.is_file():
-            raise TrainerProblem(("trainer", "config"), "trainer.config", _not_a_file(config))
-        if not config.is_file():
-            raise TrainerProblem(("trainer", "config"), "trainer.config", f"no such trainer "
-                                 f"config {trainer.config!r} (looked for {str(config)!r}); use a "
-                                 "path under fixtures/trainer/")
+        where = (("trainer", "config"), "trainer.config")
+        if is_preset(trainer.config) and trainer.config not in presets():
+            raise TrainerProblem(*where, f"no preset {trainer.config!r} (the presets: "
+                                 f"{', '.join(presets())}); or give the path of a YAML file of "
+                                 "your own, relative to the scenario's folder")
+        config = Path(trainer.config)
+        if not is_preset(trainer.config) and config.exists() and not config.is_file():
+            raise TrainerProblem(*where, _not_a_file(config))
+        if not is_preset(trainer.config) and not config.is_file():
+            raise TrainerProblem(*where, f"no such trainer config {trainer.config!r}; a path is "
+                                 "relative to the scenario's folder; or name a preset "
+                                 f"({', '.join(presets())})")
         try:
-            with contextlib.chdir(REPO):  # the trainer runs there: its relative paths are its
-                cfg = load_config(config, overrides(trainer))
+            with contextlib.chdir(trainer.workdir):  # the trainer's relative paths are its cwd's
+                cfg = load_config(trainer.config, overrides(trainer))
                 if "run_dir" not in trainer.overrides:  # the runner's: in its report folder
-                    cfg = cfg.model_copy(update={"run_dir": str(REPO / "reports")})
+                    cfg = cfg.model_copy(update={"run_dir": str(trainer.workdir / "reports")})
                 data = Path(cfg.data.path)
                 if data.exists() and not data.is_file() and not data.is_dir():
                     # a device or a pipe would be read without end
                     raise ConfigError(f"data.path={cfg.data.path!r} is not a regular file. Fix: "
                                       "point data.path at a jsonl file such as "
-                                      "fixtures/data/digits.jsonl")
+                                      "trainer/presets/digits.jsonl (the default)")
                 preflight(cfg)
                 plan = plan_placement(cfg)
         except ConfigError as e:

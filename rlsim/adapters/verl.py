@@ -64,7 +64,7 @@ class VerlReader(Reader):
         if m := STEP.search(text):
             return self._step(int(m["step"]), metrics_of(m["rest"]))
         if m := SAVING.match(text):
-            root = resolve(m["path"]).parent
+            root = resolve(m["path"], self.trainer.workdir).parent
             self.saved.setdefault(root, read_text(root / TRACKER) or "")
             self.roots.add(root)
         elif m := RESUMING.match(text):

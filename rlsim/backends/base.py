@@ -115,10 +115,12 @@ class Backend(Protocol):
     def driver_env(self) -> dict[str, str]:
         """Environment a driver process needs to connect (address and auth token)."""
 
-    def driver_command(self, cmd: list[str], env: dict[str, str] | None = None) -> list[str]:
+    def driver_command(self, cmd: list[str], env: dict[str, str] | None = None,
+                       cwd: Path | None = None) -> list[str]:
         """``cmd`` as a Ray driver of this cluster (run with ``driver_env()`` and ``env``, which
-        the command carries where the driver runs elsewhere): on the host for local nodes, inside
-        the head container for docker, as is on a real cluster's head."""
+        the command carries where the driver runs elsewhere, in the folder ``cwd``): on the host
+        for local nodes, inside the head container for docker, as is on a real cluster's
+        head."""
 
     def nodes(self) -> list[NodeInfo]:
         """Every node of the spec, with Ray's liveness verdict."""

@@ -48,7 +48,7 @@ from rlsim.backends.docker_engine import (
     labels,
     network_name,
 )
-from rlsim.backends.docker_image import REPO, host_mounts
+from rlsim.backends.docker_image import code_roots, host_mounts
 from rlsim.backends.node_start import ADDRESSES_VAR, cluster_env
 from rlsim.backends.ray_state import alive_nodes, connect_env
 from rlsim.backends.reaper import reap_docker, reap_docker_orphans
@@ -194,7 +194,8 @@ class DockerCluster(StartedCluster):
             container.with_volume_mapping(str(fake), str(real), "ro")
         python = self.spec.python.get(index, sys.executable)
         if index in self.spec.python:  # another interpreter over the same environment
-            env["PYTHONPATH"] = os.pathsep.join([*site.getsitepackages(), str(REPO)])
+            env["PYTHONPATH"] = os.pathsep.join([*site.getsitepackages(),
+                                                 *map(str, code_roots())])
         for k, v in env.items():
             container.with_env(k, v)
         container.with_name(f"rlsim-{st.session}-n{index}")
@@ -202,7 +203,7 @@ class DockerCluster(StartedCluster):
                                 str(index)])
         container.with_kwargs(
             labels=labels(st.session, **{"rlsim.cluster": st.spec.name, "rlsim.node": str(index)}),
-            network=self.network.name, working_dir=str(REPO),
+            network=self.network.name, working_dir="/tmp",
             shm_size=f"{self.spec.object_store_mb + 64}m",
             networking_config={self.network.name: _endpoint(addrs[index])},
             cap_add=["NET_ADMIN"],
@@ -236,11 +237,12 @@ class DockerCluster(StartedCluster):
         return [f"drivers run on the head node: docker exec -it {self._container(0).name} "
                 "python ..."]
 
-    def driver_command(self, cmd: list[str], env: dict[str, str] | None = None) -> list[str]:
-        """``cmd`` as a driver inside the head container (the repo is the working directory),
-        with the connection's variables and ``env``."""
+    def driver_command(self, cmd: list[str], env: dict[str, str] | None = None,
+                       cwd: Path | None = None) -> list[str]:
+        """``cmd`` as a driver inside the head container, in ``cwd`` (mounted there at the same
+        path: the scenario's folder), with the connection's variables and ``env``."""
         env = {**self.driver_env(), **(env or {})}
-        return ["docker", "exec", "-i", "-w", str(REPO),
+        return ["docker", "exec", "-i", "-w", str(cwd or "/"),
                 *[a for k, v in env.items() for a in ("-e", f"{k}={v}")],
                 self._container(0).name, *cmd]
 

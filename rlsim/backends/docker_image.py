@@ -2,11 +2,13 @@
 
 Choice: the image is a skeleton rootfs (empty directories and the host's top-level symlinks such as
 ``bin -> usr/bin``, a few KB, made with ``docker import``), and a node container runs the host's own
-software bind-mounted read-only at the same paths: ``/usr`` (and ``/bin``, ``/lib*``, ``/sbin`` when
-they are real directories), ``/etc``, the Python installation, the project's virtualenv and the
-project itself. So a container node runs exactly the Ray, torch and trainer the tests run, nothing
-is copied or downloaded, and building takes a second. The price: the image only works on this
-host (or one laid out the same way); that is what a rehearsal on one machine needs. A node with a
+software bind-mounted read-only at the same paths: ``/usr`` (and ``/bin``, ``/lib*``, ``/sbin``
+when they are real directories), ``/etc``, the Python installation, its virtualenv and the folders
+that hold the installed rlsim and reference trainer (site-packages for a wheel; the source folders
+for an editable install). So a container node runs exactly the Ray, torch and trainer the host
+runs, nothing is copied or downloaded, and building takes a second. The price: the image only
+works on this host (or one laid out the same way); that is what a rehearsal on one machine
+needs. A node with a
 different Python or Ray is made by mounting another environment over the venv (see the backend).
 """
 
@@ -19,7 +21,6 @@ import sys
 import tarfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
 IMAGE_REPO = "rlsim-node"
 SKELETON_DIRS = ("dev", "proc", "sys", "tmp", "run", "root", "home", "var/tmp", "mnt")
 TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -30,11 +31,24 @@ def host_mounts() -> list[str]:
     paths = ["/usr", "/etc"]
     paths += [f"/{name}" for name in TOP_LEVEL
               if os.path.isdir(f"/{name}") and not os.path.islink(f"/{name}")]
-    for real in sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, str(REPO))},
-                       key=len):
+    for real in sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix,
+                                                      *map(str, code_roots()))}, key=len):
         if not any(real == m or real.startswith(m + "/") for m in paths):
             paths.append(real)
     return paths
+
+
+def code_roots() -> list[Path]:
+    """The folders rlsim, its catalogue and the reference trainer are imported from (their
+    parents on the import path): what a node needs to see to run them."""
+    import importlib.util
+
+    roots = []
+    for name in ("rlsim", "rlsim.catalogue", "trainer"):
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            roots.append(Path(location).resolve().parent)
+    return sorted(set(roots))
 
 
 def rootfs_tar() -> bytes:

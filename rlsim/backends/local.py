@@ -138,7 +138,8 @@ class LocalCluster(StartedCluster):
     def driver_env(self) -> dict[str, str]:
         return {"RAY_ADDRESS": self.address, **connect_env(str(auth_token_path()))}
 
-    def driver_command(self, cmd: list[str], env: dict[str, str] | None = None) -> list[str]:
+    def driver_command(self, cmd: list[str], env: dict[str, str] | None = None,
+                       cwd: Path | None = None) -> list[str]:
         """``cmd`` as a driver of this cluster (run it with :meth:`driver_env` and ``env``): on
         the host."""
         return cmd

@@ -402,7 +402,8 @@ class RealCluster:
     def driver_env(self) -> dict[str, str]:
         return {"RAY_ADDRESS": self._address}
 
-    def driver_command(self, cmd: list[str], env: dict[str, str] | None = None) -> list[str]:
+    def driver_command(self, cmd: list[str], env: dict[str, str] | None = None,
+                       cwd: Path | None = None) -> list[str]:
         return cmd
 
     def nodes(self) -> list[NodeInfo]:

@@ -67,18 +67,15 @@ def demo(
 
 
 def _train_tiny(c) -> bool:
-    """``python -m trainer --config fixtures/trainer/grpo_tiny.yaml`` on the cluster; prints the
-    reward curve's ends from the run's metrics."""
+    """``python -m trainer --config grpo_tiny`` (the preset shipped with the package) on the
+    cluster; prints the reward curve's ends from the run's metrics."""
     import subprocess
     import sys
     import tempfile
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(prefix="rlsim-demo-") as run_dir:
-        cmd = [sys.executable, "-m", "trainer", "--config",
-               str(root / "fixtures" / "trainer" / "grpo_tiny.yaml"), f"run_dir={run_dir}",
-               f"data.path={root / 'fixtures' / 'data' / 'digits.jsonl'}"]
+        cmd = [sys.executable, "-m", "trainer", "--config", "grpo_tiny", f"run_dir={run_dir}"]
         console.print("training: " + " ".join(cmd[1:]))
         t0 = time.monotonic()
         out = subprocess.run(cmd, env={**os.environ, **c.driver_env()}, capture_output=True,

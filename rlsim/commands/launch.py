@@ -15,6 +15,7 @@ from rich.console import Console
 from rlsim.files import write_file
 from rlsim.launch import kuberay, slurm, tasks
 from rlsim.launch.model import Launch
+from rlsim.scenario.loader import catalogue
 
 console = Console(soft_wrap=True, highlight=False)
 # platform -> (render, file name, how to start it, the Python the nodes run by default)
@@ -78,9 +79,8 @@ def launch(
     if not scenarios and platform != "slurm":
         _fail("--scenarios: give the scenario files or folders as the image sees them (e.g. "
               "--scenarios /opt/rlsim/scenarios)")
-    repo = Path(__file__).resolve().parents[2]
     fields = dict(nodes=nodes, gpus_per_node=gpus_per_node, python=python or default_python,
-                  scenarios=scenarios or [str(repo / "scenarios")],
+                  scenarios=scenarios or [str(catalogue())],
                   report_dir=report_dir or str((out / "reports").resolve()), image=image,
                   time=time or "01:00:00", port=port, wait_s=wait,
                   allow_disruptive=allow_disruptive, accelerator=accelerator or "H100")

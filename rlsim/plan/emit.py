@@ -88,7 +88,7 @@ def scenario(p: Placement, name: str) -> dict:
             f"node. Node {lost} (the last actor rank's) is lost at step 6: the run rebuilds "
             "from its step-4 checkpoint."),
         "cluster": {"nodes": nnodes + 2, "gpus_per_node": per_node, "node": {0: {"gpus": 0}}},
-        "trainer": {"config": f"fixtures/trainer/{algorithm}_tiny.yaml",
+        "trainer": {"config": f"{algorithm}_tiny",
                     "overrides": overrides},
         "faults": [{"at": {"step": 6}, "kill_node": {"node": lost}}],
         "expect": [{"completes": {}}, {"restarts": {"min": 1}},

@@ -23,7 +23,7 @@ from yaml import events as ev
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rlsim.adapters import ADAPTERS
-from rlsim.adapters.base import TrainerProblem
+from rlsim.adapters.base import TrainerProblem, resolve
 from rlsim.fields import World
 from rlsim.files import FileRefused, read_file
 from rlsim.scenario.schema import Scenario
@@ -55,8 +55,33 @@ def load(path: str | Path) -> Scenario:
     except ValidationError as e:
         raise ScenarioError("\n".join(_schema_problem(p, lines, err) for err in e.errors())) \
             from None
+    resolve_paths(p, lines, scenario)
     _check_against_trainer(p, lines, scenario)
     return scenario
+
+
+def resolve_paths(p: Path, lines: dict[tuple, int], sc: Scenario) -> None:
+    """Every path the scenario gives, made absolute against the file's own folder (as compose
+    files and CI workflows read theirs): the trainer's ``cwd`` (the folder itself by default; the
+    command runs there, so its own relative arguments mean what they mean in a shell there) and
+    what its adapter reads (the reference trainer's ``config`` when it is a file, not a preset).
+    The one place a scenario's relative paths are resolved."""
+    folder = p.resolve().parent
+    workdir = resolve(sc.trainer.cwd or ".", folder).resolve()
+    if not workdir.is_dir():
+        raise ScenarioError(f"{p}:{_line_of(lines, ('trainer', 'cwd'))}: trainer.cwd: "
+                            f"{str(workdir)!r} is not a folder (it is relative to the scenario's "
+                            "folder); give a folder the command can run in")
+    sc.trainer.cwd = str(workdir)
+    ADAPTERS[sc.trainer.adapter].resolve_paths(sc.trainer, folder)
+
+
+def catalogue() -> Path:
+    """The folder of rlsim's reference catalogue as installed (package data ``rlsim.catalogue``;
+    in a checkout, its ``scenarios`` folder)."""
+    import rlsim.catalogue
+
+    return Path(rlsim.catalogue.__file__).resolve().parent
 
 
 def discover(root: str | Path) -> list[Path]:

@@ -30,8 +30,6 @@ from pathlib import Path
 from rlsim.backends import cluster_class
 from rlsim.host.spec import ClusterSpec
 
-TRAINER_CODE = Path(__file__).resolve().parents[2] / "trainer"
-
 
 def shape_key(spec: ClusterSpec, backend: str) -> str | None:
     """Clusters with equal keys are interchangeable between scenarios; None: never shared."""
@@ -137,14 +135,14 @@ class Pool:
         self.twins[key] = run_dir
 
 
-def twin_key(command: list[str], config_files: list[Path], spec: ClusterSpec,
-             backend: str) -> str:
+def twin_key(command: list[str], inputs: list[Path], spec: ClusterSpec, backend: str) -> str:
     """What decides a twin's numbers: its command line (config path, overrides), the contents of
-    the config files it reads, the cluster shape, and the trainer's code. Run directories are
-    left out of the command (the twin's own path differs per scenario)."""
+    the files its adapter names as its inputs (the config, the trainer's code), the cluster
+    shape. Run directories are left out of the command (the twin's own path differs per
+    scenario)."""
     h = hashlib.sha256()
     h.update(json.dumps([command, backend, _shape(spec)], sort_keys=True, default=str).encode())
-    for path in [*config_files, *sorted(TRAINER_CODE.rglob("*.py"))]:
+    for path in inputs:
         h.update(str(path).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 

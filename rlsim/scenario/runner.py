@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 from rlsim.adapters import ADAPTERS, TrainerLaunch
-from rlsim.adapters.base import REPO, resolve
 from rlsim.backends import DEFAULT, cluster_class, every_class
 from rlsim.backends.base import ClusterStartError, HoldsGpuMemory, StartsClusters, Unsupported
 from rlsim.events import ATTEMPT_VAR, RUN_DIR_VAR
@@ -59,10 +58,13 @@ def launch_env(sc: Scenario, run_dir: Path, attempt: int,
 
 
 def _start(sc: Scenario, cluster, run_dir: Path, attempt: int, **popen) -> subprocess.Popen:
-    """One launch of the trainer as a driver of ``cluster``, from the repository root."""
+    """One launch of the trainer as a driver of ``cluster``, in the folder the trainer runs in
+    (the scenario's, or its ``trainer.cwd``)."""
     extra = launch_env(sc, run_dir, attempt, cluster.address)
-    cmd = cluster.driver_command(trainer_command(sc, run_dir, attempt, cluster.address), extra)
-    return subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **cluster.driver_env(), **extra},
+    cmd = cluster.driver_command(trainer_command(sc, run_dir, attempt, cluster.address), extra,
+                                 sc.trainer.workdir)
+    return subprocess.Popen(cmd, cwd=sc.trainer.workdir,
+                            env={**os.environ, **cluster.driver_env(), **extra},
                             **popen)
 
 
@@ -78,7 +80,9 @@ def make_cluster(sc: Scenario, backend: str = DEFAULT, ray_address: str | None =
                        # dashboard a 3-node cluster is up 2.5-5 s sooner and 0.9 GB smaller
                        dashboard=False,
                        forward_logs=sc.forwards_logs,
-                       mounts=[str(out_dir.resolve())] if out_dir else [],
+                       # the run's folder, and the folder the trainer runs in (the scenario's)
+                       mounts=[str(out_dir.resolve()), str(sc.trainer.workdir)] if out_dir
+                       else [str(sc.trainer.workdir)],
                        node_local=[str(checkpoint_dir(out_dir))] if out_dir and node_local
                        else [])
     return cls.make(spec, ray_address, gpu_faults=any(
@@ -171,6 +175,7 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
     would resume from its checkpoints and the schedule would read its events.
     """
     pool = pool or Pool(reuse=False)
+    out_dir = out_dir.resolve()  # every path handed to a trainer is absolute ({run_dir} too)
     fresh = make_cluster(sc, backend, ray_address, out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         previous = out_dir.with_name(out_dir.name + ".previous")
@@ -335,8 +340,8 @@ def _preflight(cluster, out_dir: Path, log) -> None:
 def _baseline(sc: Scenario, cluster, run_dir: Path, log, pool: Pool, backend: str) -> Path:
     """The fault-free twin (same config, same seed) on the same healthy cluster, run first; or
     the run directory of an identical twin this process already trained."""
-    key = twin_key(trainer_command(sc, Path("<twin>")), [resolve(sc.trainer.config)],
-                   cluster.spec, backend)
+    key = twin_key(trainer_command(sc, Path("<twin>")),
+                   ADAPTERS[sc.trainer.adapter].inputs(sc.trainer), cluster.spec, backend)
     if cached := pool.twin(key):
         log.emit("baseline_done", returncode=0, run_dir=str(cached), cached=True, key=key)
         return cached

@@ -5,7 +5,7 @@ A scenario reads top to bottom as a story::
     name: node_failure_mid_run
     tags: [node_failure]
     cluster: {nodes: 3, gpus_per_node: 2}
-    trainer: {config: fixtures/trainer/grpo_tiny.yaml, overrides: {save_freq: 5}}
+    trainer: {config: grpo_tiny, overrides: {save_freq: 5}}
     faults:
       - at: {step: 7}
         kill_node: {node: 1}
@@ -17,6 +17,7 @@ A scenario reads top to bottom as a story::
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -86,13 +87,17 @@ class TrainerSection(Strict):
                          "rlsim (the reference trainer), events (a command writing rlsim's "
                          "events.jsonl), ray_train (a Ray Train job, unmodified), verl, "
                          "openrlhf, nemo_rl (read from their output and checkpoints)")
-    config: str | None = Field(None, description="reference trainer YAML, relative to the "
-                               "repository root or absolute (adapter rlsim)")
+    config: str | None = Field(None, description="the reference trainer's config: a preset "
+                               "(grpo_tiny, ppo_tiny) or a YAML file, relative to the scenario's "
+                               "folder (adapter rlsim)")
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted key -> value "
                                       "(adapter rlsim)")
-    command: list[str] | None = Field(None, min_length=1, description="argv, relative paths from "
-                                      "the repository root; placeholders {python}, {run_dir}, "
-                                      "{attempt}, {ray_address} (other adapters)")
+    command: list[str] | None = Field(None, min_length=1, description="argv, run in the "
+                                      "scenario's folder (or cwd), so relative paths mean what "
+                                      "they mean in a shell there; placeholders {python}, "
+                                      "{run_dir}, {attempt}, {ray_address} (other adapters)")
+    cwd: str | None = Field(None, description="where the command runs, relative to the "
+                            "scenario's folder (default: the folder itself)")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment")
     total_steps: int | None = Field(None, ge=1, description="the steps the command runs (other "
                                     "adapters; the reference trainer's config says its own)")
@@ -103,6 +108,13 @@ class TrainerSection(Strict):
     roles: dict[Literal["actor", "rollout", "ref", "critic", "reward"], str] = Field(
         default_factory=dict, description="role -> pattern searched in Ray actor class names: "
         "how kill_role finds a role's processes in a trainer that logs no worker table")
+
+    @property
+    def workdir(self) -> Path:
+        """The folder the trainer runs in: ``cwd`` once the scenario's reader made it absolute
+        (:func:`rlsim.scenario.loader.load`), else this process's."""
+        return Path(self.cwd) if self.cwd and Path(self.cwd).is_absolute() else \
+            Path.cwd() / (self.cwd or "")
 
     @field_validator("roles")
     @classmethod
@@ -143,7 +155,8 @@ class TrainerSection(Strict):
         if self.adapter == "rlsim":
             if self.config is None:
                 raise ValueError("config: required for the reference trainer (adapter rlsim): "
-                                 "a YAML under fixtures/trainer/, or set adapter and command")
+                                 "a preset (grpo_tiny, ppo_tiny) or a YAML file of your own; or "
+                                 "set adapter and command")
             if self.command is not None or self.total_steps is not None:
                 raise ValueError("command: the reference trainer is started from its config; "
                                  "drop command/total_steps, or name another adapter")

@@ -24,7 +24,7 @@ name: cut_off_when_cancelled
 description: node 1 is cut off from the start; the run is cancelled while the cut is in force
 cluster: {nodes: 2, gpus_per_node: 1}
 trainer:
-  config: fixtures/trainer/grpo_tiny.yaml
+  config: grpo_tiny
 faults:
   - at: {seconds: 0}
     partition: {groups: [[1]]}

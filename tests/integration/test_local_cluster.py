@@ -58,7 +58,7 @@ def test_a_trainer_without_the_token_is_refused_in_one_line(shared, tmp_path):
     refuses it; the trainer asks the GCS once before Ray's own connect (which retries ~20 s,
     printing a warning a second), says in one line what is wrong and what to export, exits 2."""
     out = subprocess.run([sys.executable, "-m", "trainer", "--config",
-                          "fixtures/trainer/grpo_tiny.yaml", f"run_dir={tmp_path}/run"],
+                          "grpo_tiny", f"run_dir={tmp_path}/run"],
                          env=_without_token(shared.address), capture_output=True, text=True,
                          timeout=120)
     lines = (out.stdout + out.stderr).strip().splitlines()
@@ -80,7 +80,7 @@ def test_a_wrong_token_is_refused_in_one_line_by_trainer_doctor_and_launcher(sha
     with_wrong = {**_without_token(shared.address), "RAY_AUTH_MODE": "token",
                   "RAY_AUTH_TOKEN_PATH": str(wrong)}
     out = subprocess.run([sys.executable, "-m", "trainer", "--config",
-                          "fixtures/trainer/grpo_tiny.yaml", f"run_dir={tmp_path}/run"],
+                          "grpo_tiny", f"run_dir={tmp_path}/run"],
                          env=with_wrong, capture_output=True, text=True, timeout=120)
     lines = (out.stdout + out.stderr).strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1, lines

@@ -32,7 +32,7 @@ KILL_NODE = """
 name: real_kill_node
 cluster: {nodes: 3, gpus_per_node: 1}
 trainer:
-  config: fixtures/trainer/grpo_tiny.yaml
+  config: grpo_tiny
   overrides: {save_freq: 5, total_steps: 10}
 faults:
   - at: {step: 6}

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from trainer.config import PRESETS
+
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).parents[2]
-CONFIG = ROOT / "fixtures" / "trainer" / "ppo_tiny.yaml"
+CONFIG = PRESETS / "ppo_tiny.yaml"
 
 WRONG = f"""
 name: wrong_expectation
@@ -27,7 +29,7 @@ expect:
 
 INVALID = """
 name: broken
-trainer: {config: fixtures/trainer/grpo_tiny.yaml}
+trainer: {config: grpo_tiny}
 faults:
   - at: {step: 2}
     kill_node: {node: 9}

@@ -50,7 +50,7 @@ SCENARIO = """name: slurm_smoke
 description: the reference trainer on the Ray cluster the Slurm launcher started
 cluster: {nodes: 1, gpus_per_node: 2}
 trainer:
-  config: fixtures/trainer/grpo_tiny.yaml
+  config: grpo_tiny
   overrides: {total_steps: 4, save_freq: 2, placement: {nnodes: 1, gpus_per_node: 2}}
 expect:
   - completes: {}

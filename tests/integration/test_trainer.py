@@ -20,11 +20,12 @@ import pytest
 from rlsim.backends.local import LocalCluster
 from rlsim.history import read_events as _read
 from rlsim.host.spec import ClusterSpec
+from trainer.config import PRESETS
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).parents[2]
-GRPO = ROOT / "fixtures" / "trainer" / "grpo_tiny.yaml"
-PPO = ROOT / "fixtures" / "trainer" / "ppo_tiny.yaml"
+GRPO = PRESETS / "grpo_tiny.yaml"
+PPO = PRESETS / "ppo_tiny.yaml"
 
 
 def read_events(run_dir) -> list[dict]:

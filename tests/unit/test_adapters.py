@@ -30,10 +30,10 @@ def test_a_command_gets_its_placeholders_filled_and_the_rest_as_written():
 
 
 def test_the_reference_trainer_runs_through_the_same_registry():
-    sc = scenario({"config": "fixtures/trainer/grpo_tiny.yaml", "overrides": {"save_freq": 5}})
+    sc = scenario({"config": "grpo_tiny", "overrides": {"save_freq": 5}})
     assert sc.trainer.adapter == "rlsim"
     cmd = trainer_command(sc, Path("/out/run"))
-    assert cmd[1:3] == ["-m", "trainer"] and cmd[4].endswith("fixtures/trainer/grpo_tiny.yaml")
+    assert cmd[1:3] == ["-m", "trainer"] and cmd[4].endswith("grpo_tiny")
     assert cmd[5:] == ["run_dir=/out/run", "save_freq=5"]
 
 
@@ -67,7 +67,7 @@ def test_the_event_writer_names_the_setting_it_lacks(monkeypatch):
 
 def test_ray_is_watched_for_own_trainers_and_where_a_scenario_names_its_events():
     own = scenario({"adapter": "events", "command": ["/bin/true"]})
-    ours = scenario({"config": "fixtures/trainer/grpo_tiny.yaml"})
+    ours = scenario({"config": "grpo_tiny"})
     named = Scenario.model_validate({"name": "s", "trainer": {"config": "x.yaml"},
                                      "expect": [{"event": "ray_node_dead"}]})
     assert (own.watches_ray, ours.watches_ray, named.watches_ray) == (True, False, True)

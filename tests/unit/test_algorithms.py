@@ -6,6 +6,7 @@ from pathlib import Path
 import torch
 
 from trainer import data
+from trainer.config import PRESETS
 from trainer.grpo import group_advantages
 from trainer.losses import clipped_policy_loss, kl_k3
 from trainer.ppo import gae
@@ -39,7 +40,7 @@ def test_clipped_loss_and_k3():
 def test_the_shipped_prompt_set_regenerates_byte_identical(tmp_path):
     out = tmp_path / "digits.jsonl"
     data.main([str(out), "--count", "512", "--seed", "1234"])
-    assert out.read_bytes() == (ROOT / "fixtures" / "data" / "digits.jsonl").read_bytes()
+    assert out.read_bytes() == (PRESETS / "digits.jsonl").read_bytes()
     first = json.loads(out.read_text().splitlines()[0])
     assert first["answer"] == first["prompt"][-2]
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainer import checkpoint as ckpt
+from trainer.config import PRESETS
 
 
 @pytest.fixture
@@ -224,7 +225,7 @@ def test_the_trainer_refuses_a_checkpoint_dir_another_run_writes_before_it_start
 
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")  # were it to go on, no cluster to reach
     run_dir = tmp_path / "run"
-    config = Path(__file__).parents[2] / "fixtures" / "trainer" / "grpo_tiny.yaml"
+    config = PRESETS / "grpo_tiny.yaml"
     with ckpt.Lease.acquire(run_dir / "checkpoints"):  # the first run, still going
         assert main(["--config", str(config), f"run_dir={run_dir}"]) == 2
     err = capsys.readouterr().err

@@ -6,7 +6,7 @@ import sys
 import tarfile
 
 from rlsim.backends.docker import interpreter_problem
-from rlsim.backends.docker_image import REPO, host_mounts, image_tag, rootfs_tar
+from rlsim.backends.docker_image import code_roots, host_mounts, image_tag, rootfs_tar
 
 
 def test_skeleton_has_mount_points_for_the_host_environment_and_no_files():
@@ -23,7 +23,7 @@ def test_skeleton_has_mount_points_for_the_host_environment_and_no_files():
 
 def test_mounts_cover_python_venv_and_project_read_only_once():
     mounts = host_mounts()
-    for p in (sys.base_prefix, sys.prefix, str(REPO)):
+    for p in (sys.base_prefix, sys.prefix, *map(str, code_roots())):
         real = os.path.realpath(p)
         assert any(real == m or real.startswith(m + "/") for m in mounts)
     assert len(mounts) == len(set(mounts))

@@ -3,15 +3,14 @@
 ZeRO-2 across two simulated nodes is covered by the integration test on a real cluster.
 """
 
-from pathlib import Path
 
 import pytest
 import torch
 
-from trainer.config import load_config
+from trainer.config import PRESETS, load_config
 from trainer.inprocess import run_inprocess
 
-FIXTURE = Path(__file__).parents[2] / "fixtures" / "trainer" / "grpo_tiny.yaml"
+FIXTURE = PRESETS / "grpo_tiny.yaml"
 
 
 def metrics(rows):

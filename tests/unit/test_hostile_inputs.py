@@ -16,11 +16,11 @@ from rlsim.host import state
 from rlsim.host.spec import ClusterSpec
 from rlsim.host.state import ClusterState
 from rlsim.scenario.loader import ScenarioError, load
-from trainer.config import load_config
+from trainer.config import PRESETS, load_config
 from trainer.errors import ConfigError
 
 ROOT = Path(__file__).parents[2]
-GRPO = ROOT / "fixtures" / "trainer" / "grpo_tiny.yaml"
+GRPO = PRESETS / "grpo_tiny.yaml"
 SCENARIO = f"""name: s
 cluster: {{nodes: 3, gpus_per_node: 2}}
 trainer: {{config: {GRPO}}}

@@ -1,12 +1,12 @@
 """Which clusters scenarios may share, and which fault-free twins are the same run."""
 
-from pathlib import Path
 
 from rlsim.host.spec import ClusterSpec
 from rlsim.scenario.pool import shape_key, twin_key
+from trainer.config import PRESETS
 
 SPEC = ClusterSpec(name="x", nodes=2, gpus_per_node=1)
-CONFIG = Path(__file__).resolve().parents[2] / "fixtures" / "trainer" / "grpo_tiny.yaml"
+CONFIG = PRESETS / "grpo_tiny.yaml"
 
 
 def test_only_local_clusters_of_one_shape_without_node_local_storage_are_shared():

@@ -44,7 +44,7 @@ def test_pytest_refuses_them_too_unless_allowed(pytester):
     scenarios = pytester.mkdir("scenarios")
     (scenarios / "lose_a_node.yaml").write_text(
         "name: lose_a_node\ncluster: {nodes: 2, gpus_per_node: 1}\n"
-        "trainer: {config: fixtures/trainer/grpo_tiny.yaml}\n"
+        "trainer: {config: grpo_tiny}\n"
         "faults:\n  - at: {step: 2}\n    kill_node: {node: 1}\nexpect:\n  - completes: {}\n")
     result = pytester.runpytest("scenarios", "--backend", "real", "-p", "no:cacheprovider")
     assert result.ret == 4  # pytest's usage error: nothing ran

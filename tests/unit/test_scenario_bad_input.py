@@ -12,7 +12,8 @@ import pytest
 from rlsim import commands as cli
 
 pytest_plugins = ["pytester"]
-TINY = "fixtures/trainer/grpo_tiny.yaml"
+TINY = "grpo_tiny"
+ROOT = Path(__file__).parents[2]
 
 
 def scenario(faults: str = "", trainer: str = f"{{config: {TINY}}}", cluster: str = "",
@@ -120,11 +121,11 @@ CASES = [
      [":6: faults[0].kill_node.node: random picks a node other than the head", "add nodes"]),
     ("node beyond the cluster", scenario(fault("kill_node: {node: 7}")),
      [":5: faults[0].kill_node.node: node 7 is outside the cluster (nodes 0-1)"]),
-    ("trainer.config is a scenario", scenario(trainer="{config: scenarios/head_lost.yaml}"),
+    ("trainer.config is a scenario",
+     scenario(trainer=f"{{config: {ROOT}/scenarios/head_lost.yaml}}"),
      [":2: trainer.config: the trainer refuses its config", "unknown key"]),
-    ("trainer.config is a directory", scenario(trainer="{config: fixtures/trainer}"),
-     [":2: trainer.config: '" + str(Path(__file__).parents[2] / "fixtures" / "trainer")
-      + "' is a folder, not a trainer config file"]),
+    ("trainer.config is a directory", scenario(trainer="{config: .}"),
+     ["is a folder, not a trainer config file"]),
     ("fails pattern not a regex", scenario(expect="[{fails: {pattern: '('}}]"),
      ["expect[0].fails.pattern: not a valid regular expression"]),
     ("ray_version as code", scenario(cluster="{ray_version: {1: '2.9\"; import os; \"'}}"),

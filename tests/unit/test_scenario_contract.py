@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from rlsim.scenario.loader import ScenarioError, load
+from trainer.config import PRESETS
 
 ROOT = Path(__file__).parents[2]
-GRPO = ROOT / "fixtures" / "trainer" / "grpo_tiny.yaml"  # actor, rollout and ref; 2 ranks each
+GRPO = PRESETS / "grpo_tiny.yaml"  # actor, rollout and ref; 2 ranks each
 
 
 def write(tmp_path, body: str) -> Path:

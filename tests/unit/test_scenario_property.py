@@ -17,7 +17,7 @@ from rlsim.scenario.schema import Scenario
 
 ROOT = Path(__file__).parents[2]
 SHIPPED = [p.read_bytes() for p in discover(ROOT / "scenarios")]
-BASE = {"name": "s", "trainer": {"config": "fixtures/trainer/grpo_tiny.yaml"},
+BASE = {"name": "s", "trainer": {"config": "grpo_tiny"},
         "expect": [{"completes": {}}]}
 ODD = ["[/oops]", "[red]", "&a", "*a", "!!python/object", "<<", "node", "random", "step",
        "event", "for_s", "at", "faults", "cluster", "overrides", "gcs", "workers:9", "", " ", "\t",

@@ -23,7 +23,7 @@ def write(tmp_path, text: str) -> Path:
     return p
 
 
-BASE = "name: s\ntrainer: {config: fixtures/trainer/grpo_tiny.yaml}\n"
+BASE = "name: s\ntrainer: {config: grpo_tiny}\n"
 
 
 @pytest.mark.parametrize("body,line,needle", [

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from trainer.__main__ import main
+from trainer.config import PRESETS
 
 ROOT = Path(__file__).parents[2]
-GRPO = ROOT / "fixtures" / "trainer" / "grpo_tiny.yaml"
-DIGITS = ROOT / "fixtures" / "data" / "digits.jsonl"
+GRPO = PRESETS / "grpo_tiny.yaml"
+DIGITS = PRESETS / "digits.jsonl"
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,12 @@
 """Trainer config: YAML plus dotted overrides; errors name the file, the field and the fix."""
 
-from pathlib import Path
 
 import pytest
 
-from trainer.config import load_config, parse_overrides
+from trainer.config import PRESETS, load_config, parse_overrides
 from trainer.errors import ConfigError
 
-FIXTURES = Path(__file__).parents[2] / "fixtures" / "trainer"
+FIXTURES = PRESETS
 
 
 @pytest.mark.parametrize("name", ["grpo_tiny.yaml", "ppo_tiny.yaml"])
