@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from rlsim.contract import DETECTION_EVENTS
 from rlsim.fields import DAY, Bounds, NodeIndex, Role, Step, Strict, first_error, regex
 from rlsim.files import read_file
 from rlsim.history import HARNESS_EVENTS, MAX_HISTORY, Outcome
+from rlsim.registry import Registry
 from rlsim.result import Verdict
 
 
@@ -65,18 +66,22 @@ class Check:
             raise ValueError(first_error(e, self.name)) from None
 
 
-CHECKS: dict[str, Check] = {}
+    def __call__(self, o: Outcome, params) -> Verdict:
+        return self.judge(o, params)
+
+
+# name -> Check, from the entry point group rlsim.checks (the ones below, and any package's)
+CHECKS: Registry = Registry("rlsim.checks", "check", lambda c: c.name)
 
 
 def check(Params: type[Strict], scalar: Callable[[str, Any], dict] | None = None,
           needs: tuple[str, ...] = (), figure: str | None = None,
           excludes: tuple[str, ...] = ()):
-    """Register the decorated judge as the check of its name."""
-    def register(judge: Callable[[Outcome, Any], Verdict]):
-        CHECKS[judge.__name__] = Check(judge.__name__, Params, judge, scalar, needs, figure,
-                                       excludes)
-        return judge
-    return register
+    """Make the decorated judge a :class:`Check` of its name (register it with an entry point in
+    the group ``rlsim.checks``; rlsim's own are in its pyproject.toml)."""
+    def make(judge: Callable[[Outcome, Any], Verdict]) -> Check:
+        return Check(judge.__name__, Params, judge, scalar, needs, figure, excludes)
+    return make
 
 
 # -- shorthands: each reads (check name, scalar) into the long form's mapping ----------------------
@@ -465,6 +470,23 @@ def judge(o: Outcome) -> list[Verdict]:
     return [CHECKS[name].judge(o, params) for name, params in o.scenario.checks()]
 
 
-# Check name -> column head of the checks whose value is a figure people compare across runs and
-# clusters; the report, the sign-off page and JUnit properties carry them
-FIGURES = {name: c.figure for name, c in CHECKS.items() if c.figure}
+
+class _Figures(Mapping):
+    """Check name -> column head of the checks whose value is a figure people compare across
+    runs and clusters (from :data:`CHECKS`, on first use); the report, the sign-off page and
+    JUnit properties carry them."""
+
+    def _all(self) -> dict[str, str]:
+        return {name: c.figure for name, c in CHECKS.items() if c.figure}
+
+    def __getitem__(self, name: str) -> str:
+        return self._all()[name]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+FIGURES = _Figures()

@@ -14,6 +14,7 @@ import typer
 from rlsim.commands import cluster, demo, doctor, fault, launch, plan, scenarios
 from rlsim.commands.console import err
 from rlsim.host.home import HomeError
+from rlsim.registry import RegistryError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Rehearse multi-node RL training failures on simulated Ray clusters.")
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         app(args=argv, prog_name="rlsim")
-    except HomeError as e:
+    except (HomeError, RegistryError) as e:  # the home, or a plugin, that cannot serve
         err.print(f"rlsim: {e}", style="red", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
     except SystemExit as e:

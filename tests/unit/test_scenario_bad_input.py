@@ -133,7 +133,8 @@ CASES = [
     ("python not absolute", scenario(cluster="{python: {1: python3}}"),
      [":2: cluster: node 1: python 'python3' is not an absolute path"]),
     ("unknown adapter", scenario(trainer="{adapter: verlx, command: [x]}"),
-     [":2: trainer: adapter: unknown adapter 'verlx'; known: rlsim, events"]),
+     [":2: trainer: adapter: unknown adapter 'verlx'; known: events, nemo_rl, openrlhf, "
+      "ray_train, rlsim, verl"]),
     ("command that does not exist",
      scenario(trainer="{adapter: events, command: [bin/no_such_trainer]}"),
      [":2: trainer.command: 'bin/no_such_trainer' is not an executable here"]),
