@@ -145,10 +145,27 @@ def completes(o: Outcome, p) -> Verdict:
     end = _end(o)
     ok = o.returncode == 0 and end is not None and end["status"] == "completed"
     errors = [e["message"][:300] for e in o.trainer("error")]
+    said = errors[-1] if errors else _last_words(o.output)
     msg = ("the trainer completed" if ok else
            f"the trainer did not complete (exit {o.returncode}; run_end "
-           f"{end['status'] if end else 'missing'}){': ' + errors[-1] if errors else ''}")
-    return Verdict("completes", ok, msg, evidence=_interesting(o))
+           f"{end['status'] if end else 'missing'}){': ' + said if said else ''}")
+    tail = [] if ok else [f"output | {line}" for line in _tail(o.output)]
+    return Verdict("completes", ok, msg, evidence=_interesting(o) + tail)
+
+
+def _tail(output: str, lines: int = 8) -> list[str]:
+    """The last lines of the trainer's output (its traceback ends there), cut to width."""
+    return [line[:300] for line in output.rstrip().splitlines()[-lines:]]
+
+
+def _last_words(output: str) -> str:
+    """What a trainer that logs no error said last: the exception line its traceback ends with
+    (``KeyError: 'x'``), else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in reversed(lines[-40:]):
+        if re.match(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(Error|Exception|Interrupt|Exit)\b", line):
+            return line[:300]
+    return lines[-1][:300] if lines else ""
 
 
 class Fails(Strict):

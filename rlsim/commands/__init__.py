@@ -18,6 +18,20 @@ from rlsim.registry import RegistryError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Rehearse multi-node RL training failures on simulated Ray clusters.")
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import version
+
+        typer.echo(f"rlsim {version('rlsim')}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="Print rlsim's version and exit.")) -> None:
+    """Rehearse multi-node RL training failures on simulated Ray clusters."""
 for command in (cluster.cluster, cluster.status, cluster.down, doctor.doctor, demo.demo,
                 scenarios.run, scenarios.validate, scenarios.report, launch.launch):
     app.command()(command)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -28,9 +29,14 @@ from rlsim.host.spec import ClusterSpec
 from rlsim.plugin.session import close_pool
 
 _counter = itertools.count()
+# the scenario files pytest collects unless the ini option rlsim_scenarios says otherwise
+SCENARIO_FILES = ("scenarios/**/*.yaml",)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("rlsim_scenarios", type="args", default=list(SCENARIO_FILES),
+                  help="glob patterns (relative to the rootdir, ** for any folders) of the YAML "
+                       "files that are rlsim scenarios, as python_files is for test modules")
     group = parser.getgroup("rlsim", "rlsim scenarios")
     group.addoption("--backend", dest="rlsim_backend", default=None, choices=names(),
                     help=f"run scenarios on this backend: {described()}")
@@ -55,12 +61,42 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path):
-    """``scenarios/**/*.yaml`` -> one item per scenario (see rlsim.plugin.items)."""
-    if file_path.suffix == ".yaml" and "scenarios" in file_path.parts:
+    """A file the ``rlsim_scenarios`` patterns match (``scenarios/**/*.yaml`` unless the ini
+    file says otherwise) -> one item per scenario (see rlsim.plugin.items); a matched file that
+    is no scenario is a collection error naming the file."""
+    if file_path.suffix in (".yaml", ".yml") and is_scenario_file(
+            file_path, parent.config.rootpath, parent.config.getini("rlsim_scenarios")):
         from rlsim.plugin.items import ScenarioFile
 
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
+
+
+def is_scenario_file(path, rootdir, patterns: list[str]) -> bool:
+    """Whether ``path`` matches one of the glob ``patterns``, relative to ``rootdir`` (a path
+    outside it, as given): ``**`` stands for any folders, none included."""
+    try:
+        rel = path.relative_to(rootdir).as_posix()
+    except ValueError:
+        rel = path.as_posix()
+    return any(re.fullmatch(_regex(p), rel) for p in patterns)
+
+
+def _regex(pattern: str) -> str:
+    """A glob as a regular expression: ``**/`` any folders (or none), ``*`` within one name."""
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return out
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -78,3 +78,20 @@ def test_the_slow_tier_is_skipped_in_words_unless_asked_for(pytester, scenarios,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SKIP wrong_expectation: slow tier; name its file or pass --slow" in out.stdout
+
+
+def test_which_yaml_files_are_scenarios_is_the_ini_files_choice(pytester):
+    pytester.makeini("[pytest]\nrlsim_scenarios = stories/*.yaml\n")
+    stories = pytester.mkdir("stories")
+    (stories / "wrong.yaml").write_text(WRONG)
+    (stories / "compose.yaml").write_text("services: {web: {image: nginx}}\n")  # not a story
+    other = pytester.mkdir("scenarios")
+    (other / "broken.yaml").write_text(INVALID)  # outside the patterns: not collected
+    result = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider")
+    out = result.stdout.str()
+    assert "stories/wrong.yaml::wrong_expectation" in out and "broken" not in out, out
+    assert "stories/compose.yaml::compose" in out, out  # collected: run, it fails in words
+    result = pytester.runpytest_subprocess("stories/compose.yaml", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    said = result.stdout.str()
+    assert "invalid scenario:" in said and "compose.yaml:1" in said and "Traceback" not in said
