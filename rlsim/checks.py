@@ -145,7 +145,7 @@ def completes(o: Outcome, p) -> Verdict:
     end = _end(o)
     ok = o.returncode == 0 and end is not None and end["status"] == "completed"
     errors = [e["message"][:300] for e in o.trainer("error")]
-    said = errors[-1] if errors else _last_words(o.output)
+    said = " ".join((errors[-1] if errors else _last_words(o.output)).split())
     msg = ("the trainer completed" if ok else
            f"the trainer did not complete (exit {o.returncode}; run_end "
            f"{end['status'] if end else 'missing'}){': ' + said if said else ''}")

@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from rlsim.commands import cluster, demo, doctor, fault, launch, plan, scenarios
+from rlsim.commands import cluster, demo, doctor, fault, init, launch, plan, scenarios
 from rlsim.commands.console import err
 from rlsim.host.home import HomeError
 from rlsim.registry import RegistryError
@@ -33,7 +33,8 @@ def _options(version: bool = typer.Option(False, "--version", callback=_version,
                                           help="Print rlsim's version and exit.")) -> None:
     """Rehearse multi-node RL training failures on simulated Ray clusters."""
 for command in (cluster.cluster, cluster.status, cluster.down, doctor.doctor, demo.demo,
-                scenarios.run, scenarios.validate, scenarios.report, launch.launch):
+                scenarios.run, scenarios.validate, scenarios.report, launch.launch,
+                init.init):
     app.command()(command)
 for command in (fault.fault, plan.plan):  # take options of their own after the arguments
     app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(

@@ -43,7 +43,13 @@ class ScenarioError(ValueError):
 def load(path: str | Path) -> Scenario:
     """Parse and validate one scenario file; raise :class:`ScenarioError` with every problem."""
     p = Path(path)
-    data, lines = _parse(p, _read(p))
+    return read(_read(p), p)
+
+
+def read(text: str, p: Path) -> Scenario:
+    """A scenario's ``text`` read as if it were the file ``p`` (its messages name ``p``, its
+    paths are relative to ``p``'s folder): what :func:`load` does once the file is read."""
+    data, lines = _parse(p, text)
     if data is None:
         raise ScenarioError(f"{p}:1: the file is empty; a scenario is a mapping (name, cluster, "
                             "trainer, faults, expect): see scenarios/ for examples")

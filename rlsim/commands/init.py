@@ -1,0 +1,166 @@
+"""``rlsim init``: a starter for the user's own trainer in their project: two scenarios (a run
+with no fault, and a worker node lost mid-run), the pytest configuration that collects them, and a
+CI workflow. Every scenario it writes is read as ``rlsim validate`` reads it before anything is
+written, so the starter passes as written."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from rlsim.commands.console import console, fail
+from rlsim.files import write_file
+
+PYTEST_CONFIGS = ("pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+HERE = Path(".")
+HEADER = "# written by rlsim init: a story of your trainer; edit it to tell yours\n"
+
+
+def init(
+    folder: Annotated[Path, typer.Argument(help="Your project's folder (made if missing).")] = HERE,
+    adapter: str = typer.Option("rlsim", help="How rlsim reads your trainer: rlsim (the "
+                                "reference trainer, the default), events, ray_train, verl, "
+                                "openrlhf or nemo_rl."),
+    command: str | None = typer.Option(None, help="How your trainer starts, as you would type "
+                                       "it in a shell in FOLDER (split as the shell would); "
+                                       "python is rlsim's own interpreter, with Ray."),
+    force: bool = typer.Option(False, "--force", help="Replace files rlsim init wrote before."),
+) -> None:
+    """Write a starter into FOLDER: scenarios/clean_run.yaml and scenarios/node_lost.yaml, a
+    pytest.ini that collects them (unless a pytest configuration is there), and
+    .github/workflows/rlsim.yml. Exit 0: written; 2: bad input (nothing written)."""
+    from rlsim.adapters import ADAPTERS
+    from rlsim.scenario.loader import ScenarioError, read
+
+    if adapter not in ADAPTERS:
+        raise fail(f"rlsim init: --adapter {adapter}: unknown; fix: one of "
+                   f"{', '.join(ADAPTERS)}", 2)
+    argv = _argv(adapter, command)
+    stories = {"clean_run": _clean(adapter, argv), "node_lost": _node_lost(adapter, argv)}
+    files = {Path("scenarios") / f"{name}.yaml": HEADER + yaml.safe_dump(
+        story, sort_keys=False, width=100, default_flow_style=None)
+        for name, story in stories.items()}
+    if not any((folder / c).exists() for c in PYTEST_CONFIGS):
+        files[Path("pytest.ini")] = PYTEST_INI
+    files[Path(".github") / "workflows" / "rlsim.yml"] = WORKFLOW
+    there = [str(folder / p) for p in files if (folder / p).exists()]
+    if there and not force:
+        raise fail(f"rlsim init: {', '.join(there)} already there; fix: --force to replace, or "
+                   "init another folder", 2)
+    made = [d for d in (folder, folder / "scenarios") if not d.exists()]
+    (folder / "scenarios").mkdir(parents=True, exist_ok=True)
+    for rel, text in files.items():  # read as rlsim validate will read them, before any is written
+        if rel.suffix == ".yaml":
+            try:
+                read(text, folder / rel)
+            except ScenarioError as e:
+                for d in reversed(made):  # nothing left behind
+                    d.rmdir()
+                raise fail(f"rlsim init: the starter would not run as written: {e}", 2) from None
+    for rel, text in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        write_file(folder / rel, text)
+        console.print(f"wrote {folder / rel}", markup=False, highlight=False)
+    if Path("pytest.ini") not in files:
+        console.print(f"{folder} has a pytest configuration: add rlsim_scenarios = "
+                      "scenarios/**/*.yaml to it (the default already collects scenarios/)",
+                      markup=False, highlight=False)
+    console.print(f"next: cd {folder} && rlsim run scenarios  (or: python -m pytest)",
+                  markup=False, highlight=False)
+
+
+def _argv(adapter: str, command: str | None) -> list[str] | None:
+    if adapter == "rlsim":
+        if command is not None:
+            raise fail("rlsim init: --command: the reference trainer starts from its config; "
+                       "drop --command, or name the adapter of your trainer", 2)
+        return None
+    if not command:
+        raise fail(f"rlsim init: --adapter {adapter} needs --command: how your trainer starts, "
+                   "e.g. --command 'python train.py --steps 20'", 2)
+    try:
+        argv = shlex.split(command)
+    except ValueError as e:
+        raise fail(f"rlsim init: --command {command!r}: {e}; quote it as a shell would", 2) \
+            from None
+    if not argv:
+        raise fail("rlsim init: --command is empty; give how your trainer starts", 2)
+    if argv[0] in ("python", "python3"):  # rlsim's interpreter: the one with Ray and rlsim
+        argv[0] = "{python}"
+    return argv
+
+
+def _trainer(adapter: str, argv: list[str] | None, overrides: dict) -> dict:
+    if argv is None:
+        return {"config": "grpo_tiny", "overrides": overrides}
+    # the command runs where it was typed: the project's folder, above scenarios/
+    return {"adapter": adapter, "command": argv, "cwd": ".."}
+
+
+def _clean(adapter: str, argv: list[str] | None) -> dict:
+    return {
+        "name": "clean_run",
+        "description": "The trainer runs start to end on a healthy simulated cluster: what "
+                       "every other story is measured against.",
+        "cluster": {"nodes": 3, "gpus_per_node": 1},
+        "trainer": _trainer(adapter, argv, {"total_steps": 10, "save_freq": 4}),
+        "expect": [{"completes": True}, {"no_leaks": True}]
+        + ([{"final_step": 10}] if argv is None else []),
+    }
+
+
+def _node_lost(adapter: str, argv: list[str] | None) -> dict:
+    trainer = _trainer(adapter, argv, {"total_steps": 10, "save_freq": 4})
+    if argv is None:  # the reference trainer rebuilds on the spare node from its checkpoint
+        expect = [{"completes": True}, {"restarts": {"min": 1}}, {"resumed_from_step": 4},
+                  {"detected_within_s": 30}, {"final_step": 10}, {"no_leaks": True}]
+        why = ("It must notice within seconds, rebuild on the spare node from its step-4 "
+               "checkpoint and finish.")
+    else:  # a trainer of its own: relaunched as a scheduler would, it must finish
+        trainer["relaunch"] = {"max": 2}
+        expect = [{"completes": True}, {"detected_within_s": 60}, {"no_leaks": True}]
+        why = ("It may fail; relaunched as a scheduler would (up to twice), it must finish. "
+               "Tighten the expectations to what your trainer promises.")
+    return {
+        "name": "node_lost",
+        "description": f"A worker node dies after the trainer's step 5. {why}",
+        "cluster": {"nodes": 3, "gpus_per_node": 1},
+        "trainer": trainer,
+        "faults": [{"at": {"event": "step_end", "step": 5}, "kill_node": {"node": 1}}],
+        "expect": expect,
+    }
+
+
+PYTEST_INI = """\
+# written by rlsim init: pytest collects the rlsim scenarios (one test each)
+[pytest]
+rlsim_scenarios = scenarios/**/*.yaml
+addopts = -ra
+"""
+
+WORKFLOW = """\
+# written by rlsim init: the scenarios on every push, their report kept as an artifact
+name: rlsim
+on: [push, pull_request]
+jobs:
+  scenarios:
+    runs-on: ubuntu-latest
+    timeout-minutes: 60
+    steps:
+      - uses: actions/checkout@v4
+      - uses: actions/setup-python@v5
+        with: {python-version: "3.11"}
+      - name: set up (the CPU build of torch, then rlsim and your project)
+        run: |
+          python -m pip install torch --index-url https://download.pytorch.org/whl/cpu
+          python -m pip install rlsim
+      - name: scenarios (as root, for the network faults' iptables rules)
+        run: sudo -E env "PATH=$PATH" python -m pytest scenarios -q --rlsim-report reports
+      - uses: actions/upload-artifact@v4
+        if: always()
+        with: {name: rlsim-report, path: reports/}
+"""

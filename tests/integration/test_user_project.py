@@ -1,0 +1,148 @@
+"""What a user does: build rlsim's wheel, install it into a fresh virtualenv, and in a project
+folder outside the repository, beside a small Ray Train script of their own, run scenarios whose
+paths are relative to their own folder, with ``rlsim run`` (default options) and with pytest.
+
+The gate's virtualenv takes rlsim's dependencies from the test environment's site-packages (a
+``.pth`` line: no download, no editable rlsim) and rlsim itself from the wheel only; the slow tier
+installs the wheel with its dependencies resolved by pip (PyPI, and torch from the file on disk).
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).parents[2]
+
+TRAIN = '''
+"""A Ray Train job of the user's own: two workers, DDP over gloo, no FailureConfig."""
+import os, sys, tempfile, time
+import ray.train, ray.train.torch, torch, torch.nn as nn
+from ray.train import RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+
+def loop(config):
+    model = ray.train.torch.prepare_model(nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(32, 4)
+    for step in range(1, config["steps"] + 1):
+        loss = nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+        opt.zero_grad(); loss.backward(); opt.step()
+        time.sleep(0.2)
+        ray.train.report({"step": step, "loss": loss.item()})
+
+
+trainer = TorchTrainer(loop, train_loop_config={"steps": 6},
+                       scaling_config=ScalingConfig(num_workers=2, use_gpu=False,
+                                                    resources_per_worker={"MOCK_GPU": 1},
+                                                    placement_strategy="STRICT_SPREAD"),
+                       run_config=RunConfig(name="mine", storage_path=sys.argv[1]))
+print("result:", trainer.fit().metrics, flush=True)
+'''
+
+SCENARIO = """# my job, told as a story
+name: {name}
+cluster: {{nodes: 2, gpus_per_node: 1}}
+trainer:
+  adapter: ray_train
+  command: ["{{python}}", "train.py", "{{run_dir}}/results"]
+  cwd: ..
+  env: {{RAY_TRAIN_HEALTH_CHECK_INTERVAL_S: "0.5"}}
+  total_steps: 6
+{faults}expect:
+  - completes: true
+  - final_step: 6
+"""
+LOSE_NODE = "faults:\n  - at: {step: 3}\n    kill_node: {node: 1}\n"
+
+
+def _venv(tmp: Path, full: bool) -> Path:
+    """A fresh virtualenv with rlsim's wheel installed; its python."""
+    dist = tmp / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", str(ROOT), "-w", str(dist)], check=True,
+                   capture_output=True, timeout=600)
+    wheel = next(dist.glob("rlsim-*.whl"))
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    new_site = Path(subprocess.run([str(python), "-c", "import site; "
+                                    "print(site.getsitepackages()[0])"], capture_output=True,
+                                   text=True, check=True).stdout.strip())
+    if full:  # pip resolves the dependencies itself (torch from the file on disk)
+        subprocess.run([str(python), "-m", "ensurepip", "-q"], check=True, timeout=300)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0",
+                        str(wheel)], check=True, timeout=1800)
+    else:  # the test environment's dependencies, rlsim from the wheel alone
+        (new_site / "deps.pth").write_text(site.getsitepackages()[0] + "\n")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                        "--target", str(new_site), str(wheel)], check=True, timeout=300)
+        # the console script, as pip would write it into the venv
+        (venv / "bin" / "rlsim").write_text(f"#!{python}\nfrom rlsim.commands import main\n"
+                                            "main()\n")
+        (venv / "bin" / "rlsim").chmod(0o755)
+    where = subprocess.run([str(python), "-c", "import rlsim, trainer; print(rlsim.__file__); "
+                            "print(trainer.__file__)"], capture_output=True, text=True,
+                           check=True, cwd=tmp).stdout.split()
+    assert all(w.startswith(str(new_site)) for w in where), where  # the wheel's, not the repo's
+    return python
+
+
+def _project(tmp: Path) -> Path:
+    project = tmp / "project"
+    (project / "scenarios").mkdir(parents=True)
+    (project / "train.py").write_text(TRAIN)
+    (project / "scenarios" / "clean.yaml").write_text(SCENARIO.format(name="clean", faults=""))
+    (project / "scenarios" / "node_lost.yaml").write_text(
+        SCENARIO.format(name="node_lost", faults=LOSE_NODE))
+    return project
+
+
+def _story(python: Path, project: Path) -> dict[str, float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "RLSIM_STRICT"))}
+    t0 = time.monotonic()
+    run = subprocess.run([str(python.parent / "rlsim"), "run", "scenarios/clean.yaml"],
+                         cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "PASS clean" in run.stdout and list(project.glob("reports/run-*/clean/run/results"))
+    first_pass = time.monotonic() - t0
+    test = subprocess.run([str(python), "-m", "pytest", "scenarios/node_lost.yaml", "-q", "-p",
+                           "no:cacheprovider"], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=900)
+    out = test.stdout + test.stderr
+    assert test.returncode == 1, out
+    assert "scenario 'node_lost'" in out and "completes: the trainer did not complete" in out
+    assert "Training failed due to worker errors" in out, out  # Ray Train's words, in the FAIL
+    return {"first PASS (s)": first_pass}
+
+
+def test_the_installed_wheel_runs_a_users_own_project(tmp_path):
+    python = _venv(tmp_path, full=False)
+    _story(python, _project(tmp_path))
+
+
+@pytest.mark.slow
+def test_the_wheel_with_its_dependencies_resolved_by_pip(tmp_path):
+    t0 = time.monotonic()
+    python = _venv(tmp_path, full=True)
+    installed = time.monotonic() - t0
+    figures = _story(python, _project(tmp_path))
+    print(f"pip install of the wheel {installed:.0f} s; then the first PASS "
+          f"{figures['first PASS (s)']:.0f} s")
+
+
+@pytest.mark.slow
+def test_the_catalogues_ray_train_story_from_the_repository_with_default_options():
+    out = subprocess.run([str(Path(sys.executable).parent / "rlsim"), "run",
+                          "scenarios/ray_train_node_lost.yaml"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
