@@ -1,0 +1,25 @@
+"""The wheel carries everything: every package of rlsim and of the reference trainer is named in
+pyproject.toml (the list is explicit, for the catalogue's mapping), and the package data a user's
+project relies on is declared."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def test_every_package_is_in_the_wheel():
+    found = {".".join(p.parent.relative_to(ROOT).parts)
+             for top in ("rlsim", "trainer") for p in (ROOT / top).rglob("__init__.py")}
+    assert found - set(CONFIG["packages"]) == set()
+
+
+def test_the_catalogue_presets_and_plan_data_ship_as_package_data():
+    data = CONFIG["package-data"]
+    assert CONFIG["package-dir"] == {"rlsim.catalogue": "scenarios"}
+    assert "*.yaml" in data["rlsim.catalogue"] and "trainers/*.py" in data["rlsim.catalogue"]
+    assert data["trainer"] == ["presets/*"] and (ROOT / "trainer" / "presets" / "grpo_tiny.yaml")\
+        .is_file()
