@@ -79,9 +79,12 @@ def _venv(tmp: Path, full: bool) -> Path:
                                     "print(site.getsitepackages()[0])"], capture_output=True,
                                    text=True, check=True).stdout.strip())
     if full:  # pip resolves the dependencies itself (torch from the file on disk)
-        subprocess.run([str(python), "-m", "ensurepip", "-q"], check=True, timeout=300)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0",
-                        str(wheel)], check=True, timeout=1800)
+        for step in (["-m", "ensurepip"],
+                     ["-m", "pip", "install", "-q", "torch==2.13.0", f"{wheel}", "ray[train]",
+                      "pytest"]):
+            done = subprocess.run([str(python), *step], capture_output=True, text=True,
+                                  timeout=1800, cwd=tmp)
+            assert done.returncode == 0, done.stdout + done.stderr
     else:  # the test environment's dependencies, rlsim from the wheel alone
         (new_site / "deps.pth").write_text(site.getsitepackages()[0] + "\n")
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
