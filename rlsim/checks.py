@@ -402,8 +402,19 @@ class NoLeaks(Strict):
 
 @check(NoLeaks, _true)
 def no_leaks(o: Outcome, p) -> Verdict:
-    return Verdict("no_leaks", not o.leaks, "nothing left behind" if not o.leaks else
-                   "left behind: " + ", ".join(o.leaks))
+    """Nothing the trainer or rlsim left behind (:mod:`rlsim.scenario.leftovers`): what the
+    trainer left fails, naming the object, its node and the fix; what Ray's own libraries keep by
+    design is a note; what rlsim left always fails (its bug)."""
+    bad = [x for x in o.leaks if x.owner != "ray"]
+    notes = [x for x in o.leaks if x.owner == "ray"]
+    waited = "" if o.leaks_waited_s is None else f" (Ray given {o.leaks_waited_s:.1f} s to " \
+        "clean up)"
+    said = "; ".join(f"the {x.owner}'s {x.line()}" for x in bad) or "nothing left behind"
+    if notes:
+        said += "; note, Ray's own libraries keep: " + "; ".join(
+            f"{x.kind} {x.what} ({x.library})" for x in notes)
+    return Verdict("no_leaks", not bad, said + waited, len(bad),
+                   evidence=[x.line() for x in o.leaks])
 
 
 class Event(Bounds):

@@ -32,6 +32,27 @@ class Judged(Protocol):
     def checks(self) -> list[tuple[str, Any]]: ...
 
 
+@dataclass(frozen=True)
+class Leftover:
+    """Something a run left behind, and whose it is: the ``trainer``'s (its job's actors,
+    placement groups, a driver still connected), one of ``ray``'s own libraries' (a detached
+    actor Ray Data or Ray Train keeps by design: ``library`` says which), or ``rlsim``'s (a rule,
+    a frozen node, a process that outlived teardown: a bug of rlsim's). ``fix`` says what
+    removes it."""
+
+    kind: str
+    what: str
+    owner: str
+    node: str = ""
+    library: str = ""
+    fix: str = ""
+
+    def line(self) -> str:
+        where = f" on {self.node}" if self.node else ""
+        lib = f" ({self.library})" if self.library else ""
+        return f"{self.kind} {self.what}{where}{lib}" + (f"; fix: {self.fix}" if self.fix else "")
+
+
 @dataclass
 class Outcome:
     """What happened: the merged timeline, the trainer's exit and output, leaks after teardown."""
@@ -42,7 +63,8 @@ class Outcome:
     returncode: int | None = None
     output: str = ""
     started: float = 0.0
-    leaks: list[str] = field(default_factory=list)
+    leaks: list[Leftover] = field(default_factory=list)
+    leaks_waited_s: float | None = None  # how long Ray was given to clean up (None: not asked)
     baseline_dir: Path | None = None
     refusal: str | None = None  # why the cluster did not form, when it did not
 

@@ -319,6 +319,12 @@ class DockerCluster(StartedCluster):
         self._container(index).start()  # same address, same command: the node joins again
         return self.wait_for_nodes(timeout, [index], frozenset({old}) - {None})[index]
 
+    def fault_residue(self) -> list[str]:
+        """What faults left that the next run would inherit: paused node containers (rules live
+        in the nodes' own namespaces and go with them)."""
+        return [f"node {i} is paused" for i in sorted(self.containers)
+                if self._state(i).get("Paused")]
+
     def pause_node(self, index: int) -> list[int]:
         if not self._state(index)["Paused"]:
             self._container(index).pause()

@@ -14,12 +14,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from rlsim.backends import redis_store
 from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_containers
-from rlsim.backends.ray_state import alive_nodes, connect_env, leftovers
+from rlsim.backends.ray_state import alive_nodes, connect_env
 from rlsim.backends.reaper import reap, reap_local
 from rlsim.backends.started import StartedCluster
 from rlsim.host import cgroups, disk, iptables, procs, state
@@ -104,11 +103,10 @@ class LocalCluster(StartedCluster):
         found += [f"mount {point}" for point in disk.mounted(st.session)]
         return found
 
-    def residue(self, settle_s: float = 10.0) -> list[str]:
-        """What a finished run left on this running cluster (every node up) that the next run
-        would inherit: fault rules still in its chain, frozen or memory-capped nodes, and Ray's
-        own leftovers (live actors, placement groups, connected jobs). Ray removes a finished
-        job's actors and groups asynchronously, so those are waited for up to ``settle_s``."""
+    def fault_residue(self) -> list[str]:
+        """What faults left on this running cluster that the next run would inherit: rules still
+        in its chain, frozen or memory-capped nodes (Ray's own leftovers are read from its GCS,
+        :mod:`rlsim.scenario.leftovers`)."""
         st = self._st
         found = [f"iptables rule left: {rule}" for rule in self.firewall.leftover_rules()]
         if st.cgroups:
@@ -118,12 +116,7 @@ class LocalCluster(StartedCluster):
                     found.append(f"node {node.index} is frozen")
                 if group.memory().limited():
                     found.append(f"node {node.index} has a memory cap")
-        deadline = time.monotonic() + settle_s
-        while ray_left := leftovers(self.address, str(auth_token_path())):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)  # Ray has no notification for "job fully cleaned up"
-        return found + ray_left
+        return found
 
     # ---- addresses -------------------------------------------------------------------------
 

@@ -6,8 +6,9 @@ healthy cluster after a scenario and hands it to the next scenario of the same s
 
 - after the scenario's faults are healed, a cluster with a node down (killed, or declared dead
   during a partition) is stopped, not handed on (see :meth:`Pool.give_back`);
-- then the cluster must be as clean as a fresh one (:meth:`LocalCluster.residue`: no fault rules,
-  no frozen or capped node, no live actors, placement groups or jobs). Anything left is the
+- then the cluster must be as clean as a fresh one (:mod:`rlsim.scenario.leftovers`: no fault
+  rules, no frozen or capped node, no live actors, placement groups or jobs but what Ray's own
+  libraries keep, which is removed before the cluster is handed on). Anything else left is the
   scenario's leak: it is reported in the scenario's outcome and the cluster is stopped, never
   handed on.
 
@@ -28,7 +29,9 @@ import json
 from pathlib import Path
 
 from rlsim.backends import cluster_class
+from rlsim.history import Leftover
 from rlsim.host.spec import ClusterSpec
+from rlsim.scenario.leftovers import examine, tidy
 
 
 def shape_key(spec: ClusterSpec, backend: str) -> str | None:
@@ -88,13 +91,20 @@ class Pool:
         self.teardown_leaks += self.close()
         return fresh, False
 
-    def give_back(self, cluster, backend: str) -> list[str]:
-        """After a scenario (its faults healed): keep the cluster for the next scenario if every
-        node is up and it is clean; otherwise stop it. Returns what the scenario left
-        behind (empty when clean), for its ``no_leaks`` check."""
+    def give_back(self, cluster, backend: str, log=None) -> tuple[list[Leftover], float | None]:
+        """After a scenario (its faults healed): what it left behind, by owner, and how long Ray
+        was waited for (:func:`rlsim.scenario.leftovers.examine`), whatever becomes of the
+        cluster; then keep it for the next scenario if every node is up and nothing but what
+        Ray's libraries keep is left (that is removed first, said in the timeline ``log``),
+        otherwise stop it, and what outlives the teardown is rlsim's."""
+        left, waited = [], None
+        if getattr(cluster, "state", None) and callable(getattr(cluster, "fault_residue", None)):
+            try:
+                left, waited = examine(cluster)
+            except Exception as e:  # noqa: BLE001 - a cluster we cannot vouch for is stopped
+                left = [Leftover("cluster", f"could not be examined ({type(e).__name__}: {e})",
+                                 "rlsim")]
         key = self._key(cluster, backend)
-        if key is None or not getattr(cluster, "state", None):
-            return _stop(cluster)
         try:
             # A node that went down is not restarted for the next scenario: in the catalogue under
             # load, a restarted node 1 was declared dead by Ray about 1 s into the next scenario
@@ -103,15 +113,24 @@ class Pool:
             # killed registration dead did not cure it: in a fresh-clone CI run three 3x2
             # scenarios after a restart again placed on nodes 0 and 2 (after two clean runs).
             # Until that is understood such a cluster is stopped.
-            if any(not (n.alive and n.pids) for n in cluster.nodes()):
-                return _stop(cluster)
-            left = cluster.residue()
+            keep = key is not None and getattr(cluster, "state", None) is not None and \
+                waited is not None and all(x.owner == "ray" for x in left) and \
+                all(n.alive and n.pids for n in cluster.nodes())
+            if keep and any(x.owner == "ray" for x in left):
+                removed, failed = tidy(cluster)
+                if log is not None:
+                    log.emit("ray_leftovers_removed", removed=removed, failed=failed)
+                keep = not failed
         except Exception as e:  # noqa: BLE001 - a cluster we cannot vouch for is not handed on
-            left = [f"cluster could not be checked for reuse: {type(e).__name__}: {e}"]
-        if left:
-            return left + _stop(cluster)
-        self.idle[key] = cluster
-        return []
+            left.append(Leftover("cluster", f"could not be checked for reuse ({type(e).__name__}"
+                                 f": {e})", "rlsim"))
+            keep = False
+        if keep:
+            self.idle[key] = cluster
+            return left, waited
+        return left + [Leftover("teardown", what, "rlsim", fix="rlsim should have removed it; "
+                                "report it (`rlsim down --all` reaps it)")
+                       for what in _stop(cluster)], waited
 
     def close(self) -> list[str]:
         """Stop every kept cluster; returns what their teardown leaked (including clusters

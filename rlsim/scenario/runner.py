@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from rlsim.adapters import ADAPTERS, TrainerLaunch
@@ -214,9 +215,10 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
                 _keep_node_logs(cluster, out_dir / "nodes", log)
         finally:
             try:
-                outcome.leaks = pool.give_back(cluster, backend)
+                outcome.leaks, outcome.leaks_waited_s = pool.give_back(cluster, backend, log)
             finally:
-                log.emit("scenario_end", leaks=outcome.leaks,
+                log.emit("scenario_end", leaks=[asdict(x) for x in outcome.leaks],
+                         leaks_waited_s=outcome.leaks_waited_s,
                          kept=cluster in pool.idle.values())
                 log.write(out_dir / "timeline.jsonl")
     return outcome
