@@ -35,7 +35,7 @@ def test_a_clean_cluster_is_handed_on_a_dirty_one_is_stopped_and_named():
     assert not reused
     first.start()
     try:
-        assert pool.give_back(first, "local") == []  # fresh and untouched: kept
+        assert pool.give_back(first, "local")[0] == []  # fresh and untouched: kept
 
         again, reused = pool.take(_fresh(f"pool-b-{os.getpid()}"), "local")
         assert reused and again is first
@@ -43,8 +43,9 @@ def test_a_clean_cluster_is_handed_on_a_dirty_one_is_stopped_and_named():
         again, _ = pool.take(_fresh(f"pool-c-{os.getpid()}"), "local")
         subprocess.run([sys.executable, "-c", DETACHED_ACTOR], check=True, timeout=60,
                        env={**os.environ, **first.driver_env()})
-        left = pool.give_back(first, "local")
-        assert any("left_behind" in line for line in left), left
+        left, waited = pool.give_back(first, "local")
+        assert any("left_behind" in x.what and x.owner == "trainer" for x in left), left
+        assert waited is not None and waited > 0  # Ray was given time to clean up
         assert first.state is None and not pool.idle  # stopped, not handed on
     finally:
         first.stop()
