@@ -5,6 +5,7 @@ refused naming both. The plugin's scenario runs for real, on a one-node local cl
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,8 +36,12 @@ expect:
 
 
 def install(name: str, into: Path) -> None:
+    """pip install the distribution into ``into``, built from a copy (a build writes beside its
+    sources)."""
+    source = into.parent / f"{name}-source"
+    shutil.copytree(PLUGINS / name, source)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "--no-build-isolation", "--target", str(into), str(PLUGINS / name)],
+                    "--no-build-isolation", "--target", str(into), str(source)],
                    check=True, capture_output=True, timeout=300)
 
 

@@ -10,6 +10,7 @@ installs the wheel with its dependencies resolved by pip (PyPI, and torch from t
 from __future__ import annotations
 
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -67,9 +68,11 @@ LOSE_NODE = "faults:\n  - at: {step: 3}\n    kill_node: {node: 1}\n"
 
 def _venv(tmp: Path, full: bool) -> Path:
     """A fresh virtualenv with rlsim's wheel installed; its python."""
-    dist = tmp / "dist"
+    dist, source = tmp / "dist", tmp / "source"  # built from a copy: a build writes beside it
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "reports", "build", "*.egg-info", "__pycache__", ".pytest_cache"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", str(ROOT), "-w", str(dist)], check=True,
+                    "--no-build-isolation", str(source), "-w", str(dist)], check=True,
                    capture_output=True, timeout=600)
     wheel = next(dist.glob("rlsim-*.whl"))
     venv = tmp / "venv"
