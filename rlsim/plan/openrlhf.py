@@ -16,14 +16,19 @@ changed, flat ``--actor_num_nodes`` up to v0.10.1, dotted ``--actor.num_nodes`` 
 - openrlhf/utils/deepspeed/deepspeed.py: every role's DeepSpeed config, whose batch assertion
   needs train_batch_size = micro_train_batch_size x accumulation x data-parallel ranks.
 
-The flag lists (every flag of train_ppo_ray.py with its kind and default) are read from the
-source of v0.8.11, v0.10.1.post2 and v0.11.0 by ci/extract_openrlhf_flags.py into
-rlsim/plan/data/openrlhf-*.json.
+The flags of every release from v0.5.0 to the newest (each flag of train_ppo_ray.py with its kind
+and default, release by release) are read from OpenRLHF's source by ci/extract_openrlhf_flags.py
+into rlsim/plan/data/openrlhf-flags.json. A launch is read with the flags of the releases that
+accept all of its flags and judged by the newest of them; a flag that only some releases know
+selects those, and one no release knows is said (with its nearest match) and left out, never a
+refusal: guides copy flags that have nothing to do with placement (``--flash_attn``, gone since
+v0.9.0).
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 from pathlib import Path
 
@@ -40,7 +45,6 @@ from rlsim.plan.model import (
 )
 
 DATA = Path(__file__).parent / "data"
-VERSIONS = ("v0.11.0", "v0.10.1.post2", "v0.8.11")  # newest first
 ENTRY = ("openrlhf.cli.train_ppo_ray", "train_ppo_ray.py")
 SIZES = ((".num_nodes", MAX_NODES), (".num_gpus_per_node", MAX_GPUS_PER_NODE),
          (".num_engines", MAX_GPUS), (".tensor_parallel_size", MAX_GPUS))
@@ -66,8 +70,33 @@ FLAT = {
 }
 
 
-def _flags(version: str) -> dict[str, list]:
-    return json.loads((DATA / f"openrlhf-{version}.json").read_text())["flags"]
+@functools.cache
+def _releases() -> dict:
+    return json.loads((DATA / "openrlhf-flags.json").read_text())
+
+
+def releases() -> list[str]:
+    """OpenRLHF's releases whose flags rlsim knows, oldest first."""
+    return _releases()["releases"]
+
+
+def flags_of(release: str) -> dict[str, tuple[str, object]]:
+    """Every flag of ``release``: name -> (kind, default)."""
+    i = releases().index(release)
+    return {name: (kind, default) for name, runs in _releases()["flags"].items()
+            for first, last, kind, default in runs if first <= i <= last}
+
+
+def span(tags: list[str]) -> str:
+    """``v0.8.10-v0.9.10`` for consecutive releases, with gaps as separate spans."""
+    order, out, run = releases(), [], []
+    for tag in sorted(tags, key=order.index):
+        if run and order.index(tag) != order.index(run[-1]) + 1:
+            out.append(run)
+            run = []
+        run.append(tag)
+    out += [run] if run else []
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in out)
 
 
 def command_args(argv: list[str]) -> list[str]:
@@ -76,11 +105,15 @@ def command_args(argv: list[str]) -> list[str]:
                                     "--actor.num_gpus_per_node 8 ...")
 
 
-def parse(args: list[str]) -> tuple[str, dict]:
-    """The newest OpenRLHF version whose flags read ``args``, and every flag's value (defaults
-    included), as its argparse would give them."""
+def parse(args: list[str]) -> tuple[str, dict, list[Concern], str]:
+    """The release a launch is judged by, every flag's value (that release's defaults included)
+    as its argparse would give them, and what is said of its flags: the releases it matches,
+    flags no release knows (with the nearest match) and flags the chosen release lacks."""
+    kinds: dict[str, str] = {}
+    for name, runs in _releases()["flags"].items():
+        kinds[name] = runs[-1][2]
     given: dict[str, object] = {}
-    kinds = {flag: spec[0] for v in VERSIONS for flag, spec in _flags(v).items()}
+    unknown: list[str] = []
     i = 0
     while i < len(args):
         token = args[i]
@@ -88,19 +121,19 @@ def parse(args: list[str]) -> tuple[str, dict]:
         if not name.startswith("--"):
             raise PlanInputError(f"{token!r}: not a flag (OpenRLHF takes --name value pairs); "
                                  "fix: quote the value that belongs to the flag before it")
-        if name not in kinds:
-            close = difflib.get_close_matches(name, kinds, n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            raise PlanInputError(f"{name}: not a flag of OpenRLHF's train_ppo_ray "
-                                 f"({', '.join(VERSIONS)}){hint}")
-        if kinds[name] == "switch":
+        kind = kinds.get(name)
+        if kind is None:  # no release knows it: a value follows unless the next is a flag
+            unknown.append(name)
+            i += 1 if eq or i + 1 >= len(args) or args[i + 1].startswith("--") else 2
+            continue
+        if kind == "switch":
             given[name], i = True, i + 1
         elif eq:
             given[name], i = value, i + 1
-        elif kinds[name].startswith("n") and kinds[name][1:].isdigit():
-            n = int(kinds[name][1:])
+        elif kind.startswith("n") and kind[1:].isdigit():
+            n = int(kind[1:])
             given[name], i = args[i + 1:i + 1 + n], i + 1 + n
-        elif kinds[name] == "many":
+        elif kind == "many":
             j = i + 1
             while j < len(args) and not args[j].startswith("--"):
                 j += 1
@@ -109,18 +142,27 @@ def parse(args: list[str]) -> tuple[str, dict]:
             given[name], i = args[i + 1], i + 2
         else:
             raise PlanInputError(f"{name} needs a value; fix: give it one, e.g. {name} 8")
-    for version in VERSIONS:
-        flags = _flags(version)
-        if set(given) <= set(flags):
-            values = {k: spec[1] for k, spec in flags.items()}
-            values.update(given)
-            return version, values
-    dotted = [k for k in given if "." in k]
-    flat = [k for k in given if "." not in k and any("." in f for f in _flags(VERSIONS[0]))]
-    raise PlanInputError(f"the flags mix OpenRLHF's dotted names (e.g. {dotted[0]}, v0.10.2 and "
-                         f"later) with flat ones no version has beside them (e.g. {flat[0]}); "
-                         "fix: write every flag in one version's names" if dotted and flat else
-                         "no OpenRLHF version has all of these flags together")
+    said = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, kinds, n=1)
+        said.append(Concern("warning", f"{name}: no OpenRLHF release from {releases()[0]} to "
+                            f"{releases()[-1]} has this flag; left out"
+                            + (f" (did you mean {close[0]}?)" if close else ""), name))
+    # the releases that know most of the given flags; the newest of them judges the launch
+    known = {tag: set(given) & set(flags_of(tag)) for tag in releases()}
+    best = max(len(k) for k in known.values()) if known else 0
+    matching = [tag for tag, k in known.items() if len(k) == best]
+    release = matching[-1]
+    flags = flags_of(release)
+    values = {name: default for name, (_, default) in flags.items()}
+    values.update({k: v for k, v in given.items() if k in flags})
+    for name in sorted(set(given) - set(flags)):
+        had = [tag for tag in releases() if name in flags_of(tag)]
+        said.append(Concern("warning", f"{name} is a flag of OpenRLHF {span(had)}, not of "
+                            f"{release}, which the launch's other flags select: left out",
+                            "write every flag in the names of one release"))
+    note = f"flags of OpenRLHF {span(matching)}; judged by {release}"
+    return release, values, said, note
 
 
 class Read:
@@ -157,23 +199,27 @@ class Read:
 
 
 def layout(argv: list[str]) -> Layout:
-    version, values = parse(command_args(argv))
+    version, values, said, note = parse(command_args(argv))
     f = Read(version, values)
     roles = _roles(f)
-    findings = _asserts(f, roles)
+    findings = said + _asserts(f, roles)
     groups = _groups(f, roles, findings)
     findings += _batches(f, roles)
     return Layout("OpenRLHF", f"flags of {version}" + (" (dotted)" if f.dotted else " (flat)"),
                   [f"openrlhf/cli/train_ppo_ray.py @ {version}",
                    "openrlhf/trainer/ray/launcher.py", "openrlhf/trainer/ray/vllm_engine.py",
                    "openrlhf/utils/deepspeed/deepspeed.py"],
-                  groups, findings, _notes(roles))
+                  groups, findings, [note, *_notes(roles)])
 
 
 def _roles(f: Read) -> dict[str, int]:
     """The roles this launch creates and each one's GPUs (num_nodes x num_gpus_per_node)."""
     size = {r: f.int(f"{r}.num_nodes") * f.int(f"{r}.num_gpus_per_node")
             for r in ("actor", "ref", "critic", "reward")}
+    if size["actor"] == 0:
+        raise PlanInputError(f"the actor has {f.flag('actor.num_nodes')} x "
+                             f"{f.flag('actor.num_gpus_per_node')} = 0 GPUs; every OpenRLHF run "
+                             "trains an actor: give it GPUs")
     remote = f.raw("reward.remote_url") or f.raw("train.agent_func_path")
     roles = {"actor": size["actor"]}
     if f.float("algo.kl.init_coef") > 0:
@@ -182,6 +228,15 @@ def _roles(f: Read) -> dict[str, int]:
         roles["critic"] = size["critic"]
     if not remote:
         roles["reward"] = size["reward"]
+    # a role given 0 nodes or 0 GPUs is absent, as OpenRLHF's guides write the roles a run does
+    # not use (the hybrid engine's critic and reward); colocated with the actor it shares its GPUs
+    for role in [r for r in roles if r != "actor" and size[r] == 0]:
+        shared = role == "ref" and (f.on("train.colocate_actor_ref") or
+                                    f.on("train.colocate_all"))
+        if shared:
+            roles[role] = size["actor"]
+        else:
+            del roles[role]
     engines = f.int("vllm.num_engines") if f.raw("vllm.num_engines") is not None else 0
     if engines > 0:
         roles["vllm"] = bounded(engines * f.int("vllm.tensor_parallel_size"),

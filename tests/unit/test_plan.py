@@ -101,10 +101,6 @@ def test_openrlhf_refusals_name_the_numbers_and_the_flag(args, words):
 
 
 @pytest.mark.parametrize(("framework", "argv", "words"), [
-    ("openrlhf", f"{OPENRLHF} --actor.num_gpu_per_node 8", ["--actor.num_gpu_per_node",
-                                                            "did you mean"]),
-    ("openrlhf", f"{OPENRLHF} --actor.num_gpus_per_node 8 --colocate_all_models",
-     ["mix OpenRLHF's dotted names"]),
     ("openrlhf", "python3 train.py --x 1", ["no entry point openrlhf.cli.train_ppo_ray"]),
     ("verl", "python3 -m verl.trainer.main_ppo trainer.nnode=2",
      ["Could not override 'trainer.nnode'", "+trainer.nnode=2"]),
@@ -267,3 +263,17 @@ def test_a_config_of_the_wrong_shape_or_size_is_bad_input(tmp_path, framework, t
         path.write_text(text)
     code, out = run("plan", framework, "--cluster", "2x8", str(path))
     assert code == 2 and words in out and "Traceback" not in out, out
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (f"{OPENRLHF} --actor.num_gpus_per_node 8 --actor.num_gpu_per_node 8",
+     ["--actor.num_gpu_per_node: no OpenRLHF release", "did you mean --actor.num_gpus_per_node"]),
+    (f"{OPENRLHF} --actor.num_gpus_per_node 8 --colocate_all_models",
+     ["--colocate_all_models is a flag of OpenRLHF v0.5.8-v0.10.1.post2, not of v0.11.0"]),
+])
+def test_flags_no_release_has_together_are_said_never_refused(argv, words):
+    from rlsim.plan import openrlhf
+
+    said = [c.message for c in openrlhf.layout(argv.split()).findings]
+    for w in words:
+        assert any(w in m for m in said), (w, said)
