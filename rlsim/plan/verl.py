@@ -20,6 +20,8 @@ them as Hydra does (an unknown key needs ``+``).
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from pathlib import Path
 
@@ -50,7 +52,7 @@ def config(argv: list[str]):
 
     args = launch_argv(argv, ENTRY, "python3 -m verl.trainer.main_ppo trainer.nnodes=2 ...")
     name = "ppo_trainer"
-    overrides = []
+    overrides, older = [], []
     i = 0
     while i < len(args):
         token = args[i]
@@ -89,15 +91,32 @@ def config(argv: list[str]):
             if key.startswith("+"):
                 with open_dict(cfg):
                     OmegaConf.update(cfg, key.lstrip("+"), parsed, force_add=True)
-            else:
-                if not _has(cfg, key):
-                    raise PlanInputError(f"Could not override '{key}': no such key in verl's "
-                                         f"{name}; fix: check the spelling, or append it with "
-                                         f"+{key}={value}")
+            elif _has(cfg, key):
                 OmegaConf.update(cfg, key, parsed, merge=True)
+            elif had := releases_with(key):  # a key of other releases: read as they would
+                with open_dict(cfg):
+                    OmegaConf.update(cfg, key, parsed, force_add=True)
+                older.append(f"{key} (verl {had})")
+            else:
+                raise PlanInputError(f"Could not override '{key}': no such key in verl's "
+                                     f"{name} in any release from {_keys()['releases'][0]} to "
+                                     f"{_keys()['releases'][-1]}; fix: check the spelling, or "
+                                     f"append it with +{key}={value}")
         except OmegaConfBaseException as e:
             raise PlanInputError(f"{override}: {str(e).splitlines()[0]}") from None
-    return name, cfg
+    return name, cfg, older
+
+
+@functools.cache
+def _keys() -> dict:
+    return json.loads((DATA / "verl-keys.json").read_text())
+
+
+def releases_with(key: str) -> str:
+    """The verl releases whose ppo_trainer has ``key`` (``v0.4.0-v0.4.1``), or ""."""
+    tags = _keys()["releases"]
+    return ", ".join(tags[a] if a == b else f"{tags[a]}-{tags[b]}"
+                     for a, b in _keys()["keys"].get(key, []))
 
 
 def _has(cfg, key: str) -> bool:
@@ -120,13 +139,17 @@ def _drop(cfg, key: str) -> None:
 
 
 def layout(argv: list[str]) -> Layout:
-    name, cfg = config(argv)
+    name, cfg, older = config(argv)
     try:
-        return _layout(name, cfg)
+        found = _layout(name, cfg)
     except (TypeError, ValueError) as e:
         if isinstance(e, PlanInputError):
             raise
         raise PlanInputError(f"a placement value is not a number: {e}") from None
+    if older:
+        found.notes.insert(0, "keys of other verl releases, read as they read them: "
+                           + ", ".join(older))
+    return found
 
 
 def _layout(name: str, cfg) -> Layout:
