@@ -1,4 +1,5 @@
-"""An RLinf config (YAML) as RLinf places it. Rules from RLinf/RLinf (commit a3816b59):
+"""An RLinf config (YAML) as RLinf places it. Rules from RLinf/RLinf (main at a3816b59, and the
+history of rlinf/utils/placement.py back to the first multi-node guide):
 
 - rlinf/scheduler/cluster/config.py: ``cluster.num_nodes`` (a positive integer; the driver waits
   until that many Ray nodes are alive), ``cluster.component_placement``; GPUs per node are
@@ -7,10 +8,13 @@
   names sharing one placement; values are ``all`` or comma-joined inclusive ranks ``a-b``, each
   optionally ``:process ranks``; GPU index i is GPU i % G of node i // G; a process never spans
   nodes (rlinf/scheduler/placement/packed.py).
-- rlinf/utils/placement.py ``ModelParallelComponentPlacement`` (reasoning): actor, rollout and
-  reward are required and contiguous; collocated when actor and rollout GPUs are identical,
-  disaggregated when actor, rollout, inference and critic are pairwise disjoint (reward may
-  overlap), an error otherwise; a rollout engine holds tensor x pipeline parallel GPUs.
+- rlinf/utils/placement.py ``ModelParallelComponentPlacement`` (reasoning, math, coding):
+  actor and rollout are required and contiguous; reward is required from 7fe00ed56
+  (2025-10-14, the reward worker: placing it dereferences its GPUs, a TypeError) and asserted
+  from v0.1-rc1 on ("Reward GPUs must be specified"); before that, the era of the multi-node
+  guide's ``actor,rollout: all`` (2025-08 to 2025-10), there is no reward placement;
+  collocated when actor and rollout GPUs are identical, disaggregated when actor, rollout,
+  inference and critic are pairwise disjoint (reward may overlap), an error otherwise; a rollout engine holds tensor x pipeline parallel GPUs.
   ``HybridComponentPlacement`` (embodied: configs with an ``env`` component) allows any overlap.
 
 RLinf pins each worker to its node (no placement groups); rlsim rehearses each node's GPUs as one
@@ -30,7 +34,14 @@ from rlsim.plan.model import (
 )
 from rlsim.plan.roll import load
 
-REASONING = ("actor", "rollout", "reward")
+REASONING = ("actor", "rollout")
+# the runner task types whose entry script builds ModelParallelComponentPlacement ("math" is
+# the task type of RLinf before examples/reasoning, 2025-08 to 2025-10)
+MODEL_PARALLEL = ("reasoning", "math", "coding_online_rl")
+# the two sets of releases that read reward differently: a config without a reward placement is
+# judged by the older (and told that the newer refuse it), one with it by the newer
+WITH_REWARD = "RLinf from 7fe00ed56 of 2025-10-14 to main a3816b59: v0.1-rc1, v0.1, v0.2, v0.3"
+NO_REWARD = "RLinf before 7fe00ed56, to 2025-10-13: the multi-node guide's era"
 DISJOINT = (("actor", "rollout"), ("actor", "inference"), ("rollout", "inference"),
             ("critic", "actor"), ("critic", "rollout"))
 
@@ -120,9 +131,19 @@ def layout(path: str, nodes: list[NodeCapacity]) -> Layout:
     gpus = {n: sorted({g for p in ps for g in p}) for n, ps in procs.items()}
     # the runner's task type picks the placement class, as RLinf's entry scripts do
     task = str((data.get("runner") or {}).get("task_type", ""))
-    reasoning = task in ("reasoning", "coding_online_rl") or (not task and "env" not in gpus)
+    reasoning = task in MODEL_PARALLEL or (not task and "env" not in gpus)
+    releases = WITH_REWARD
     if reasoning:
         findings += _reasoning(data, gpus, procs, per_node)
+        if not gpus.get("reward"):
+            releases = NO_REWARD
+            findings.append(Concern(
+                "warning", "no reward placement: RLinf v0.1-rc1 and later (v0.1, v0.2, v0.3, "
+                "main) refuse this config ('Reward GPUs must be specified in the "
+                "component_placement config.'), and from 7fe00ed56 (2025-10-14) placing the "
+                "reward worker fails; judged by RLinf before 7fe00ed56, whose placement has no "
+                "reward.", "place reward with the rollout, as RLinf's own configs do: "
+                "actor,rollout,reward: all (shared) or reward: <the rollout's ranks>"))
     for name, ps in procs.items():
         for p in ps:
             if len({g // per_node for g in p}) > 1:
@@ -138,9 +159,9 @@ def layout(path: str, nodes: list[NodeCapacity]) -> Layout:
               for n in range(num)]
     mode = ("ModelParallelComponentPlacement" if reasoning else "HybridComponentPlacement") + \
         f" (runner.task_type: {task or 'unset'})"
-    notes = [f"placement rules: {mode}"] + [f"{c}: {len(procs[c])} processes on GPUs "
+    notes = [f"placement rules: {mode}", f"releases: {releases}"] + [f"{c}: {len(procs[c])} processes on GPUs "
                                             f"{g[0]}-{g[-1]}" for c, g in gpus.items() if g]
-    return Layout("RLinf", "RLinf/RLinf a3816b59 rules", [
+    return Layout("RLinf", f"rules of {releases}", [
         "rlinf/scheduler/cluster/config.py", "rlinf/scheduler/placement/placement.py",
         "rlinf/scheduler/placement/packed.py", "rlinf/utils/placement.py"],
         groups, findings, notes)

@@ -158,6 +158,25 @@ def test_rlinf_reasoning_placement_rules(tmp_path, placement, rollout_tp, words)
     assert not p.fits and all(w in text for w in words), text
 
 
+@pytest.mark.parametrize("with_reward", [False, True])
+def test_rlinf_reward_placement_selects_the_releases_never_refuses(tmp_path, with_reward):
+    # the multi-node guide's shared placement has no reward: RLinf before 7fe00ed56 runs it,
+    # v0.1-rc1 and later assert; a config with reward is read by the newer releases
+    key = "actor,rollout,reward" if with_reward else "actor,rollout"
+    path = tmp_path / "rlinf.yaml"
+    path.write_text(yaml.safe_dump({"cluster": {"num_nodes": 4, "component_placement":
+                                                {key: "all"}}}))
+    nodes = parse_cluster("4x8")
+    p = place(rlinf.layout(str(path), nodes), nodes)
+    warnings = [f.message for f in p.findings if f.level == "warning"]
+    assert p.fits and p.asked == 32
+    if with_reward:
+        assert not warnings and "v0.1-rc1" in p.layout.version
+    else:
+        assert "before 7fe00ed56" in p.layout.version
+        assert len(warnings) == 1 and "Reward GPUs must be specified" in warnings[0]
+
+
 def test_the_emitted_scenario_is_a_valid_scenario_mirroring_the_layout():
     p = judge("openrlhf", "openrlhf-v0.8.11-train_ppo_llama_ray.sh", "1x8")
     sc = scenario(p, "ppo_llama_mirror")
