@@ -14,7 +14,8 @@ history of rlinf/utils/placement.py back to the first multi-node guide):
   from v0.1-rc1 on ("Reward GPUs must be specified"); before that, the era of the multi-node
   guide's ``actor,rollout: all`` (2025-08 to 2025-10), there is no reward placement;
   collocated when actor and rollout GPUs are identical, disaggregated when actor, rollout,
-  inference and critic are pairwise disjoint (reward may overlap), an error otherwise; a rollout engine holds tensor x pipeline parallel GPUs.
+  inference and critic are pairwise disjoint (reward may overlap), an error otherwise; a
+  rollout engine holds tensor x pipeline parallel GPUs.
   ``HybridComponentPlacement`` (embodied: configs with an ``env`` component) allows any overlap.
 
 RLinf pins each worker to its node (no placement groups); rlsim rehearses each node's GPUs as one
@@ -159,8 +160,9 @@ def layout(path: str, nodes: list[NodeCapacity]) -> Layout:
               for n in range(num)]
     mode = ("ModelParallelComponentPlacement" if reasoning else "HybridComponentPlacement") + \
         f" (runner.task_type: {task or 'unset'})"
-    notes = [f"placement rules: {mode}", f"releases: {releases}"] + [f"{c}: {len(procs[c])} processes on GPUs "
-                                            f"{g[0]}-{g[-1]}" for c, g in gpus.items() if g]
+    notes = [f"placement rules: {mode}", f"releases: {releases}"]
+    notes += [f"{c}: {len(procs[c])} processes on GPUs {g[0]}-{g[-1]}"
+              for c, g in gpus.items() if g]
     return Layout("RLinf", f"rules of {releases}", [
         "rlinf/scheduler/cluster/config.py", "rlinf/scheduler/placement/placement.py",
         "rlinf/scheduler/placement/packed.py", "rlinf/utils/placement.py"],
