@@ -13,7 +13,7 @@ import sys
 
 import yaml
 
-RELEASES = ("v0.4.0", "v0.4.1", "v0.5.0", "v0.6.0", "v0.6.1", "v0.7.0", "main")
+RELEASES = ("v0.2.0.post2", "v0.3.0.post1", "v0.4.0", "v0.4.1", "v0.5.0", "v0.6.0", "v0.6.1", "v0.7.0", "main")
 FILES = ("verl/trainer/config/_generated_ppo_trainer.yaml", "verl/trainer/config/ppo_trainer.yaml")
 
 

@@ -97,21 +97,23 @@ class PlacementConfig(_Section):
     """Which GPUs each role gets. Global GPU ``g`` lives on node ``g // gpus_per_node``.
 
     ``colocated``: every role shares every GPU (one worker per GPU hosts them all, a hybrid
-    engine). ``disaggregated``: ``roles`` maps each role to an inclusive range, RLinf style
-    (``rollout: 0-19``, ``ref: 20-23``, ``actor: 24-31``).
+    engine). ``disaggregated``: ``roles`` maps each role to inclusive ranges, RLinf style
+    (``rollout: 0-19``, ``ref: 20-23``, ``actor: 24-31``; ``actor: 0-3,8-11`` for two runs).
     """
 
     nnodes: int = Field(2, ge=1, le=4096, description="nodes the run uses")
     gpus_per_node: int = Field(1, ge=1, le=64, description="GPUs the run uses on each node")
     mode: Literal["colocated", "disaggregated"] = "colocated"
-    roles: dict[str, str] = Field(default_factory=dict, description="role -> 'a-b' (disaggregated)")
+    roles: dict[str, str] = Field(default_factory=dict,
+                                  description="role -> 'a-b' or 'a-b,c-d' (disaggregated)")
 
     @field_validator("roles")
     @classmethod
     def _ranges_parse(cls, roles: dict[str, str]) -> dict[str, str]:
         for role, text in roles.items():
-            if not RANGE_RE.match(str(text)):
-                raise ValueError(f"placement.roles.{role}={text!r}: write an inclusive range 'a-b'")
+            if not all(RANGE_RE.match(part) for part in str(text).split(",")):
+                raise ValueError(f"placement.roles.{role}={text!r}: write inclusive ranges 'a-b', "
+                                 "comma-joined for more than one (e.g. 0-3,8-11)")
         return {role: str(text) for role, text in roles.items()}
 
 

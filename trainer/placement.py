@@ -2,8 +2,9 @@
 
 Global GPU ``g`` of a run lives on logical node ``g // gpus_per_node``. A *worker* is one Ray actor
 (one process) holding one or more GPUs; in ``colocated`` mode one worker per GPU hosts every role
-(a hybrid engine); in ``disaggregated`` mode each role range gets its own workers, and roles with
-identical ranges share them (verl colocates actor and ref this way).
+(a hybrid engine); in ``disaggregated`` mode each role range gets its own workers, and roles whose
+ranges overlap share the workers of the GPUs they share (verl colocates actor and ref this way;
+ROLL and RLinf layouts put a reward or rollout on part of the actor's GPUs).
 """
 
 from __future__ import annotations
@@ -52,15 +53,34 @@ class Plan:
         return [r for w in self.workers if gpu in w.gpus for r in w.ranks]
 
 
-def parse_range(text: str, where: str) -> tuple[int, int]:
-    """``"0-19"`` -> (0, 19); ``"7"`` -> (7, 7). Inclusive, as RLinf writes them."""
-    m = RANGE_RE.match(str(text))
-    if not m:
-        raise PlacementError(f"{where}={text!r}: write an inclusive GPU range 'a-b'")
-    lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-    if hi < lo:
-        raise PlacementError(f"{where}={text!r}: the range runs backwards; write '{hi}-{lo}'")
-    return lo, hi
+def parse_range(text: str, where: str) -> tuple[int, ...]:
+    """``"0-19"`` -> GPUs 0..19; ``"7"`` -> (7,); ``"0-3,8-11"`` -> both runs. Inclusive, as
+    RLinf writes them; a GPU named twice is refused."""
+    gpus: list[int] = []
+    for part in str(text).split(","):
+        m = RANGE_RE.match(part)
+        if not m:
+            raise PlacementError(f"{where}={text!r}: write inclusive GPU ranges 'a-b', "
+                                 "comma-joined for more than one")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise PlacementError(f"{where}={text!r}: the range {part.strip()} runs backwards; "
+                                 f"write '{hi}-{lo}'")
+        gpus += range(lo, hi + 1)
+    if len(set(gpus)) != len(gpus):
+        raise PlacementError(f"{where}={text!r}: a GPU is named twice")
+    return tuple(sorted(gpus))
+
+
+def _runs(gpus: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Consecutive runs of GPU ids: (first, last) each."""
+    runs: list[tuple[int, int]] = []
+    for g in gpus:
+        if runs and g == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], g)
+        else:
+            runs.append((g, g))
+    return runs
 
 
 def plan_placement(cfg: TrainerConfig) -> Plan:
@@ -79,7 +99,7 @@ def plan_placement(cfg: TrainerConfig) -> Plan:
                 "placement.roles is set but placement.mode=colocated: colocated roles share every"
                 " GPU; drop placement.roles or set placement.mode=disaggregated"
             )
-        ranges = {role: (0, total - 1) for role in cfg.roles()}
+        ranges = {role: tuple(range(total)) for role in cfg.roles()}
     else:
         ranges = _role_ranges(cfg, total)
     plan = _build(cfg, ranges)
@@ -87,7 +107,7 @@ def plan_placement(cfg: TrainerConfig) -> Plan:
     return plan
 
 
-def _role_ranges(cfg: TrainerConfig, total: int) -> dict[str, tuple[int, int]]:
+def _role_ranges(cfg: TrainerConfig, total: int) -> dict[str, tuple[int, ...]]:
     pc = cfg.placement
     missing = [r for r in cfg.roles() if r not in pc.roles]
     unknown = [r for r in pc.roles if r not in KNOWN_ROLES]
@@ -99,49 +119,46 @@ def _role_ranges(cfg: TrainerConfig, total: int) -> dict[str, tuple[int, int]]:
             f"{cfg.roles()} (e.g. rollout: 0-3)"
         )
     ranges = {r: parse_range(t, f"placement.roles.{r}") for r, t in pc.roles.items()}
-    asked = sum(hi - lo + 1 for lo, hi in set(ranges.values()))
-    for role, (lo, hi) in ranges.items():
-        if hi >= total:
+    asked = len({g for gpus in ranges.values() for g in gpus})
+    for role, gpus in ranges.items():
+        if gpus[-1] >= total:
             raise PlacementError(
-                f"placement.roles.{role}={lo}-{hi} lies outside the run's {total} GPUs (GPU ids "
-                f"0-{total - 1} = placement.nnodes={pc.nnodes} x placement.gpus_per_node="
-                f"{pc.gpus_per_node}); the roles ask for {asked} GPUs in all"
+                f"placement.roles.{role}={pc.roles[role]} lies outside the run's {total} GPUs "
+                f"(GPU ids 0-{total - 1} = placement.nnodes={pc.nnodes} x "
+                f"placement.gpus_per_node={pc.gpus_per_node}); the roles ask for {asked} GPUs "
+                "in all"
             )
-    items = sorted(ranges.items(), key=lambda kv: kv[1])
-    for (ra, a), (rb, b) in zip(items, items[1:], strict=False):
-        if a != b and b[0] <= a[1]:
+    tp = cfg.rollout.tensor_parallel_size
+    for lo, hi in _runs(ranges["rollout"]):
+        if lo % tp or (hi - lo + 1) % tp:
             raise PlacementError(
-                f"placement.roles.{ra}={a[0]}-{a[1]} and placement.roles.{rb}={b[0]}-{b[1]} "
-                "overlap: give roles disjoint ranges, identical ranges (to share workers), "
-                "or use placement.mode=colocated"
+                f"placement.roles.rollout={pc.roles['rollout']}: with rollout.tensor_parallel_size"
+                f"={tp} each range must start on and span a multiple of it"
             )
-    lo, hi = ranges["rollout"]
-    if lo % cfg.rollout.tensor_parallel_size or (hi - lo + 1) % cfg.rollout.tensor_parallel_size:
-        raise PlacementError(
-            f"placement.roles.rollout={lo}-{hi}: with rollout.tensor_parallel_size="
-            f"{cfg.rollout.tensor_parallel_size} the range must start on and span a multiple of it"
-        )
     return ranges
 
 
-def _build(cfg: TrainerConfig, ranges: dict[str, tuple[int, int]]) -> Plan:
+def _build(cfg: TrainerConfig, ranges: dict[str, tuple[int, ...]]) -> Plan:
     pc = cfg.placement
     tp = cfg.rollout.tensor_parallel_size
     per_gpu: dict[int, dict[str, int]] = {}
     dp: dict[str, int] = {}
-    for role, (lo, hi) in ranges.items():
+    for role, gpus in ranges.items():
         step = tp if role == "rollout" else 1
-        dp[role] = (hi - lo + 1) // step
-        for rank, g in enumerate(range(lo, hi + 1, step)):
+        dp[role] = len(gpus) // step
+        for rank, g in enumerate(gpus[::step]):
             per_gpu.setdefault(g, {})[role] = rank
-    # a rollout engine with tp > 1 holds tp GPUs: in disaggregated mode its worker owns them all
+    # a rollout engine with tp > 1 on GPUs of its own holds all tp of them in one worker; where
+    # other roles sit on those GPUs (ranges that overlap), each GPU keeps its worker, and the
+    # engine rides on the first, as in colocated mode
     workers: list[WorkerSlot] = []
     owned: set[int] = set()
     for g in sorted(per_gpu):
         if g in owned:
             continue
         ranks = per_gpu[g]
-        width = tp if pc.mode == "disaggregated" and "rollout" in ranks else 1
+        alone = set(ranks) == {"rollout"} and not any(x in per_gpu for x in range(g + 1, g + tp))
+        width = tp if pc.mode == "disaggregated" and alone else 1
         gpus = tuple(range(g, g + width))
         owned.update(gpus)
         workers.append(WorkerSlot(len(workers), g // pc.gpus_per_node, gpus, dict(ranks)))

@@ -4,6 +4,7 @@
     rlsim plan verl --cluster 2x8 -- python3 -m verl.trainer.main_ppo trainer.nnodes=2 ...
     rlsim plan roll --cluster 2x2 CONFIG.yaml
     rlsim plan rlinf --cluster 4x8 CONFIG.yaml
+    rlsim plan openrlhf --release v0.8.11 --cluster 2x8 -- <command>   (as that release judges)
 
 Exit 0: it fits; 1: it does not; 2: bad input (the command or file cannot be read).
 """
@@ -26,16 +27,17 @@ console = Console(soft_wrap=True, highlight=False)
 FRAMEWORKS = {"openrlhf": "command", "verl": "command", "roll": "file", "rlinf": "file"}
 
 
-def _layout(framework: str, args: list[str], nodes: list[NodeCapacity]) -> Layout:
+def _layout(framework: str, args: list[str], nodes: list[NodeCapacity],
+            release: str | None = None) -> Layout:
     if FRAMEWORKS[framework] == "command":
         if not args:
             raise PlanInputError(f"give the launch command after --, e.g. rlsim plan {framework} "
                                  "--cluster 2x8 -- python3 -m ...")
-        return (openrlhf if framework == "openrlhf" else verl).layout(args)
+        return (openrlhf if framework == "openrlhf" else verl).layout(args, release)
     if len(args) != 1:
         raise PlanInputError(f"give one {framework} config file, e.g. rlsim plan {framework} "
                              "--cluster 2x8 config.yaml")
-    return (roll if framework == "roll" else rlinf).layout(args[0], nodes)
+    return (roll if framework == "roll" else rlinf).layout(args[0], nodes, release)
 
 
 def live_nodes(address: str) -> list[NodeCapacity]:
@@ -85,6 +87,11 @@ def plan(
     rehearse_timeout: float = typer.Option(10.0, help="Seconds --rehearse waits for each group."),
     emit_scenario: Annotated[Path | None, typer.Option(
         help="Write a scenario whose reference trainer mirrors this layout on fake GPUs.")] = None,
+    release: str | None = typer.Option(
+        None, help="Judge by this release of the framework (e.g. v0.8.11), as it would: what it "
+        "lacks or refuses is an error. Unset: OpenRLHF and verl by the releases the launch's "
+        "flags or keys select (another release's flag is a warning), ROLL and RLinf by the "
+        "newest."),
 ) -> None:
     """Will a verl, OpenRLHF, ROLL or RLinf launch fit, and where does each role land?
     Exit 0: fits; 1: does not fit; 2: bad input."""
@@ -106,7 +113,7 @@ def plan(
         if cpus_per_node is not None:
             nodes = [NodeCapacity(n.gpus, cpus_per_node) for n in nodes]
         try:
-            layout = _layout(framework, list(ctx.args), nodes)
+            layout = _layout(framework, list(ctx.args), nodes, release)
         except (ZeroDivisionError, TypeError, KeyError) as e:  # a value the framework refuses
             raise PlanInputError(f"a size in the launch is zero or missing where {framework} "
                                  f"divides by it or reads it ({type(e).__name__}: {e}); fix: "

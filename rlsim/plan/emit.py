@@ -40,6 +40,17 @@ def role_gpus(p: Placement) -> dict[str, list[int]]:
     return {r: sorted(g) for r, g in out.items()}
 
 
+def ranges(gpus: list[int]) -> str:
+    """``0-3,8-11``: GPU ids as the reference trainer's placement.roles takes them."""
+    runs: list[list[int]] = []
+    for g in gpus:
+        if runs and g == runs[-1][1] + 1:
+            runs[-1][1] = g
+        else:
+            runs.append([g, g])
+    return ",".join(f"{a}-{b}" if a != b else f"{a}-{a}" for a, b in runs)
+
+
 def scenario(p: Placement, name: str) -> dict:
     if not p.fits:
         raise PlanInputError("the launch does not fit this cluster: fix the findings first; a "
@@ -63,11 +74,7 @@ def scenario(p: Placement, name: str) -> dict:
     if same and all(v == list(range(len(on_each[0]))) for v in on_each.values()):
         placement["gpus_per_node"] = len(on_each[0])  # the same first GPUs of every node
     if not same:
-        for role, g in gpus.items():
-            if g != list(range(g[0], g[-1] + 1)):
-                raise PlanInputError(f"{role} holds GPUs {g}, not one range: the reference "
-                                     "trainer gives each role an inclusive range")
-        placement["roles"] = {r: f"{g[0]}-{g[-1]}" for r, g in gpus.items()}
+        placement["roles"] = {r: ranges(g) for r, g in gpus.items()}
     lost = gpus["actor"][-1] // per_node + 1  # node 0 is a GPU-less head, as on many clusters
     overrides = {"save_freq": 4, "total_steps": 12, "placement": placement}
     # the reference trainer splits a step's prompts over the rollout's ranks and their 8
@@ -77,7 +84,7 @@ def scenario(p: Placement, name: str) -> dict:
                    if p % step == 0 and all(p * 8 % n == 0 for n in others))
     if prompts != 16:  # the fixtures' own 16 prompts split: keep them
         overrides["data"] = {"prompts_per_step": prompts}
-    layout = ", ".join(f"{r} GPUs {g[0]}-{g[-1]}" for r, g in gpus.items())
+    layout = ", ".join(f"{r} GPUs {ranges(g)}" for r, g in gpus.items())
     return {
         "name": name,
         "tags": ["plan", p.layout.framework.lower(), "node_failure"],
@@ -112,9 +119,15 @@ def mirrorable(sc: dict) -> None:
         raise PlanInputError(f"the reference trainer cannot mirror this layout: {said}") from None
 
 
+def scenario_name(path: Path) -> str:
+    """A scenario name (``[a-z0-9][a-z0-9_]*``, 63 at most) from the file it is written to:
+    ``openrlhf-v0.5.8.yaml`` gives ``openrlhf_v0_5_8``."""
+    name = re.sub(r"[^a-z0-9]+", "_", path.stem.lower()).strip("_")[:63]
+    return name if name[:1].isalnum() else f"plan_{name}"[:63]
+
+
 def write_scenario(p: Placement, path: Path) -> None:
-    name = path.stem.replace("-", "_")
-    sc = scenario(p, name)
+    sc = scenario(p, scenario_name(path))
     mirrorable(sc)
     text = yaml.safe_dump(sc, sort_keys=False, width=100)
     write_file(path, f"# written by rlsim plan --emit-scenario\n{text}")

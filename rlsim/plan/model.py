@@ -10,7 +10,6 @@ on each GPU, and what the framework itself would refuse before placing anything.
 from __future__ import annotations
 
 import math
-import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -87,6 +86,9 @@ class Group:
     # how the framework takes it when they do not ("error": it refuses; "warning": it runs)
     together: dict[str, list[int]] = field(default_factory=dict)
     apart_is: str = "warning"
+    # strategy NODE: the node's GPU indices the framework pins (RLinf uses only the ranks its
+    # placement names); unset, the node's first len(holders) GPUs
+    gpu_ids: list[int] | None = None
 
     def bundles(self) -> list[dict[str, float]]:
         """The placement group's bundles, as the framework passes them to Ray."""
@@ -110,6 +112,9 @@ class Layout:
     groups: list[Group]
     findings: list[Concern] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # the framework's own checks of the cluster before it places anything (verl's up to v0.5.0):
+    # each takes the nodes and says what it refuses
+    prechecks: list = field(default_factory=list)
 
 
 @dataclass
@@ -172,10 +177,12 @@ def launch_argv(argv: list[str], entry: tuple[str, ...], example: str) -> list[s
     """The arguments after the framework's entry point in a launch command as typed, with or
     without ``ray job submit ... --`` before it. One argument holding a whole command or script
     (``"$(cat run.sh)"``) is read as the shell reads the logical line that runs the entry
-    point, quoted ``bash -c "..."`` bodies included; ``$@`` is dropped."""
+    point, with the script's variables and arrays expanded (:mod:`rlsim.plan.shell`), quoted
+    ``bash -c "..."`` bodies included; ``$@`` is dropped."""
     if len(argv) == 1 and any(c in argv[0] for c in " \n"):
-        text = re.sub(r"\\\n", " ", argv[0])
-        line = next((x for x in text.splitlines() if any(e in x for e in entry)), text)
+        from rlsim.plan.shell import launch_line
+
+        line = launch_line(argv[0], entry)
         try:
             argv = shlex.split(line, comments=True)
         except ValueError as e:
@@ -223,7 +230,11 @@ class _Free:
         return len(self.gpus[node]) >= bundles and (cpus is None or cpus >= group.cpus * bundles)
 
     def take(self, node: int, group: Group, bundles: int) -> list[tuple[int, int]]:
-        taken, self.gpus[node] = self.gpus[node][:bundles], self.gpus[node][bundles:]
+        if group.gpu_ids is not None:
+            taken = list(group.gpu_ids)
+            self.gpus[node] = [g for g in self.gpus[node] if g not in taken]
+        else:
+            taken, self.gpus[node] = self.gpus[node][:bundles], self.gpus[node][bundles:]
         if self.cpus[node] is not None:
             self.cpus[node] -= group.cpus * bundles
         return [(node, gpu) for gpu in taken]
@@ -238,8 +249,10 @@ def _place_one(free: _Free, group: Group) -> list[tuple[int, int]] | None:
     n, nodes = group.gpus, range(len(free.gpus))
     if group.strategy == "NODE":
         node = group.node if group.node is not None else -1
-        return free.take(node, group, n) if 0 <= node < len(free.gpus) and free.room(
-            node, group, n) else None
+        if not 0 <= node < len(free.gpus) or not free.room(node, group, n) or not set(
+                group.gpu_ids or []) <= set(free.gpus[node]):
+            return None
+        return free.take(node, group, n)
     whole = [i for i in nodes if free.room(i, group, n)]
     if whole and group.strategy in ("PACK", "STRICT_PACK"):
         # best fit: the node that has least left over (Ray packs onto as few nodes as it can)
@@ -273,6 +286,8 @@ def place(layout: Layout, nodes: list[NodeCapacity]) -> Placement:
     the reader's findings, then over-subscription and each group Ray could not place."""
     free = _Free(nodes)
     findings = list(layout.findings)
+    for check in layout.prechecks:
+        findings += check(nodes)
     asked, there = sum(g.gpus for g in layout.groups), sum(n.gpus for n in nodes)
     if asked > there:
         by: dict[str, list[Group]] = {}

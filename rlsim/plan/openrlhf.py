@@ -22,7 +22,11 @@ into rlsim/plan/data/openrlhf-flags.json. A launch is read with the flags of the
 accept all of its flags and judged by the newest of them; a flag that only some releases know
 selects those, and one no release knows is said (with its nearest match) and left out, never a
 refusal: guides copy flags that have nothing to do with placement (``--flash_attn``, gone since
-v0.9.0).
+v0.9.0). ``release`` judges by one release strictly, as its argparse would.
+
+A role exists by its own switch, never by its size; what differs by release: v0.5.x always make
+the reference model and v0.5.0 always a critic; the group-baseline estimators assert two samples
+a prompt from v0.5.3; async training keeps vLLM out of the colocated group from v0.8.
 """
 
 from __future__ import annotations
@@ -70,6 +74,13 @@ FLAT = {
 }
 
 
+# how a release without one of the flags placement reads behaves
+ABSENT = {"ds.ring_attn_size": 1, "ds.tensor_parallel_size": 1, "vllm.tensor_parallel_size": 1,
+          "train.colocate_all": False, "train.async_enable": False,
+          "train.colocate_actor_ref": False, "train.colocate_critic_reward": False,
+          "train.dynamic_batch_enable": False, "rollout.micro_batch_size": 1}
+
+
 @functools.cache
 def _releases() -> dict:
     return json.loads((DATA / "openrlhf-flags.json").read_text())
@@ -105,10 +116,18 @@ def command_args(argv: list[str]) -> list[str]:
                                     "--actor.num_gpus_per_node 8 ...")
 
 
-def parse(args: list[str]) -> tuple[str, dict, list[Concern], str]:
+def parse(args: list[str], release: str | None = None) -> tuple[str, dict, list[Concern], str]:
     """The release a launch is judged by, every flag's value (that release's defaults included)
     as its argparse would give them, and what is said of its flags: the releases it matches,
-    flags no release knows (with the nearest match) and flags the chosen release lacks."""
+    flags no release knows (with the nearest match) and flags the chosen release lacks.
+
+    Without ``release``, the newest release that knows most of the flags judges, and a flag it
+    lacks is a warning (the launch selects releases, it is not refused for a flag). With it,
+    that release judges as its argparse would: a flag it lacks is an error."""
+    if release is not None and release not in releases():
+        raise PlanInputError(f"--release {release}: rlsim knows OpenRLHF's flags of "
+                             f"{releases()[0]} to {releases()[-1]}; fix: one of those (e.g. "
+                             f"{releases()[-1]})")
     kinds: dict[str, str] = {}
     for name, runs in _releases()["flags"].items():
         kinds[name] = runs[-1][2]
@@ -152,17 +171,30 @@ def parse(args: list[str]) -> tuple[str, dict, list[Concern], str]:
     known = {tag: set(given) & set(flags_of(tag)) for tag in releases()}
     best = max(len(k) for k in known.values()) if known else 0
     matching = [tag for tag, k in known.items() if len(k) == best]
-    release = matching[-1]
-    flags = flags_of(release)
+    chosen = release or matching[-1]
+    flags = flags_of(chosen)
     values = {name: default for name, (_, default) in flags.items()}
     values.update({k: v for k, v in given.items() if k in flags})
     for name in sorted(set(given) - set(flags)):
         had = [tag for tag in releases() if name in flags_of(tag)]
-        said.append(Concern("warning", f"{name} is a flag of OpenRLHF {span(had)}, not of "
-                            f"{release}, which the launch's other flags select: left out",
-                            "write every flag in the names of one release"))
-    note = f"flags of OpenRLHF {span(matching)}; judged by {release}"
-    return release, values, said, note
+        if release is not None:
+            said.append(Concern("error", f"{name} is a flag of OpenRLHF {span(had)}, not of "
+                                f"{release}: its argparse exits \"unrecognized arguments: "
+                                f"{name}\" before placing anything.", "write every flag in the "
+                                f"names of {release}"))
+        else:
+            said.append(Concern("warning", f"{name} is a flag of OpenRLHF {span(had)}, not of "
+                                f"{chosen}, which the launch's other flags select: left out",
+                                "write every flag in the names of one release"))
+    if release is not None:
+        for c in said:
+            if "no OpenRLHF release" in c.message:  # argparse refuses these too
+                said[said.index(c)] = Concern("error", c.message.replace(
+                    "; left out", f"; {release}'s argparse exits \"unrecognized arguments\""),
+                    c.fix)
+    note = (f"judged by OpenRLHF {release} (--release)" if release else
+            f"flags of OpenRLHF {span(matching)}; judged by {chosen}")
+    return chosen, values, said, note
 
 
 class Read:
@@ -176,7 +208,10 @@ class Read:
         return f"--{name}" if self.dotted else f"--{FLAT.get(name, name)}"
 
     def raw(self, name: str):
-        return self.values.get(self.flag(name))
+        """The flag's value; a flag this release does not have reads as the release behaves
+        without it (no ring attention, no DeepSpeed tensor parallel, no remote reward...)."""
+        flag = self.flag(name)
+        return self.values[flag] if flag in self.values else ABSENT.get(name)
 
     def int(self, name: str) -> int:
         value = self._number(name, int, "a whole number")
@@ -198,11 +233,12 @@ class Read:
         return bool(self.raw(name))
 
 
-def layout(argv: list[str]) -> Layout:
-    version, values, said, note = parse(command_args(argv))
+def layout(argv: list[str], release: str | None = None) -> Layout:
+    version, values, said, note = parse(command_args(argv), release)
     f = Read(version, values)
-    roles = _roles(f)
-    findings = said + _asserts(f, roles)
+    roles, empty = _roles(f)
+    findings = said + empty + _asserts(f, roles)
+    roles = {r: n for r, n in roles.items() if n}  # a role of 0 GPUs has failed above
     groups = _groups(f, roles, findings)
     findings += _batches(f, roles)
     return Layout("OpenRLHF", f"flags of {version}" + (" (dotted)" if f.dotted else " (flat)"),
@@ -212,42 +248,72 @@ def layout(argv: list[str]) -> Layout:
                   groups, findings, [note, *_notes(roles)])
 
 
-def _roles(f: Read) -> dict[str, int]:
-    """The roles this launch creates and each one's GPUs (num_nodes x num_gpus_per_node)."""
+def _roles(f: Read) -> tuple[dict[str, int], list[Concern]]:
+    """The roles this launch creates and each one's GPUs (num_nodes x num_gpus_per_node), and
+    what becomes of a created role given no GPUs.
+
+    A role is created by its own switch, never by its size: the reference model when
+    init_kl_coef is above 0 (always up to v0.5.x), the critic for GAE (always in v0.5.0), the
+    reward model unless a remote reward or an agent scores. The sizes of a role that is not
+    created are never read (scripts write 0 for them)."""
     size = {r: f.int(f"{r}.num_nodes") * f.int(f"{r}.num_gpus_per_node")
             for r in ("actor", "ref", "critic", "reward")}
     if size["actor"] == 0:
         raise PlanInputError(f"the actor has {f.flag('actor.num_nodes')} x "
                              f"{f.flag('actor.num_gpus_per_node')} = 0 GPUs; every OpenRLHF run "
                              "trains an actor: give it GPUs")
+    old = f.version.startswith("v0.5.")
     remote = f.raw("reward.remote_url") or f.raw("train.agent_func_path")
     roles = {"actor": size["actor"]}
-    if f.float("algo.kl.init_coef") > 0:
+    if old or f.float("algo.kl.init_coef") > 0:
         roles["ref"] = size["ref"]
-    if f.raw("algo.advantage.estimator") == "gae":
+    if f.raw("algo.advantage.estimator") == "gae" or f.version == "v0.5.0":
         roles["critic"] = size["critic"]
     if not remote:
         roles["reward"] = size["reward"]
-    # a role given 0 nodes or 0 GPUs is absent, as OpenRLHF's guides write the roles a run does
-    # not use (the hybrid engine's critic and reward); colocated with the actor it shares its GPUs
-    for role in [r for r in roles if r != "actor" and size[r] == 0]:
-        shared = role == "ref" and (f.on("train.colocate_actor_ref") or
-                                    f.on("train.colocate_all"))
-        if shared:
-            roles[role] = size["actor"]
-        else:
-            del roles[role]
+    empty = []
+    # a colocated pair of different sizes is refused by an assert first (see _asserts)
+    pairs = {"ref": ("actor", f.on("train.colocate_actor_ref") or f.on("train.colocate_all")),
+             "critic": ("reward", f.on("train.colocate_critic_reward")),
+             "reward": ("critic", f.on("train.colocate_critic_reward"))}
+    for role in [r for r in roles if roles[r] == 0]:
+        other, together = pairs.get(role, ("", False))
+        if together and roles.get(other, 0) > 0:
+            continue
+        switch = {"ref": f"{f.flag('algo.kl.init_coef')} 0" + (
+                      " (v0.6.0 and later; v0.5 always makes one)" if old else ""),
+                  "critic": f"{f.flag('algo.advantage.estimator')} other than gae",
+                  "reward": f"{f.flag('reward.remote_url')} or {f.flag('train.agent_func_path')}"}
+        empty.append(Concern(
+            "error", f"{role} is created ({switch[role].split(' ')[0]} asks for it) with "
+            f"{f.flag(role + '.num_nodes')} x {f.flag(role + '.num_gpus_per_node')} = 0 GPUs: "
+            f"OpenRLHF still starts its rank 0, with world size 0, and it dies in "
+            "torch.distributed (\"TCPStore world size cannot be 0\").",
+            f"give {role} GPUs, or do without it: {switch[role]}"))
     engines = f.int("vllm.num_engines") if f.raw("vllm.num_engines") is not None else 0
     if engines > 0:
         roles["vllm"] = bounded(engines * f.int("vllm.tensor_parallel_size"),
                                 f"{f.flag('vllm.num_engines')} x "
                                 f"{f.flag('vllm.tensor_parallel_size')}", 0, MAX_GPUS)
-    return roles
+    return roles, empty
+
+
+# estimators whose baseline is the prompt's group of samples: train_ppo_ray.py asserts more
+# than one sample a prompt for them (from v0.5.3; RLOO alone before)
+GROUP_BASELINE = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
 
 
 def _asserts(f: Read, roles: dict[str, int]) -> list[Concern]:
     """What train_ppo_ray.py asserts about shapes before it creates anything."""
     out = []
+    estimator = f.raw("algo.advantage.estimator")
+    if estimator in GROUP_BASELINE and f.int("rollout.n_samples_per_prompt") <= 1:
+        out.append(Concern("error", f"{f.flag('algo.advantage.estimator')} {estimator} with "
+                           f"{f.flag('rollout.n_samples_per_prompt')} "
+                           f"{f.int('rollout.n_samples_per_prompt')}: OpenRLHF asserts "
+                           f"\"{estimator} requires n_samples_per_prompt > 1\" (its baseline is "
+                           "the prompt's other samples) before placing anything.",
+                           f"{f.flag('rollout.n_samples_per_prompt')} 2 or more"))
     colocate_all, sync = f.on("train.colocate_all"), not f.on("train.async_enable")
     if (f.on("train.colocate_actor_ref") or colocate_all) and "ref" in roles:
         a = (f.int("actor.num_nodes"), f.int("actor.num_gpus_per_node"))

@@ -39,13 +39,13 @@ REASONING = ("actor", "rollout")
 # the runner task types whose entry script builds ModelParallelComponentPlacement ("math" is
 # the task type of RLinf before examples/reasoning, 2025-08 to 2025-10)
 MODEL_PARALLEL = ("reasoning", "math", "coding_online_rl")
-# the two sets of releases that read reward differently: a config without a reward placement is
-# judged by the older (and told that the newer refuse it), one with it by the newer
-WITH_REWARD = "RLinf from 7fe00ed56 of 2025-10-14 to main a3816b59: v0.1-rc1, v0.1, v0.2, v0.3"
-NO_REWARD = "RLinf before 7fe00ed56, to 2025-10-13: the multi-node guide's era"
+# RLinf's releases, oldest first: 78ddc653 is the last commit before the reward worker
+# (2025-10-13, the multi-node guide's era: no reward placement); 7fe00ed56 added the reward worker
+# (placing it dereferences its GPUs) and v0.1-rc1 on assert them
+RELEASES = ("78ddc653", "v0.1-rc1", "v0.1", "v0.2", "v0.3", "main")
 DISJOINT = (("actor", "rollout"), ("actor", "inference"), ("rollout", "inference"),
             ("critic", "actor"), ("critic", "rollout"))
-
+NO_REWARD = ("78ddc653",)
 
 def ranks(value, total: int, where: str) -> list[list[int]]:
     """A placement value's processes, each the GPU indices it holds (one GPU a process unless
@@ -57,9 +57,6 @@ def ranks(value, total: int, where: str) -> list[list[int]]:
     for segment in text.split(","):
         gpus_text, _, procs_text = segment.partition(":")
         gpus = _span(gpus_text, where)
-        if any(g >= total for g in gpus):
-            raise PlanError(f"{where}: GPU {max(gpus)} is past the {total} GPUs of cluster."
-                            "num_nodes; fix: lower the rank or raise num_nodes")
         count = len(_span(procs_text, where)) if procs_text else len(gpus)
         if count < len(gpus):
             if len(gpus) % count:
@@ -70,10 +67,6 @@ def ranks(value, total: int, where: str) -> list[list[int]]:
         else:
             procs += [[g] for g in gpus for _ in range(count // len(gpus))]
     return procs
-
-
-class PlanError(PlanInputError):
-    """A rank past the cluster: a finding, not bad input (raised while reading, caught)."""
 
 
 def _span(text: str, where: str) -> list[int]:
@@ -90,7 +83,12 @@ def _span(text: str, where: str) -> list[int]:
     return list(range(lo, hi + 1))
 
 
-def layout(path: str, nodes: list[NodeCapacity]) -> Layout:
+def layout(path: str, nodes: list[NodeCapacity], release: str | None = None) -> Layout:
+    if release is not None and release not in RELEASES:
+        raise PlanInputError(f"--release {release}: rlsim knows RLinf's placement rules of "
+                             f"{', '.join(RELEASES)} (78ddc653: the last commit before the "
+                             "reward worker, 2025-10-13); fix: one of those")
+    judged = release or RELEASES[-1]
     data = load(path)
     cluster = data.get("cluster") or {}
     num = cluster.get("num_nodes")
@@ -118,12 +116,14 @@ def layout(path: str, nodes: list[NodeCapacity]) -> Layout:
                 continue
             value = value.get("placement")
         where = f"{path}: cluster.component_placement.{key}"
-        try:
-            got = ranks(value, total, where)
-        except PlanError as e:
-            findings.append(Concern("error", str(e).split(": ", 1)[1] + f" ({key})",
-                                    "raise cluster.num_nodes or lower the ranks"))
-            continue
+        got = ranks(value, total, where)
+        past = max((g for p in got for g in p), default=-1)
+        if past >= total:
+            findings.append(Concern(
+                "error", f"{key}: rank {past} is past the {total} accelerators of "
+                f"cluster.num_nodes={num} x {per_node}: RLinf refuses it (\"End rank {past} ... "
+                "must be within the available ranks\").",
+                "lower the ranks, or raise cluster.num_nodes"))
         for name in names:
             if name in procs:
                 raise PlanInputError(f"{where}: Component {name} has multiple placements "
@@ -133,18 +133,17 @@ def layout(path: str, nodes: list[NodeCapacity]) -> Layout:
     # the runner's task type picks the placement class, as RLinf's entry scripts do
     task = str((data.get("runner") or {}).get("task_type", ""))
     reasoning = task in MODEL_PARALLEL or (not task and "env" not in gpus)
-    releases = WITH_REWARD
     if reasoning:
-        findings += _reasoning(data, gpus, procs, per_node)
-        if not gpus.get("reward"):
-            releases = NO_REWARD
+        findings += _reasoning(data, gpus, per_node, num * per_node, judged)
+        if not gpus.get("reward") and judged not in NO_REWARD:
             findings.append(Concern(
-                "warning", "no reward placement: RLinf v0.1-rc1 and later (v0.1, v0.2, v0.3, "
-                "main) refuse this config ('Reward GPUs must be specified in the "
-                "component_placement config.'), and from 7fe00ed56 (2025-10-14) placing the "
-                "reward worker fails; judged by RLinf before 7fe00ed56, whose placement has no "
-                "reward.", "place reward with the rollout, as RLinf's own configs do: "
-                "actor,rollout,reward: all (shared) or reward: <the rollout's ranks>"))
+                "error", f"RLinf {judged} asserts \"Reward GPUs must be specified in the "
+                "component_placement config.\" (ModelParallelComponentPlacement places a reward "
+                "worker even when the reward is a rule). RLinf before 7fe00ed56 (2025-10-14), "
+                "whose multi-node guide wrote actor,rollout: all, had no reward placement: "
+                "--release 78ddc653 judges by it.", "place reward with the rollout, as RLinf's "
+                "own configs do: actor,rollout,reward: all (shared) or reward: <the rollout's "
+                "ranks>"))
     for name, ps in procs.items():
         for p in ps:
             if len({g // per_node for g in p}) > 1:
@@ -154,25 +153,34 @@ def layout(path: str, nodes: list[NodeCapacity]) -> Layout:
         findings.append(Concern("error", f"cluster.num_nodes is {num} but the cluster has "
                                 f"{len(nodes)} nodes: RLinf's driver waits until {num} Ray nodes "
                                 "are alive, forever.", "cluster.num_nodes"))
-    groups = [Group(f"node {n}", "NODE",
-                    [[c for c, gs in gpus.items() if n * per_node + g in gs]
-                     for g in range(per_node)], "cluster.num_nodes", node=n, cpus=0)
-              for n in range(num)]
+    # RLinf reserves nothing through Ray: it pins each worker to its node and GPU, so a node's
+    # group is the ranks its placement names there (unnamed GPUs stay free)
+    used = sorted({g for gs in gpus.values() for g in gs})
+    groups = []
+    for n in range(max(num, used[-1] // per_node + 1 if used else 0)):
+        here = [g - n * per_node for g in used if g // per_node == n]
+        if here:
+            groups.append(Group(f"node {n}", "NODE",
+                                [[c for c, gs in gpus.items() if n * per_node + g in gs]
+                                 for g in here], "cluster.component_placement", node=n,
+                                cpus=0, gpu_ids=here))
     mode = ("ModelParallelComponentPlacement" if reasoning else "HybridComponentPlacement") + \
         f" (runner.task_type: {task or 'unset'})"
-    notes = [f"placement rules: {mode}", f"releases: {releases}"]
+    notes = [f"placement rules: {mode}",
+             f"rules of RLinf {judged}" + (" (--release)" if release else " (the newest)")]
     notes += [f"{c}: {len(procs[c])} processes on GPUs {g[0]}-{g[-1]}"
               for c, g in gpus.items() if g]
-    return Layout("RLinf", f"rules of {releases}", [
+    return Layout("RLinf", f"RLinf {judged} rules", [
         "rlinf/scheduler/cluster/config.py", "rlinf/scheduler/placement/placement.py",
         "rlinf/scheduler/placement/packed.py", "rlinf/utils/placement.py"],
         groups, findings, notes)
 
 
-def _reasoning(data: dict, gpus: dict[str, list[int]], procs: dict, per_node: int) -> list:
+def _reasoning(data: dict, gpus: dict[str, list[int]], per_node: int, total: int,
+               judged: str) -> list:
     out = []
     for name in REASONING:
-        if not gpus.get(name):
+        if name not in gpus:
             out.append(Concern("error", f"{name.capitalize()} GPUs must be specified in the "
                                "component_placement config.", f"component_placement.{name}"))
     for name in ("actor", "rollout", "inference", "critic"):
@@ -194,6 +202,9 @@ def _reasoning(data: dict, gpus: dict[str, list[int]], procs: dict, per_node: in
                                    f"component_placement.{name}"))
     elif all(not set(gpus.get(a, [])) & set(gpus.get(b, [])) for a, b in DISJOINT):
         mode = "disaggregated"
+        auto = (data.get("cluster") or {}).get("auto_scheduler") and "critic" not in gpus
+        if auto and judged not in NO_REWARD:
+            out += _auto_order(gpus, total)
     else:
         return [Concern("error", "The specified placement does not match either the collocated "
                         "mode (all the components use the same GPUs) or the disaggregated mode "
@@ -214,3 +225,20 @@ def _reasoning(data: dict, gpus: dict[str, list[int]], procs: dict, per_node: in
                            f"engines of {tp} put some engine across two nodes of {per_node}.",
                            "component_placement.rollout aligned to the engines"))
     return out
+
+
+def _auto_order(gpus: dict[str, list[int]], total: int) -> list[Concern]:
+    """cluster.auto_scheduler (from v0.1-rc1): actor from GPU 0, then rollout, then inference,
+    back to back, the last ending on the cluster's last GPU."""
+    chain = [gpus["actor"], gpus["rollout"]] + ([gpus["inference"]] if "inference" in gpus
+                                                else [])
+    ok = chain[0][0] == 0 and chain[-1][-1] == total - 1 and all(
+        a[-1] + 1 == b[0] for a, b in zip(chain, chain[1:], strict=False))
+    if ok:
+        return []
+    ends = " -> ".join(f"{g[0]}-{g[-1]}" for g in chain)
+    return [Concern("error", "AUTO mode requires components to be placed in the order of actor "
+                    f"-> rollout -> inference (RLinf asserts it): here {ends}, on a cluster of "
+                    f"GPUs 0-{total - 1}; the last must end on GPU {total - 1}.",
+                    "cluster.auto_scheduler: false, or ranges that run back to back to the "
+                    "cluster's last GPU")]

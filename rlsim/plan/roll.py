@@ -1,15 +1,18 @@
-"""A ROLL pipeline config (YAML) as ROLL places it. Rules from alibaba/ROLL (commit 8eb27cc2):
+"""A ROLL pipeline config (YAML) as ROLL places it. Rules from alibaba/ROLL (commit 8eb27cc2, and
+its releases v0.1.0 to v0.3.0 where they differ):
 
 - roll/configs/worker_config.py ``WorkerConfig.__post_init__``: a role's ``device_mapping`` is a
   string ROLL passes to Python's ``eval`` (``list(range(0,8))``): global GPU indices; its GPUs per
   worker are 1 for megatron and fsdp2 strategies, tensor x pipeline parallel for vllm, the YAML
   ``num_gpus_per_worker`` for sglang and hf_infer; the mapping's length must divide by it.
-- roll/configs/base_config.py: ``num_gpus_per_node`` is replaced by the GPUs the driver sees and
-  ``num_nodes`` by ceil((largest index + 1) / GPUs per node).
+- roll/configs/base_config.py: ``num_gpus_per_node`` is replaced by the GPUs the driver sees
+  (from v0.1.3; v0.1.0 and v0.1.1 take the YAML's, default 8, and use only nodes with at least
+  that many) and ``num_nodes`` by ceil((largest index + 1) / GPUs per node).
 - roll/distributed/scheduler/resource_manager.py: one placement group per node, one bundle of
   the whole node's GPUs; index i is GPU i % G of node i // G; its asserts on node and GPU counts.
-- roll/third_party/*/model_update.py: the training and inference mappings must each be
-  contiguous; roll/utils/config_utils.py: megatron's model-parallel and batch divisibility.
+- roll/distributed/executor/model_update_group.py (from v0.2.0): the training and inference
+  mappings must each be contiguous; roll/utils/config_utils.py: megatron's model-parallel and
+  batch divisibility.
 
 rlsim evaluates ``device_mapping`` itself, never with ``eval``: list literals, ``list(...)``,
 ``range(...)`` with whole numbers and ``+`` between lists.
@@ -33,6 +36,9 @@ from rlsim.plan.model import (
     whole,
 )
 
+RELEASES = ("v0.1.0", "v0.1.1", "v0.1.3", "v0.2.0", "v0.2.1", "v0.3.0")
+YAML_GPUS = ("v0.1.0", "v0.1.1")  # num_gpus_per_node from the YAML, not the driver's node
+CONTIGUOUS = ("v0.2.0", "v0.2.1", "v0.3.0")  # ModelUpdateGroup asserts contiguous mappings
 ROLES = ("actor_train", "actor_infer", "reference", "critic", "reward", "reward_model",
          "validation", "teacher", "student_train", "student_infer")
 ONE_GPU = ("megatron_train", "megatron_infer", "fsdp2_train", "fsdp2_infer")
@@ -125,9 +131,17 @@ def _per_worker(role: str, cfg: dict) -> int:
     return whole(cfg.get("num_gpus_per_worker", 1), f"{role}.num_gpus_per_worker")
 
 
-def layout(path: str, nodes: list[NodeCapacity]) -> Layout:
+def layout(path: str, nodes: list[NodeCapacity], release: str | None = None) -> Layout:
+    if release is not None and release not in RELEASES:
+        raise PlanInputError(f"--release {release}: rlsim knows ROLL's rules of "
+                             f"{', '.join(RELEASES)}; fix: one of those")
+    judged = release or RELEASES[-1]
     data = load(path)
-    per_node = nodes[0].gpus if nodes else 0
+    declared = data.get("num_gpus_per_node")
+    if judged in YAML_GPUS:
+        per_node = whole(declared if declared is not None else 8, "num_gpus_per_node", 1)
+    else:
+        per_node = nodes[0].gpus if nodes else 0
     if per_node <= 0:
         raise PlanInputError("ROLL indexes GPUs node by node: the cluster's nodes need GPUs")
     findings: list[Concern] = []
@@ -150,30 +164,38 @@ def layout(path: str, nodes: list[NodeCapacity]) -> Layout:
                              "reference, ...); is this a ROLL pipeline config?")
     for role in ("actor_train", "actor_infer"):
         m = mapped.get(role)
-        if m and m != list(range(min(m), max(m) + 1)):
+        if m and m != list(range(min(m), max(m) + 1)) and judged in CONTIGUOUS:
             findings.append(Concern("error", f"{role}: train_devices/infer_devices {m} must be "
                                     "continuous (ROLL's model update between them asserts it).",
                                     f"{role}.device_mapping"))
     findings += _megatron(data, mapped.get("actor_train"))
     need = max(1, math.ceil((max(max(m) for m in mapped.values()) + 1) / per_node))
-    declared = data.get("num_gpus_per_node")
-    notes = [f"{r}: GPUs {_ranges(m)}" for r, m in mapped.items()]
-    if declared not in (None, per_node):
+    notes = [f"rules of ROLL {judged}" + (" (--release)" if release else " (the newest)"),
+             *(f"{r}: GPUs {_ranges(m)}" for r, m in mapped.items())]
+    if judged in YAML_GPUS:
+        notes.append(f"num_gpus_per_node: {per_node} from the YAML (ROLL {judged}; from v0.1.3 "
+                     "the driver's node's GPUs replace it)")
+    elif declared not in (None, per_node):
         notes.append(f"num_gpus_per_node: {declared} in the YAML is replaced by the GPUs the "
-                     f"driver's node has ({per_node} here), as ROLL does")
+                     f"driver's node has ({per_node} here), as ROLL does from v0.1.3")
     groups = [Group(f"node {n}", "NODE",
                     [[r for r, m in mapped.items() if n * per_node + g in m]
                      for g in range(per_node)],
                     "the largest device_mapping index", node=n,
                     ray_bundles=[{"GPU": float(per_node)}])
               for n in range(need)]
-    if need > len(nodes):
+    eligible = [i for i, n in enumerate(nodes) if n.gpus >= per_node]
+    if need > len(eligible):
         findings.append(Concern("error", f"the mappings reach GPU {need * per_node - 1}: ROLL "
                                 f"needs {need} nodes of {per_node} GPUs; \"The Ray clusters"
-                                f"(ray_num_nodes: {len(nodes)}) cannot meet the required number "
-                                f"of nodes (`num_nodes`{need}).\"",
-                                "lower the device_mapping indices, or add nodes"))
-    return Layout("ROLL", "alibaba/ROLL 8eb27cc2 rules", [
+                                f"(ray_num_nodes: {len(eligible)}) cannot meet the required "
+                                f"number of nodes (`num_nodes`{need}).\"",
+                                "lower the device_mapping indices, or add nodes"
+                                + (" (or num_gpus_per_node)" if judged in YAML_GPUS else "")))
+    else:  # ROLL takes the eligible nodes in order, one node-sized bundle each
+        for group, node in zip(groups, eligible, strict=False):
+            group.node = node
+    return Layout("ROLL", f"ROLL {judged} rules", [
         "roll/configs/worker_config.py", "roll/configs/base_config.py",
         "roll/distributed/scheduler/resource_manager.py", "roll/utils/config_utils.py"],
         groups, findings, notes)

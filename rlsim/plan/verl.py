@@ -44,15 +44,17 @@ CONFIGS = ("ppo_trainer", "ppo_megatron_trainer")
 BUNDLE_CPUS = 3  # RayResourcePool(max_colocate_count=3): {"CPU": 3, "GPU": 1} per GPU
 
 
-def config(argv: list[str]):
+def config(argv: list[str], release: str | None = None):
     """verl's config for the command, as Hydra composes it: the named config's defaults with
-    the overrides applied (PlanInputError naming an unknown key or a bad value)."""
+    the overrides applied (PlanInputError naming an unknown key or a bad value), the keys read
+    as other releases read them, and (with ``release``) the keys that release lacks, which its
+    Hydra refuses."""
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
     args = launch_argv(argv, ENTRY, "python3 -m verl.trainer.main_ppo trainer.nnodes=2 ...")
     name = "ppo_trainer"
-    overrides, older = [], []
+    overrides, older, refused = [], [], []
     i = 0
     while i < len(args):
         token = args[i]
@@ -93,10 +95,14 @@ def config(argv: list[str]):
                     OmegaConf.update(cfg, key.lstrip("+"), parsed, force_add=True)
             elif _has(cfg, key):
                 OmegaConf.update(cfg, key, parsed, merge=True)
+                if release and name == "ppo_trainer" and not _in_release(key, release):
+                    refused.append(key)
             elif had := releases_with(key):  # a key of other releases: read as they would
                 with open_dict(cfg):
                     OmegaConf.update(cfg, key, parsed, force_add=True)
                 older.append(f"{key} (verl {had})")
+                if release and not _in_release(key, release):
+                    refused.append(key)
             else:
                 raise PlanInputError(f"Could not override '{key}': no such key in verl's "
                                      f"{name} in any release from {_keys()['releases'][0]} to "
@@ -104,12 +110,17 @@ def config(argv: list[str]):
                                      f"append it with +{key}={value}")
         except OmegaConfBaseException as e:
             raise PlanInputError(f"{override}: {str(e).splitlines()[0]}") from None
-    return name, cfg, older
+    return name, cfg, older, refused
 
 
 @functools.cache
 def _keys() -> dict:
     return json.loads((DATA / "verl-keys.json").read_text())
+
+
+def _in_release(key: str, release: str) -> bool:
+    i = _keys()["releases"].index(release)
+    return any(a <= i <= b for a, b in _keys()["keys"].get(key, []))
 
 
 def releases_with(key: str) -> str:
@@ -138,8 +149,18 @@ def _drop(cfg, key: str) -> None:
     del node[leaf]
 
 
-def layout(argv: list[str]) -> Layout:
-    name, cfg, older = config(argv)
+# the releases whose RayResourcePoolManager also checked each pool node by node before placing
+# (verl/trainer/ppo/ray_trainer.py _check_resource_available, to v0.5.0): one node serves at most
+# one entry of a pool, so two 8-GPU entries are refused on one 16-GPU node Ray could pack
+PER_NODE_CHECK = ("v0.2.0.post2", "v0.3.0.post1", "v0.4.0", "v0.4.1", "v0.5.0")
+
+
+def layout(argv: list[str], release: str | None = None) -> Layout:
+    if release is not None and release not in _keys()["releases"]:
+        tags = _keys()["releases"]
+        raise PlanInputError(f"--release {release}: rlsim knows verl's config keys of "
+                             f"{', '.join(tags)}; fix: one of those")
+    name, cfg, older, refused = config(argv, release)
     try:
         found = _layout(name, cfg)
     except (TypeError, ValueError) as e:
@@ -149,7 +170,38 @@ def layout(argv: list[str]) -> Layout:
     if older:
         found.notes.insert(0, "keys of other verl releases, read as they read them: "
                            + ", ".join(older))
+    if release is not None:
+        found.version = f"verl {release} (--release; defaults of main)"
+        found.findings = [Concern(
+            "error", f"{key}: not a key of verl {release}'s {name} (it is in "
+            f"{releases_with(key) or 'no release'}): Hydra refuses the override (\"Could not "
+            f"override '{key}'\") before anything starts.", f"+{key}=... adds it, or use the "
+            f"key's {release} name") for key in refused] + found.findings
+        if release in PER_NODE_CHECK:
+            found.prechecks.append(functools.partial(_per_node_check, found.groups, release))
     return found
+
+
+def _per_node_check(groups: list[Group], release: str, nodes) -> list[Concern]:
+    """verl's check before placing, as releases up to v0.5.0 made it: each pool's entries
+    served node by node, one entry a node (ray_trainer.py ``_check_resource_available``)."""
+    free = [n.gpus for n in nodes]
+    pools: dict[str, list[int]] = {}
+    for g in groups:
+        pools.setdefault(g.name.split(":")[0], []).append(g.gpus)
+    out = []
+    for pool, sizes in pools.items():
+        need, left = sizes[0], len(sizes)
+        for i, gpus in enumerate(free):
+            if left and gpus >= need:
+                free[i], left = gpus - need, left - 1
+        if left:
+            out.append(Concern("error", f"verl {release} checks each pool before placing, one "
+                               f"entry a node: \"Resource pool {pool}: {need}*{left} cannot be "
+                               "satisfied in this ray cluster\" (ValueError), though Ray could "
+                               "pack some entries onto one node.",
+                               "nodes of trainer.n_gpus_per_node GPUs, one per trainer.nnodes"))
+    return out
 
 
 def _layout(name: str, cfg) -> Layout:

@@ -58,12 +58,23 @@ def test_tp_engines_hold_tp_gpus_inside_one_node():
                for w in plan.of("rollout"))
 
 
-def test_overlapping_ranges_are_refused_but_identical_ones_share_workers():
-    with pytest.raises(PlacementError, match="overlap"):
-        plan_placement(rlinf(ref="18-23"))
+def test_roles_on_shared_gpus_share_their_workers_and_keep_every_rank():
     plan = plan_placement(rlinf(ref="24-31"))
     assert all(set(w.roles) == {"actor", "ref"} for w in plan.of("actor"))
     assert any("use 28 of the run's 32" in w for w in plan.warnings)
+    # ranges that overlap in part (ROLL's rollout on part of the actor's GPUs): each shared GPU's
+    # worker hosts both, and every rank of every role has a worker
+    plan = plan_placement(rlinf(ref="18-23"))
+    assert [w.gpus for w in plan.workers if {"rollout", "ref"} <= set(w.roles)] == [(18,), (19,)]
+    for role, n in plan.dp.items():
+        assert [w.ranks[role] for w in plan.of(role)] == list(range(n))
+    # a tensor-parallel engine on the actor's GPUs rides on its first GPU's worker: the actor
+    # ranks on the engine's other GPUs are not swallowed by a two-GPU worker
+    c = rlinf(actor="0-3", ref="0-3", rollout="0-3")
+    c.rollout.tensor_parallel_size = 2
+    plan = plan_placement(c)
+    assert [w.ranks["actor"] for w in plan.of("actor")] == [0, 1, 2, 3]
+    assert [w.gpus for w in plan.of("rollout")] == [(0,), (2,)]
 
 
 def test_backwards_missing_and_unknown_ranges():

@@ -145,7 +145,7 @@ def test_roll_device_mappings_are_read_safely(tmp_path, yaml_text, words):
 @pytest.mark.parametrize(("placement", "rollout_tp", "words"), [
     ({"actor": "0-3", "rollout": "2-5", "reward": "0-5"}, 1, ["does not match either"]),
     ({"actor": "0-3", "rollout": "6-13", "reward": "6-13"}, 4, ["across two nodes"]),
-    ({"actor,rollout,reward": "0-15"}, 1, ["GPU 15 is past the 8 GPUs"]),
+    ({"actor,rollout,reward": "0-15"}, 1, ["rank 15 is past the 8 accelerators"]),
 ])
 def test_rlinf_reasoning_placement_rules(tmp_path, placement, rollout_tp, words):
     path = tmp_path / "rlinf.yaml"
@@ -158,23 +158,40 @@ def test_rlinf_reasoning_placement_rules(tmp_path, placement, rollout_tp, words)
     assert not p.fits and all(w in text for w in words), text
 
 
-@pytest.mark.parametrize("with_reward", [False, True])
-def test_rlinf_reward_placement_selects_the_releases_never_refuses(tmp_path, with_reward):
-    # the multi-node guide's shared placement has no reward: RLinf before 7fe00ed56 runs it,
-    # v0.1-rc1 and later assert; a config with reward is read by the newer releases
-    key = "actor,rollout,reward" if with_reward else "actor,rollout"
+GUIDE = {"shared": {"actor,rollout": "all"},  # RLinf's multi-node guide, 4 nodes x 8 GPUs
+         "disaggregated": {"rollout": "0-19", "inference": "20-23", "actor": "24-31"}}
+
+
+@pytest.mark.parametrize("example", GUIDE)
+def test_rlinf_guide_placements_by_release(tmp_path, example):
+    # the guide predates RLinf's reward worker: every release from v0.1-rc1 asserts a reward
+    # placement, said with the fix; the commit before the reward worker runs them
     path = tmp_path / "rlinf.yaml"
     path.write_text(yaml.safe_dump({"cluster": {"num_nodes": 4, "component_placement":
-                                                {key: "all"}}}))
+                                                GUIDE[example]}}))
     nodes = parse_cluster("4x8")
     p = place(rlinf.layout(str(path), nodes), nodes)
-    warnings = [f.message for f in p.findings if f.level == "warning"]
-    assert p.fits and p.asked == 32
-    if with_reward:
-        assert not warnings and "v0.1-rc1" in p.layout.version
+    assert not p.fits and p.asked == 32 and "RLinf main" in p.layout.version
+    said = [f for f in p.findings if f.level == "error"]
+    assert len(said) == 1 and "Reward GPUs must be specified" in said[0].message
+    assert "actor,rollout,reward: all" in said[0].fix and "--release 78ddc653" in said[0].message
+    old = place(rlinf.layout(str(path), nodes, "78ddc653"), nodes)
+    assert old.fits and old.asked == 32 and not old.findings
+    roles = {w for gpus in old.gpu_map().values() for ws in gpus.values() for w in ws}
+    assert roles == set(",".join(GUIDE[example]).split(","))
+    # with the reward placed as RLinf's own configs do, main runs them
+    placement = dict(GUIDE[example])
+    if example == "shared":
+        placement = {"actor,rollout,reward": "all"}
     else:
-        assert "before 7fe00ed56" in p.layout.version
-        assert len(warnings) == 1 and "Reward GPUs must be specified" in warnings[0]
+        placement["reward"] = "0-19"
+    path.write_text(yaml.safe_dump({"cluster": {"num_nodes": 4, "component_placement":
+                                                placement}}))
+    assert place(rlinf.layout(str(path), nodes), nodes).fits
+    if example == "disaggregated":  # the same ranges on 3 nodes: the driver waits for a 4th
+        three = parse_cluster("3x8")
+        p = place(rlinf.layout(str(path), three), three)
+        assert not p.fits and any("waits until 4 Ray nodes" in f.message for f in p.findings)
 
 
 def test_the_emitted_scenario_is_a_valid_scenario_mirroring_the_layout():
@@ -219,9 +236,9 @@ def test_emitting_is_checked_by_the_reference_trainer_itself():
     assert pipeline["trainer"]["overrides"]["data"] == {"prompts_per_step": 80}
     mirrorable(pipeline)
     grpo = scenario(judge("roll", "roll-example_grpo.yaml", "2x8"), "grpo")
-    with pytest.raises(PlanInputError, match="cannot mirror this layout: placement.roles"
-                                             ".*overlap"):
-        mirrorable(grpo)  # ROLL's rollout on GPUs 0-11 inside the actor's 0-15
+    # ROLL's rollout on GPUs 0-11 inside the actor's 0-15: the shared GPUs share workers
+    assert grpo["trainer"]["overrides"]["placement"]["roles"]["rollout"] == "0-11"
+    mirrorable(grpo)
 
 
 @pytest.mark.parametrize(("args", "words"), [
@@ -296,3 +313,51 @@ def test_flags_no_release_has_together_are_said_never_refused(argv, words):
     said = [c.message for c in openrlhf.layout(argv.split()).findings]
     for w in words:
         assert any(w in m for m in said), (w, said)
+
+
+# a GRPO launch (flat flags of v0.9) whose critic is not created: its sizes are never read
+GRPO = (f"{OPENRLHF} --actor_num_nodes 1 --actor_num_gpus_per_node 4 --vllm_num_engines 4 "
+        "--advantage_estimator group_norm --n_samples_per_prompt 4 --remote_rm_url x "
+        "--critic_num_nodes 0 --critic_num_gpus_per_node 0 --reward_num_nodes 0 "
+        "--reward_num_gpus_per_node 0 --train_batch_size 32 --rollout_batch_size 8")
+
+
+@pytest.mark.parametrize(("extra", "fits", "said"), [
+    # ref, critic and reward not created (no KL, group_norm, a remote reward): zeros are inert
+    ("--init_kl_coef 0 --ref_num_nodes 0 --ref_num_gpus_per_node 0", True, ""),
+    # a created ref given no GPUs: OpenRLHF starts its rank 0 with world size 0, which dies
+    ("--init_kl_coef 0.01 --ref_num_nodes 0 --ref_num_gpus_per_node 0", False,
+     "TCPStore world size cannot be 0"),
+    # colocated with the actor, the sizes must match: OpenRLHF asserts before that
+    ("--init_kl_coef 0.01 --colocate_actor_ref --ref_num_nodes 0 --ref_num_gpus_per_node 0",
+     False, "must be the same when colocate actor and ref model"),
+])
+def test_openrlhf_zero_sizes_are_read_as_openrlhf_reads_them(extra, fits, said):
+    p = place(openrlhf.layout([f"{GRPO} {extra}"]), parse_cluster("1x8"))
+    errors = [f.message for f in p.findings if f.level == "error"]
+    assert p.fits == fits and (said in " ".join(errors) if said else not errors), errors
+    assert not any("Division" in e or "divides" in e for e in errors)
+
+
+def test_openrlhf_release_judges_strictly_and_the_default_selects_releases():
+    # dotted flags of v0.10.2+ beside two flat flags those releases dropped (as OpenRLHF's own
+    # v0.11.0 README has them): by default a warning each; as v0.11.0 judges, argparse refuses
+    launch = (f"{OPENRLHF} --actor.num_gpus_per_node 8 --vllm.num_engines 4 "
+              "--vllm.tensor_parallel_size 2 --train.colocate_all --ref.num_gpus_per_node 8 "
+              "--reward.remote_url x --prompt_max_len 1024 --generate_max_len 1024")
+    loose = place(openrlhf.layout([launch]), parse_cluster("1x8"))
+    assert loose.fits and sum("--prompt_max_len is a flag of OpenRLHF v0.5.0" in f.message
+                              for f in loose.findings if f.level == "warning") == 1
+    strict = place(openrlhf.layout([launch], "v0.11.0"), parse_cluster("1x8"))
+    errors = [f.message for f in strict.findings if f.level == "error"]
+    assert not strict.fits and len(errors) == 2 and all("unrecognized arguments" in e
+                                                         for e in errors)
+    code, out = run("plan", "openrlhf", "--release", "v9.9", "--cluster", "1x8", "--", launch)
+    assert code == 2 and "--release v9.9" in out and "v0.11.0" in out
+
+
+def test_group_baselines_need_two_samples_a_prompt():
+    p = place(openrlhf.layout([GRPO.replace("--n_samples_per_prompt 4",
+                                            "--n_samples_per_prompt 1")]), parse_cluster("1x8"))
+    assert not p.fits and any("group_norm requires n_samples_per_prompt > 1" in f.message
+                              for f in p.findings)
