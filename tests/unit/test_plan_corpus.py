@@ -65,3 +65,14 @@ def test_each_launch_that_fits_emits_a_valid_scenario(entry):
     sc = scenario(judge(entry), scenario_name(Path(entry["file"])))
     Scenario.model_validate(sc)
     mirrorable(sc)  # and the reference trainer can run its placement
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e["framework"] in ("openrlhf", "verl")],
+                         ids=lambda e: f"{e['file']}@{e['cluster']}")
+def test_without_a_release_no_launch_is_refused_for_a_flag(entry):
+    """As a user runs it, with no --release: the flags select the releases; a flag or key of
+    another release is a warning, and the verdict stands on what the launch asks."""
+    p = judge(entry, strict=False)
+    errors = " ".join(f.message for f in p.findings if f.level == "error")
+    assert "unrecognized arguments" not in errors and "Could not override" not in errors
+    assert p.asked == entry["gpus"]
