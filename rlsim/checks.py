@@ -419,19 +419,34 @@ def no_leaks(o: Outcome, p) -> Verdict:
 
 class Event(Bounds):
     """An event of this type appears at least ``min`` and at most ``max`` times: one the trainer
-    logs, or one of Ray's own that the runner records (``ray_node_dead``, ``ray_actor_died``)."""
+    logs, or one of Ray's own that the runner records (``ray_node_dead``, ``ray_actor_died``).
+    ``matching``: count only the events whose fields (as JSON) match this regular expression,
+    e.g. the one whose message says the engine died ``during rollout.generate``."""
 
     type: str
     min: int = Field(1, ge=0, le=10**6)
+    matching: str | None = Field(None, max_length=500)
+
+    @field_validator("matching")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            regex(pattern)
+        return pattern
 
 
 @check(Event, _text("type"))
 def event(o: Outcome, p) -> Verdict:
     # Ray's own events (rlsim.scenario.watch) are the runner's; every other type the trainer's
-    n = len((o.rlsim if p.type in HARNESS_EVENTS else o.trainer)(p.type))
+    found = (o.rlsim if p.type in HARNESS_EVENTS else o.trainer)(p.type)
+    if p.matching is not None:
+        found = [e for e in found if re.search(p.matching, json.dumps(e, default=str))]
+    n = len(found)
     ok = n >= p.min and (p.max is None or n <= p.max)
     bound = f"at least {p.min}" + (f" and at most {p.max}" if p.max is not None else "")
-    return Verdict("event", ok, f"{n} {p.type!r} event(s), expected {bound}", n, _interesting(o))
+    which = f" matching {p.matching!r}" if p.matching is not None else ""
+    return Verdict("event", ok, f"{n} {p.type!r} event(s){which}, expected {bound}", n,
+                   _interesting(o))
 
 
 class Refused(Strict):

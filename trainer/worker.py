@@ -81,6 +81,11 @@ class Worker:
         torch.manual_seed(seed)
 
     # -- set-up -------------------------------------------------------------------------------
+    def alive(self) -> bool:
+        """Answers at once when idle: the driver asks idle workers while it waits on others, so
+        a worker that died idle is seen within a second, not at its next call."""
+        return True
+
     def where(self) -> dict:
         return {"ip": self.ip, "pid": os.getpid(), "index": self.slot.index,
                 "roles": list(self.slot.roles), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}
@@ -114,7 +119,8 @@ class Worker:
         if "rollout" in roles:
             from trainer.rollout import make_engine
 
-            self.rollout = make_engine(cfg)
+            self.rollout = make_engine(cfg, Path(cfg.run_dir) / "rollout" /
+                                       f"model-worker{self.slot.index}")
         took["ref_rollout_s"] = time.monotonic() - t0
         return {**self.where(), "setup_s": {k: round(v, 3) for k, v in took.items()}}
 

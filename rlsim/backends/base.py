@@ -214,6 +214,16 @@ class KillsProcesses(Protocol):
 
 
 @runtime_checkable
+class SignalsProcesses(Protocol):
+    """Send a signal to one process of the cluster on the node that runs it (SIGSTOP freezes
+    one rank, SIGCONT thaws it)."""
+
+    def signal_process(self, ip: str, pid: int, signum: int) -> int:
+        """Signal one process, by the pid its node sees, on the node with address ``ip``;
+        ProcessLookupError when it is not (or no longer) a process of this cluster."""
+
+
+@runtime_checkable
 class RunsInNodes(Protocol):
     """Run a command as a process of a node (its cgroups, its container)."""
 

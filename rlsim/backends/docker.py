@@ -348,8 +348,12 @@ class DockerCluster(StartedCluster):
 
     def kill_process(self, ip: str, pid: int) -> int:
         """SIGKILL a process by its pid inside the container that has address ``ip``."""
+        return self.signal_process(ip, pid, 9)
+
+    def signal_process(self, ip: str, pid: int, signum: int) -> int:
+        """Signal a process by its pid inside the container that has address ``ip``."""
         index = self.addresses.index(ip)
-        out = self._container(index).exec_run(["kill", "-9", str(pid)])
+        out = self._container(index).exec_run(["kill", f"-{int(signum)}", str(pid)])
         if out.exit_code:
             raise ProcessLookupError(f"pid {pid} on {ip}: {out.output.decode().strip()}")
         return pid

@@ -246,10 +246,14 @@ class LocalCluster(StartedCluster):
 
     def kill_process(self, ip: str, pid: int) -> int:
         """SIGKILL one process of the cluster (every node shares this host's pid space)."""
+        return self.signal_process(ip, pid, signal.SIGKILL)
+
+    def signal_process(self, ip: str, pid: int, signum: int) -> int:
+        """Signal one process of the cluster, never another home's or the host's."""
         if pid not in procs.find(self._st.session):
             raise ProcessLookupError(f"pid {pid} ({ip}) is not a process of cluster "
                                      f"{self._st.spec.name!r}")
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, signum)
         return pid
 
     def restart_node(self, index: int, timeout: float | None = None) -> NodeInfo:

@@ -58,12 +58,16 @@ class NodeAgent:
 
     def kill(self, pid: int) -> int:
         """SIGKILL ``pid`` if it is a Ray worker of this node's raylet; NotThisCluster otherwise."""
+        return self.signal(pid, signal.SIGKILL)
+
+    def signal(self, pid: int, signum: int) -> int:
+        """Signal ``pid`` if it is a Ray worker of this node's raylet; NotThisCluster otherwise."""
         import ray
 
         procs = snapshot()
         raylet = find_raylet(procs, os.getpid(), ray.get_runtime_context().get_node_id())
         check_worker(procs, pid, raylet.pid)
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, signum)
         return pid
 
     def kill_node(self, with_gcs: bool) -> list[int]:
@@ -456,6 +460,9 @@ class RealCluster:
 
     def kill_process(self, ip: str, pid: int) -> int:
         return self._call(self.index_of(ip), "kill", pid)
+
+    def signal_process(self, ip: str, pid: int, signum: int) -> int:
+        return self._call(self.index_of(ip), "signal", pid, int(signum))
 
     def hold_gpu(self, index: int, gb: float, run_dir: Path | None = None) -> list[dict]:
         """A real CUDA allocation of ``gb`` GiB on every GPU of node ``index``, by its agent."""

@@ -37,20 +37,24 @@ class KillRole(Fault):
 
     def inject(self):
         p = self.params
-        if p.role in self.ctx.roles:
-            hosts, where = self._by_class(self.ctx.roles[p.role]), \
-                f"alive Ray actors whose class matches {self.ctx.roles[p.role]!r}"
-        else:  # the table lists workers in index order; ranks follow it
-            hosts = [w for w in self.ctx.workers if p.role in w.get("roles", [])]
-            where = "ranks in the trainer's placement"
-        if p.rank >= len(hosts):
-            raise ValueError(f"kill_role: role {p.role!r} has {len(hosts)} {where}; rank "
-                             f"{p.rank} does not exist")
-        worker = hosts[p.rank]
+        worker = role_process(self.ctx, p.role, p.rank, self.name)
         self.ctx.cluster.kill_process(worker["ip"], worker["pid"])
         return {"role": p.role, "rank": p.rank, "pid": worker["pid"], "ip": worker["ip"]}
 
-    def _by_class(self, pattern: str) -> list[dict]:
-        actors = alive_actors(self.ctx.cluster.address, str(auth_token_path()))
-        found = [a for a in actors if re.search(pattern, a["class"])]
-        return sorted(found, key=lambda a: (ipaddress.ip_address(a["ip"]), a["pid"]))
+
+def role_process(ctx, role: str, rank: int, fault: str) -> dict:
+    """The process (``ip``, ``pid``) of rank ``rank`` of ``role``: from the worker table the
+    trainer logged, or by Ray actor class for a trainer that logs none (``trainer.roles``)."""
+    if role in ctx.roles:
+        pattern = ctx.roles[role]
+        actors = alive_actors(ctx.cluster.address, str(auth_token_path()))
+        hosts = sorted((a for a in actors if re.search(pattern, a["class"])),
+                       key=lambda a: (ipaddress.ip_address(a["ip"]), a["pid"]))
+        where = f"alive Ray actors whose class matches {pattern!r}"
+    else:  # the table lists workers in index order; ranks follow it
+        hosts = [w for w in ctx.workers if role in w.get("roles", [])]
+        where = "ranks in the trainer's placement"
+    if rank >= len(hosts):
+        raise ValueError(f"{fault}: role {role!r} has {len(hosts)} {where}; rank {rank} does "
+                         "not exist")
+    return hosts[rank]

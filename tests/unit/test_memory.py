@@ -36,7 +36,8 @@ def test_param_count_matches_the_real_model():
     (3, 1.63, 1.63, 9.78)])
 def test_zero_stages_partition_what_they_should(stage, weights, grads, optim):
     cfg = big(actor={"zero_stage": stage})
-    items = by_what(role_items(cfg, plan_placement(cfg), "actor", {"actor": 4, "critic": 4}))
+    items = by_what(role_items(cfg, plan_placement(cfg), "actor", {"actor": 4, "critic": 4},
+                               80 * GIB))
     assert items["weights"] == pytest.approx(weights, abs=0.01)
     assert items["grads"] == pytest.approx(grads, abs=0.01)
     assert items["optimizer"] == pytest.approx(optim, abs=0.01)
@@ -87,3 +88,12 @@ def test_the_tiny_fixture_fits_easily():
     cfg = TrainerConfig()
     micro, changes = fit(cfg, plan_placement(cfg), 80 * GIB)
     assert changes == [] and micro["actor"] == cfg.actor.micro_batch_size
+
+
+@pytest.mark.parametrize("gb", [40, 80])
+def test_a_vllm_engine_takes_its_share_of_the_gpu_it_is_on(gb):
+    # vLLM reserves gpu_memory_utilization of the GPU at start-up, weights included
+    cfg = big(rollout={"engine": "vllm", "gpu_memory_utilization": 0.5})
+    items = by_what(role_items(cfg, plan_placement(cfg), "rollout", {"actor": 4, "critic": 4},
+                               gb * GIB))
+    assert items["weights"] + items["kv_cache"] == pytest.approx(0.5 * gb, abs=0.01)

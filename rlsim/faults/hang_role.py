@@ -1,0 +1,46 @@
+"""hang_role: freeze the process of one rank of one role (SIGSTOP), not its node: a hung rank, a
+rollout engine stuck in a weight push. Its node, its peers and Ray stay up; the process holds its
+sockets and answers nothing. Healed by SIGCONT when ``for_s`` is up or at the end of the run
+(a process the trainer killed meanwhile, to restart, has nothing left to thaw).
+
+The process is found as :mod:`rlsim.faults.kill_role` finds it: the trainer's worker table, or
+the Ray actor class ``trainer.roles`` names for a trainer that logs none.
+"""
+
+import signal
+
+from rlsim.backends.base import SignalsProcesses
+from rlsim.faults.base import Fault
+from rlsim.faults.kill_role import KillRole, role_process
+from rlsim.fields import Rank, Role, Strict
+
+
+class HangRole(Fault):
+    name = "hang_role"
+    needs = (SignalsProcesses,)
+    harms_real_cluster = True
+
+    class Params(Strict):
+        role: Role
+        rank: Rank = 0
+
+    @classmethod
+    def trainer_problem(cls, params, trainer, adapter):
+        return KillRole.trainer_problem(params, trainer, adapter)
+
+    def inject(self):
+        p = self.params
+        worker = role_process(self.ctx, p.role, p.rank, self.name)
+        self.ctx.cluster.signal_process(worker["ip"], worker["pid"], signal.SIGSTOP)
+        self.held = {"ip": worker["ip"], "pid": worker["pid"]}
+        return {"role": p.role, "rank": p.rank, "pid": worker["pid"], "ip": worker["ip"]}
+
+    def said(self, did):
+        return f"froze {did['role']} rank {did['rank']} (pid {did['pid']} on {did['ip']})"
+
+    def undo(self):
+        try:
+            self.ctx.cluster.signal_process(self.held["ip"], self.held["pid"], signal.SIGCONT)
+        except ProcessLookupError:  # killed meanwhile (the trainer restarted): nothing to thaw
+            return {"pid": self.held["pid"], "thawed": False}
+        return {"pid": self.held["pid"], "thawed": True}
