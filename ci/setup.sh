@@ -3,6 +3,14 @@
 # and this project with its dev extras. Safe to run again; fast when everything is in place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# --verl: also verl itself, for the scenarios that run it (tagged verl and real_framework)
+VERL=0
+for arg in "$@"; do
+  case "$arg" in
+    --verl) VERL=1 ;;
+    *) echo "ci/setup.sh: unknown option $arg (known: --verl)" >&2; exit 2 ;;
+  esac
+done
 
 # System parts the harness uses (root only; their tests skip otherwise): iptables for network
 # faults, a Docker engine for the docker backend (dockerd with the vfs storage driver, which runs
@@ -60,6 +68,19 @@ if [ "$(uname -m)" = x86_64 ] && ! .venv/bin/python -c "import importlib.util as
   .venv/bin/pip install -q --no-compile -r .venv/vllm-requirements.txt "torch==2.13.0" \
     "transformers==$TRANSFORMERS" 2>&1 | grep -v -e "^WARNING: Location" -e "^ERROR: pip's dependency resolver" -e "which is not installed" -e "^ *$" || true
   installed=1
+fi
+# verl (only with --verl): verl 0.9.1 and TransferQueue, which its default trainer
+# (trainer.use_v1) imports, into this same virtualenv: they resolve beside vLLM's CPU build,
+# torch 2.13.0 and transformers 5.10.4 (verl's own [cpu] extra would pull a CUDA torch: not used).
+# vLLM's CPU build gets the distribution name verl looks it up by (ci/vllm_name.py says why).
+VERL_VERSION=0.9.1 TRANSFER_QUEUE=0.1.11
+if [ "$VERL" = 1 ] && ! .venv/bin/python -c "import verl, transfer_queue" >/dev/null 2>&1; then
+  .venv/bin/pip install -q --no-compile "verl==$VERL_VERSION" "TransferQueue==$TRANSFER_QUEUE" \
+    "torch==2.13.0" "transformers==$TRANSFORMERS" 2>&1 | grep -v -e "^WARNING: Location" -e "^ *$" || true
+  installed=1
+fi
+if [ "$VERL" = 1 ]; then
+  .venv/bin/python ci/vllm_name.py
 fi
 if [ -n "$installed" ]; then
   .venv/bin/python -m compileall -q -j 0 .venv/lib/python*/site-packages >/dev/null 2>&1 || true

@@ -29,8 +29,12 @@ from rlsim.adapters.logs import LogAdapter, Reader, finite, number, read_text
 from rlsim.history import new_lines
 
 STEP = re.compile(r"(?:^|\])step:(?P<step>\d+)(?: - (?P<rest>.*))?$")
-SAVING = re.compile(r"^local_global_step_folder: (?P<path>.*global_step_\d+)$")
-RESUMING = re.compile(r"^Resuming from (?P<path>.*global_step_(?P<step>\d+))$")
+# up to v0.7 printed; v0.9's trainer (``verl/trainer/ppo/v1/trainer_base.py``) logs, through a
+# logging format that puts ``INFO:<time>:`` in front
+SAVING = re.compile(r"(?:^local_global_step_folder: |(?:^|:)Saving checkpoint to )"
+                    r"(?P<path>\S*global_step_\d+)$")
+RESUMING = re.compile(r"(?:^|:)Resuming from (?P<path>\S*global_step_(?P<step>\d+))"
+                      r"(?:, setting global step to \d+)?$")
 TRACKER = "latest_checkpointed_iteration.txt"
 FILE_LOGGER_VAR = "VERL_FILE_LOGGER_PATH"
 
@@ -63,11 +67,11 @@ class VerlReader(Reader):
     def line(self, text: str, actor: str | None) -> list[dict]:
         if m := STEP.search(text):
             return self._step(int(m["step"]), metrics_of(m["rest"]))
-        if m := SAVING.match(text):
+        if m := SAVING.search(text):
             root = resolve(m["path"], self.trainer.workdir).parent
             self.saved.setdefault(root, read_text(root / TRACKER) or "")
             self.roots.add(root)
-        elif m := RESUMING.match(text):
+        elif m := RESUMING.search(text):
             return [{"type": "resume", "from_step": int(m["step"]), "path": m["path"]}]
         return []
 

@@ -10,6 +10,7 @@ events, by time) is what the checks (:mod:`rlsim.checks`) judge.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 import random
@@ -107,6 +108,10 @@ def check_runnable(sc: Scenario, backend: str) -> type:
 def _runnable(sc: Scenario, backend: str) -> type:
     if backend in sc.cluster.skip_on:
         raise Unsupported(sc.cluster.skip_on[backend])
+    for module, how in sc.trainer.requires.items():
+        if importlib.util.find_spec(module) is None:
+            raise Unsupported(f"trainer.requires: {module} is not installed in {sys.prefix} "
+                              f"({how})")
     try:
         cls = cluster_class(backend)
     except ValueError as e:
@@ -253,6 +258,8 @@ def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -
     deadline = time.monotonic() + sc.trainer.timeout_s
     relaunches = sc.trainer.relaunch.max if sc.trainer.relaunch else 0
     outcome.started = time.time()
+    if sc.trainer.prepare and not _prepare(sc, cluster, outcome, log, deadline):
+        return
     try:
         for attempt in range(relaunches + 1):
             if attempt:
@@ -277,6 +284,37 @@ def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -
             watch.close()
     if refusal := config_refusal(outcome):
         log.trainer(refusal)
+
+
+def _prepare(sc, cluster, outcome, log: Recorder, deadline: float) -> bool:
+    """Run the trainer's ``prepare`` command (output to ``prepare.log`` beside the run
+    directory); True when it exited 0. Otherwise the run ends here, its exit status and output
+    the trainer's."""
+    run_dir = outcome.run_dir
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    launch = _launch_of(run_dir, 0, cluster.address)
+    argv = [launch.fill(arg) for arg in sc.trainer.prepare]
+    output = run_dir.parent / "prepare.log"
+    started = time.monotonic()
+    with new_file(output) as out:
+        proc = subprocess.Popen(argv, cwd=sc.trainer.workdir, stdout=out,
+                                stderr=subprocess.STDOUT,
+                                env={**os.environ, **launch_env(sc, run_dir, 0, cluster.address)})
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:  # the run's time is up
+        proc.kill()
+        proc.wait()
+    except BaseException:  # Ctrl-C: nothing of it is left running
+        proc.kill()
+        proc.wait()
+        raise
+    log.emit("trainer_prepared", returncode=proc.returncode,
+             seconds=round(time.monotonic() - started, 2))
+    if proc.returncode != 0:
+        outcome.returncode = proc.returncode
+        outcome.output += read_file(output, MAX_HISTORY).decode(errors="replace")
+    return proc.returncode == 0
 
 
 def _launch(sc, cluster, run_dir: Path, attempt: int, log: Recorder):

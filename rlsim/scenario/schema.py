@@ -96,6 +96,16 @@ class TrainerSection(Strict):
                                       "scenario's folder (or cwd), so relative paths mean what "
                                       "they mean in a shell there; placeholders {python}, "
                                       "{run_dir}, {attempt}, {ray_address} (other adapters)")
+    prepare: list[str] | None = Field(None, min_length=1, description="argv run once before "
+                                      "the first launch, where the command runs and with its "
+                                      "placeholders ({attempt} is 0): what the trainer reads "
+                                      "made first (a dataset, a model), so that the command stays "
+                                      "the framework's own; a non-zero exit ends the run "
+                                      "before any launch")
+    requires: dict[str, str] = Field(default_factory=dict, description="Python module -> how "
+                                     "to install it: what the trainer needs in rlsim's Python "
+                                     "beyond rlsim's own set-up (a framework); without one the "
+                                     "scenario is skipped, saying how")
     cwd: str | None = Field(None, description="where the command runs, relative to the "
                             "scenario's folder (default: the folder itself)")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment")
@@ -157,9 +167,9 @@ class TrainerSection(Strict):
                 raise ValueError("config: required for the reference trainer (adapter rlsim): "
                                  "a preset (grpo_tiny, ppo_tiny) or a YAML file of your own; or "
                                  "set adapter and command")
-            if self.command is not None or self.total_steps is not None:
+            if self.command is not None or self.total_steps is not None or self.prepare:
                 raise ValueError("command: the reference trainer is started from its config; "
-                                 "drop command/total_steps, or name another adapter")
+                                 "drop command/prepare/total_steps, or name another adapter")
             if self.roles:
                 raise ValueError("roles: the reference trainer logs where each rank runs; roles "
                                  "are for trainers that do not (other adapters)")
@@ -170,13 +180,14 @@ class TrainerSection(Strict):
         if self.command is None:
             raise ValueError(f"command: required for adapter {self.adapter}: the argv that "
                              "starts the trainer, e.g. [\"{python}\", \"train.py\", \"{run_dir}\"]")
-        for arg in self.command:
-            if problem := placeholder_problem(arg):
-                raise ValueError(f"command: {problem}")
-        if self.command[0] == "{python}" and len(self.command) == 1:
-            raise ValueError("command: [\"{python}\"] alone starts an interpreter that waits on "
-                             "its input until the run times out; give the script: [\"{python}\", "
-                             "\"train.py\", ...] (or -m module)")
+        for field, argv in (("command", self.command), ("prepare", self.prepare or ["-"])):
+            for arg in argv:
+                if problem := placeholder_problem(arg):
+                    raise ValueError(f"{field}: {problem}")
+            if argv[0] == "{python}" and len(argv) == 1:
+                raise ValueError(f"{field}: [\"{{python}}\"] alone starts an interpreter that "
+                                 "waits on its input until the run times out; give the script: "
+                                 "[\"{python}\", \"train.py\", ...] (or -m module)")
         return self
 
 

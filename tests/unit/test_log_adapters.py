@@ -92,6 +92,37 @@ def test_verl_lines_made_by_verls_own_loggers(tmp_path):
     assert from_file["rollout/reward_mean"] == 0.1875
 
 
+def test_verl_as_a_real_run_of_verl_0_9_1_printed_and_wrote_it(tmp_path):
+    """fixtures/formats/verl/real-0.9.1: scenarios/verl_real_node_lost.yaml's run (verl 0.9.1,
+    unpatched: node 1 rebooted after step 3, the relaunch resumed from global_step_2), each
+    launch's console lines the adapter reads (as printed, Ray's prefix and colours included) and
+    its file logger's jsonl, as verl wrote them."""
+    real = FORMATS / "verl" / "real-0.9.1"
+    ckpt = tmp_path / "ckpt"
+    src, out = source("verl", tmp_path)
+    events = []
+    for attempt, steps in ((0, (2,)), (1, (4, 6))):
+        append(out, attempt, real / f"trainer-{attempt}.log", ckpt)
+        (out / "run" / f"verl-metrics-{attempt}.jsonl").write_bytes(
+            (real / f"verl-metrics-{attempt}.jsonl").read_bytes())
+        events += src.poll()
+        for step in steps:  # what verl wrote last for each save the console announced
+            (ckpt / f"global_step_{step}").mkdir(parents=True)
+            (ckpt / "latest_checkpointed_iteration.txt").write_text(str(step))
+            events += src.poll()
+        events += src.exited(attempt, 1 - attempt)
+    assert sorted(brief(events)) == sorted([
+        (0, "step_end", 1), (0, "step_end", 2), (0, "step_end", 3), (0, "checkpoint_saved", 2),
+        (0, "error", "ActorDiedError"), (0, "error", "ActorDiedError"), (0, "run_end", 3),
+        (1, "resume", 2), (1, "step_end", 3), (1, "step_end", 4), (1, "step_end", 5),
+        (1, "step_end", 6), (1, "checkpoint_saved", 4), (1, "checkpoint_saved", 6),
+        (1, "run_end", 6)])
+    step1 = next(e for e in events if e["type"] == "step_end")["metrics"]
+    assert step1["rollout/reward_mean"] == step1["critic/score/mean"]
+    assert step1["training/rollout_probs_diff_max"] < 1e-3  # vLLM's and FSDP's log-probs agree
+    assert next(e for e in events if e["type"] == "resume")["path"] == str(ckpt / "global_step_2")
+
+
 def test_verl_gets_one_metrics_file_per_launch_unless_the_scenario_names_one(tmp_path):
     src, out = source("verl", tmp_path)
     adapter = ADAPTERS["verl"]

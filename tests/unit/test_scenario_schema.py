@@ -1,5 +1,6 @@
 """Scenario files as data: every shipped one validates; malformed ones say path:line: field."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,25 @@ def test_a_node_interpreter_this_host_lacks_is_a_skip_not_a_bad_file(tmp_path):
     with pytest.raises(ScenarioError, match="not an absolute path"):
         load(write(tmp_path, BASE + "cluster: {nodes: 2, python: {1: python3}}\n"
                    "expect: [{completes: {}}]\n"))
+
+
+def test_a_framework_the_trainer_requires_missing_here_is_a_skip_saying_how(tmp_path):
+    from rlsim.backends.base import Unsupported
+    from rlsim.scenario.runner import check_runnable
+
+    sc = load(write(tmp_path, "name: s\ntrainer:\n  adapter: events\n  command: [\"{python}\", "
+                    "\"-c\", \"pass\"]\n  requires: {no_such_framework_x: \"pip install x\"}\n"
+                    "expect: [{completes: {}}]\n"))
+    with pytest.raises(Unsupported, match=r"no_such_framework_x is not installed.*pip install x"):
+        check_runnable(sc, "local")
+
+
+@pytest.mark.parametrize("trainer,needle", [
+    ("config: grpo_tiny\n  prepare: [\"{python}\", \"make.py\"]", "drop command/prepare"),
+    ("adapter: events\n  command: [\"{python}\", \"t.py\"]\n  prepare: [\"{python}\", \"{out}\"]",
+     "prepare: '{out}': unknown placeholder"),
+    ("adapter: events\n  command: [\"{python}\", \"t.py\"]\n  prepare: [\"{python}\"]",
+     "prepare: [\"{python}\"] alone")])
+def test_prepare_is_checked_like_the_command(tmp_path, trainer, needle):
+    with pytest.raises(ScenarioError, match=re.escape(needle)):
+        load(write(tmp_path, f"name: s\ntrainer:\n  {trainer}\nexpect: [{{completes: {{}}}}]\n"))
