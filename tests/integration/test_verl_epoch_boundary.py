@@ -23,5 +23,8 @@ def test_a_resume_at_an_epoch_boundary_that_trains_nothing_fails_on_final_step(t
     verdicts = {v.check: v for v in judge(outcome)}
     failed = sorted(name for name, v in verdicts.items() if not v.ok)
     assert failed == ["final_step"], [(v.check, v.message) for v in verdicts.values()]
-    assert verdicts["final_step"].value == 5  # the first launch's last step; the relaunch none
+    # the first launch got past step 5 (a step or so more while the kill lands), the relaunch
+    # trained none
+    assert 5 <= verdicts["final_step"].value < 8
+    assert not [e for e in outcome.trainer("step_end") if e["attempt"] == 1]
     assert outcome.returncode == 0
