@@ -9,6 +9,7 @@ measured (seconds, steps) and the timeline lines that show it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -287,6 +288,25 @@ def detected_within_s(o: Outcome, p) -> Verdict:
     return Verdict("detected_within_s", took <= p.seconds,
                    f"{seen[0]['type']} {took:.2f} s after {fault['fault']} (limit {p.seconds} s)",
                    took, _interesting(o))
+
+
+@check(WithinS, _seconds, needs=("step_end",), figure="longest without a step (s)")
+def progress_within_s(o: Outcome, p) -> Verdict:
+    """No stretch without a step longer than ``seconds``, from the first step to the trainer's
+    last exit (bring-up before the first step is not progress to make): the gray failure's check,
+    where nothing dies and the run only slows or stops."""
+    steps = o.trainer("step_end")
+    if not steps:
+        return Verdict("progress_within_s", False, "no step at all", evidence=_interesting(o))
+    marks = sorted([e["ts"] for e in steps] + [e["ts"] for e in o.rlsim("trainer_exited")[-1:]])
+    gaps = [(b - a, a, b) for a, b in itertools.pairwise(marks)]
+    gap, start, end = max(gaps, default=(0.0, marks[0], marks[0]))
+    during = [e for e in o.timeline if start <= e["ts"] < end and e["type"] != "step_end"]
+    last = (during or [e for e in steps if e["ts"] <= start])[-1]
+    return Verdict("progress_within_s", gap <= p.seconds,
+                   f"longest without a step: {gap:.1f} s (limit {p.seconds} s), from "
+                   f"+{start - o.started:.1f} s; the last event in it: {last['type']}",
+                   round(gap, 2), _interesting(o))
 
 
 @check(WithinS, _seconds, needs=("step_end",), figure="recovered in (s)")

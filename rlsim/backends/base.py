@@ -240,6 +240,14 @@ class LimitsMemory(Protocol):
 
 
 @runtime_checkable
+class ThrottlesCpu(Protocol):
+    """Cap the CPU time a whole node gets (its cgroup's CPU quota), a fail-slow machine."""
+
+    def throttle_cpu(self, index: int, cores: float | None) -> None:
+        """Cap node ``index`` at ``cores`` CPU cores, or lift the cap (None)."""
+
+
+@runtime_checkable
 class HoldsGpuMemory(Protocol):
     """Take GPU memory on a node away from the trainer, and give it back."""
 

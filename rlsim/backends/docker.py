@@ -322,8 +322,21 @@ class DockerCluster(StartedCluster):
     def fault_residue(self) -> list[str]:
         """What faults left that the next run would inherit: paused node containers (rules live
         in the nodes' own namespaces and go with them)."""
-        return [f"node {i} is paused" for i in sorted(self.containers)
-                if self._state(i).get("Paused")]
+        found = []
+        for i in sorted(self.containers):
+            state = self._state(i)
+            if state.get("Paused"):
+                found.append(f"node {i} is paused")
+            if (self._container(i).attrs["HostConfig"].get("CpuQuota") or 0) > 0:
+                found.append(f"node {i} has a CPU quota")
+        return found
+
+    def throttle_cpu(self, index: int, cores: float | None) -> None:
+        """The container's own CPU quota (``docker update --cpu-period --cpu-quota``; -1 lifts
+        it)."""
+        quota = cgroups.cpu_quota(cores)
+        self._container(index).update(cpu_period=cgroups.PERIOD_US,
+                                      cpu_quota=-1 if quota is None else quota)
 
     def pause_node(self, index: int) -> list[int]:
         if not self._state(index)["Paused"]:

@@ -8,6 +8,7 @@ left alone (no ``ray stop``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -105,8 +106,8 @@ class LocalCluster(StartedCluster):
 
     def fault_residue(self) -> list[str]:
         """What faults left on this running cluster that the next run would inherit: rules still
-        in its chain, frozen or memory-capped nodes (Ray's own leftovers are read from its GCS,
-        :mod:`rlsim.scenario.leftovers`)."""
+        in its chain, frozen, memory- or CPU-capped nodes (Ray's own leftovers are read from its
+        GCS, :mod:`rlsim.scenario.leftovers`)."""
         st = self._st
         found = [f"iptables rule left: {rule}" for rule in self.firewall.leftover_rules()]
         if st.cgroups:
@@ -116,6 +117,9 @@ class LocalCluster(StartedCluster):
                     found.append(f"node {node.index} is frozen")
                 if group.memory().limited():
                     found.append(f"node {node.index} has a memory cap")
+                with contextlib.suppress(RuntimeError):  # a host without a CPU controller
+                    if group.cpu().limit() is not None:
+                        found.append(f"node {node.index} has a CPU quota")
         return found
 
     # ---- addresses -------------------------------------------------------------------------
@@ -243,6 +247,14 @@ class LocalCluster(StartedCluster):
         if not self._st.cgroups:
             raise RuntimeError(f"node memory needs rlsim's node cgroups: {cgroups.available()}")
         return cgroups.NodeGroup(self._st.session, index).memory()
+
+    def throttle_cpu(self, index: int, cores: float | None) -> None:
+        """The CPU quota of node ``index``'s cgroup (see :mod:`rlsim.host.cgroups`)."""
+        self._check_index(index)
+        if not self._st.cgroups:
+            raise RuntimeError(f"a node's CPU quota needs rlsim's node cgroups: "
+                               f"{cgroups.available()}")
+        cgroups.NodeGroup(self._st.session, index).cpu().set_limit(cores)
 
     def kill_process(self, ip: str, pid: int) -> int:
         """SIGKILL one process of the cluster (every node shares this host's pid space)."""

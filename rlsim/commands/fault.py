@@ -13,12 +13,12 @@ def fault(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The cluster (see `rlsim status`)."),
     action: str = typer.Argument(..., help="A fault with hyphens for underscores (kill-node, "
-                                 "restart-node, pause-node, partition, block-port), an undo "
-                                 "(resume-node), or heal."),
+                                 "restart-node, pause-node, slow-node, partition, block-port), "
+                                 "an undo (resume-node), or heal."),
     args: Annotated[list[str] | None, typer.Argument(
         help="The fault's arguments: NODE (kill/restart/pause/resume), NODE[,NODE...] "
-             "(partition), NODE PORT|gcs|dashboard (block-port); none for heal. Any other "
-             "parameter of the fault as --name VALUE.")] = None,
+             "(partition), NODE PORT|gcs|dashboard (block-port), NODE --cpu CORES (slow-node); "
+             "none for heal. Any other parameter of the fault as --name VALUE.")] = None,
     sources: str | None = typer.Option(None, "--from", help="block-port: only from these "
                                        "nodes (J,K); default every other node."),
     for_s: float | None = typer.Option(None, "--for", min=0.1, help="A fault held until "

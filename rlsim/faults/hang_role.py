@@ -12,7 +12,6 @@ import signal
 from rlsim.backends.base import SignalsProcesses
 from rlsim.faults.base import Fault
 from rlsim.faults.kill_role import KillRole, role_process
-from rlsim.fields import Rank, Role, Strict
 
 
 class HangRole(Fault):
@@ -20,9 +19,7 @@ class HangRole(Fault):
     needs = (SignalsProcesses,)
     harms_real_cluster = True
 
-    class Params(Strict):
-        role: Role
-        rank: Rank = 0
+    Params = KillRole.Params  # one rank of one role, found as kill_role finds it
 
     @classmethod
     def trainer_problem(cls, params, trainer, adapter):

@@ -73,16 +73,22 @@ def memory_v1_base_mount() -> Path | None:
     return _mount_point("cgroup", "memory")
 
 
-@lru_cache(maxsize=1)
 def memory_v1_base() -> Path | None:
     """The v1 memory directory that rlsim's node groups nest under (hybrid hosts), or None."""
+    return v1_base("memory")
+
+
+@lru_cache(maxsize=4)
+def v1_base(controller: str) -> Path | None:
+    """The v1 directory of ``controller`` (memory, cpu) that rlsim's node groups nest under on
+    hybrid hosts, whose cgroup2 lacks that controller, or None."""
     try:
         own = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
         return None
-    mnt = memory_v1_base_mount()
+    mnt = _mount_point("cgroup", controller)
     rel = next((line.split(":", 2)[2] for line in own
-                if "memory" in line.split(":", 2)[1].split(",")), None)
+                if controller in line.split(":", 2)[1].split(",")), None)
     if mnt is None or rel is None or not os.access(mnt, os.W_OK):
         return None
     # A process already inside a node group (the launcher, the hog) nests from the same base.
@@ -109,17 +115,24 @@ class NodeGroup:
             raise RuntimeError("no cgroup2 hierarchy is mounted")
         return m / self.rel
 
-    @property
-    def memory_v1(self) -> Path | None:
-        """The node's twin v1 memory group, on hosts whose cgroup2 has no memory controller."""
-        base = memory_v1_base()
-        if base is None or "memory" in _controllers():
+    def _v1(self, controller: str) -> Path | None:
+        """The node's twin v1 group of ``controller``, on hosts whose cgroup2 lacks it."""
+        base = v1_base(controller)
+        if base is None or controller in _controllers():
             return None
         return base / self.rel
 
+    @property
+    def memory_v1(self) -> Path | None:
+        return self._v1("memory")
+
+    @property
+    def cpu_v1(self) -> Path | None:
+        return self._v1("cpu")
+
     def enter(self) -> None:
         """Move the calling process into this cgroup (its later children are born there)."""
-        for d in filter(None, [self.path, self.memory_v1]):
+        for d in filter(None, [self.path, self.memory_v1, self.cpu_v1]):
             d.mkdir(parents=True, exist_ok=True)
             (d / "cgroup.procs").write_text(str(os.getpid()))
 
@@ -136,6 +149,19 @@ class NodeGroup:
         raise RuntimeError(
             f"node group {self.rel} has no memory accounting: enable the memory controller "
             "in cgroup.subtree_control on the cgroup2 mount, or mount the v1 memory hierarchy"
+        )
+
+    def cpu(self) -> CpuGroup:
+        """The node's CPU quota: this group on cgroup2 with the cpu controller, else its v1 twin.
+        Raises naming the fix when there is neither."""
+        if (self.path / "cpu.max").exists():
+            return CpuGroup(self.path)
+        v1 = self.cpu_v1
+        if v1 is not None and (v1 / "cpu.cfs_quota_us").exists():
+            return CpuGroup(v1)
+        raise RuntimeError(
+            f"node group {self.rel} has no CPU quota: enable the cpu controller in "
+            "cgroup.subtree_control on the cgroup2 mount, or mount the v1 cpu hierarchy"
         )
 
     def pids(self) -> list[int]:
@@ -209,6 +235,42 @@ class MemoryGroup:
         return 0
 
 
+PERIOD_US = 100_000  # the CFS period of a quota: the kernel's default, 100 ms
+
+
+def cpu_quota(cores: float | None) -> int | None:
+    """Microseconds of CPU per period for ``cores`` cores (None: no quota); the kernel's least
+    quota is 1 ms."""
+    return None if cores is None else max(1000, round(cores * PERIOD_US))
+
+
+class CpuGroup:
+    """A cgroup's CPU quota (CFS bandwidth), v1 or v2: at most ``cores`` cores' worth of time for
+    every process of the group together."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.v2 = (path / "cpu.max").exists()
+
+    def set_limit(self, cores: float | None) -> None:
+        """Cap it at ``cores`` CPU cores (0.2: a fifth of one), or lift the cap (None)."""
+        quota = cpu_quota(cores)
+        if self.v2:
+            (self.path / "cpu.max").write_text(f"{quota or 'max'} {PERIOD_US}")
+        else:
+            (self.path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            (self.path / "cpu.cfs_quota_us").write_text(str(-1 if quota is None else quota))
+
+    def limit(self) -> float | None:
+        """The cores it is capped at, or None."""
+        if self.v2:
+            quota, period = (self.path / "cpu.max").read_text().split()
+        else:
+            quota = (self.path / "cpu.cfs_quota_us").read_text().strip()
+            period = (self.path / "cpu.cfs_period_us").read_text().strip()
+        return None if quota in ("max", "-1") else int(quota) / int(period)
+
+
 def memory_group_of(pid: int) -> MemoryGroup:
     """The memory cgroup a process is in (v2 if it has the controller, else v1)."""
     lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
@@ -246,9 +308,9 @@ def remove_session(session: str) -> None:
     if m is None:
         return
     top = m / TOP / session_dir(session)
-    v1 = memory_v1_base()
-    v1_top = v1 / TOP / session_dir(session) if v1 is not None else None
-    if not top.exists() and not (v1_top and v1_top.exists()):
+    v1_tops = [base / TOP / session_dir(session)
+               for base in (v1_base("memory"), v1_base("cpu")) if base is not None]
+    if not top.exists() and not any(t.exists() for t in v1_tops):
         return
     for child in _node_dirs(top):
         group = NodeGroup(session, int(child.name[1:]))
@@ -258,7 +320,7 @@ def remove_session(session: str) -> None:
     # Exited processes keep a cgroup busy (EBUSY) until they are reaped: retry briefly.
     deadline = time.monotonic() + 5.0
     dirs = [*_node_dirs(top), top]
-    if v1_top is not None:
+    for v1_top in v1_tops:
         dirs += [*_node_dirs(v1_top), v1_top]
     for d in dirs:
         while True:
@@ -281,7 +343,8 @@ def session_dir(session: str) -> str:
 
 def sessions() -> list[str]:
     """This home's sessions that still have a cgroup directory, v2 or v1 memory (the reaper)."""
-    tops = [base / TOP for base in (mount(), memory_v1_base()) if base is not None]
+    tops = [base / TOP for base in (mount(), v1_base("memory"), v1_base("cpu"))
+            if base is not None]
     mine = f"{home_id()}."
     return sorted({p.name.removeprefix(mine) for top in tops if top.exists()
                    for p in top.iterdir() if p.is_dir() and p.name.startswith(mine)})

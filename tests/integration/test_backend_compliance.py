@@ -194,6 +194,15 @@ def test_pause_freezes_the_node_until_resumed(cluster):
     assert alive(cluster) == [0, 1, 2]
 
 
+def test_a_cpu_quota_holds_until_lifted_and_shows_as_residue_meanwhile(cluster):
+    cluster.throttle_cpu(1, 0.2)
+    assert "node 1 has a CPU quota" in cluster.fault_residue()
+    assert alive(cluster) == [0, 1, 2]  # slow, not dead
+    cluster.throttle_cpu(1, None)
+    cluster.throttle_cpu(1, None)  # safe twice
+    assert not [r for r in cluster.fault_residue() if "CPU quota" in r]
+
+
 def test_bad_node_index_and_head_restart_are_refused_in_words(cluster):
     with pytest.raises(IndexError, match=f"nodes 0..{NODES - 1}"):
         cluster.kill_node(7)

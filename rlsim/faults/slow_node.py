@@ -1,0 +1,41 @@
+"""slow_node: a fail-slow machine: the node's CPU throttled to ``cpu`` cores (its cgroup's CPU
+quota), for ``for_s`` or until healed; nothing dies, the run gets slower.
+
+How: the node's cgroup gets a CFS quota of ``cpu`` cores per 100 ms period (cgroup2 ``cpu.max``,
+or the v1 cpu twin on hybrid hosts, see :mod:`rlsim.host.cgroups`; in the docker backend, the
+container's own, ``docker update --cpus``). Every process of the node shares it, the ones it forks
+meanwhile too. Heal lifts the quota.
+"""
+
+from pydantic import Field
+
+from rlsim.backends.base import ThrottlesCpu
+from rlsim.faults.base import Fault
+from rlsim.fields import NodeRef, Strict
+
+
+class SlowNode(Fault):
+    name = "slow_node"
+    impairs = "slowed"
+    by_hand = True
+    needs = (ThrottlesCpu,)
+    harms_real_cluster = True
+
+    class Params(Strict):
+        node: NodeRef
+        cpu: float = Field(gt=0, le=1024, description="CPU cores the whole node may use (0.2: "
+                           "a fifth of one core)")
+
+    def inject(self):
+        node = self.ctx.node(self.params.node)
+        self.ctx.cluster.throttle_cpu(node, self.params.cpu)
+        self.held = {"node": node}
+        return {"node": node, "cpu": self.params.cpu}
+
+    def said(self, did):
+        return f"throttled node {did['node']} to {did['cpu']} CPU cores"
+
+    def undo(self):
+        node = self.held["node"]
+        self.ctx.cluster.throttle_cpu(node, None)
+        return {"node": node}
