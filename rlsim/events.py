@@ -21,6 +21,9 @@ step_end            step, metrics (optional; ``final_step``, ``reward_improves``
 checkpoint_saved    step, path
 resume              from_step (``resumed_from_step``)
 worker_died         cause, message (the trainer noticed a loss: ``detected_within_s``)
+stalled             cause, call, stuck (the workers that did not answer), message: a step made
+                    no progress within the trainer's own timeout, nothing died (a hung rank, a
+                    frozen node: ``detected_within_s``)
 node_lost           ip
 restart             restart (count), cause (an in-process restart: ``restarts``)
 error               kind, message (``fails``)
@@ -42,8 +45,8 @@ from rlsim.files import append_line
 RUN_DIR_VAR = "RLSIM_RUN_DIR"
 ATTEMPT_VAR = "RLSIM_ATTEMPT"
 
-EVENT_TYPES = frozenset({"step_end", "checkpoint_saved", "resume", "worker_died", "node_lost",
-                         "restart", "error", "run_end"})
+EVENT_TYPES = frozenset({"step_end", "checkpoint_saved", "resume", "worker_died", "stalled",
+                         "node_lost", "restart", "error", "run_end"})
 
 
 class EventLog:

@@ -34,6 +34,7 @@ from trainer.errors import (
     ClusterUnreachable,
     JobLost,
     SimulatedCudaOOM,
+    StepTimeout,
     TrainerError,
     first_line,
 )
@@ -296,8 +297,13 @@ def _raylets_answer(nodes: list[dict]) -> bool:
 
 
 def _record_loss(log: RunLog, r: Run, e: TrainerError) -> list[dict]:
-    """Log what was lost: the failing call, then any node Ray declares dead. Returns the nodes."""
-    log.emit("worker_died", cause=e.kind, message=str(e)[:500])
+    """Log what was lost: the failing call (a call that hung: ``stalled``, naming who did not
+    answer), then any node Ray declares dead. Returns the nodes."""
+    if isinstance(e, StepTimeout):
+        log.emit("stalled", cause=e.kind, call=getattr(e, "call", None),
+                 stuck=getattr(e, "stuck", []), message=str(e)[:500])
+    else:
+        log.emit("worker_died", cause=e.kind, message=str(e)[:500])
     lost = r.lost_nodes()
     for node in lost:
         log.emit("node_lost", ip=node["NodeManagerAddress"], node_id=node["NodeID"])

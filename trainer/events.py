@@ -20,6 +20,7 @@ checkpoint_write_f. (``checkpoint_write_failed``) step, dir, free_mb, last_compl
                     storage refused a save (disk full, quota); training goes on (a warning)
 resume              from_step
 worker_died         cause (the error's kind), message
+stalled             cause, call, stuck (workers that did not answer in time), message
 node_lost           ip, node_id
 driver_reconnected  reason (head_restarted, job_lost), old_head, new_head, seconds: the driver
                     reconnected to a head restarted from its GCS store (before the restart event)

@@ -36,6 +36,7 @@ from trainer.placement import TRAINING_ROLES, Plan, check_cluster, worker_bundle
 from trainer.worker import Worker
 
 WATCH_S = 1.0  # how often idle workers are asked whether they live, while others are waited on
+HUNG_S = 2.0  # past a deadline, how long a busy worker has to answer alive before it counts as hung
 
 
 def label_memory_gb(node: dict) -> float | None:
@@ -99,7 +100,7 @@ class Roles:
         for slot in self.plan.workers:
             capacity = gpu_capacity(self.cfg, label_memory_gb(self.nodes[slot.node]))
             bundle = self.plan.on_node(slot.node).index(slot)
-            actor = ray.remote(Worker).options(
+            actor = ray.remote(concurrency_groups={"watch": 1})(Worker).options(
                 num_cpus=0, num_gpus=len(slot.gpus), max_restarts=0, max_concurrency=1,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self.pgs[slot.node], placement_group_bundle_index=bundle),
@@ -180,10 +181,14 @@ class Roles:
                 if time.monotonic() < deadline:
                     continue
                 stuck = [owners[index[r]] for r in pending] if owners else []
-                raise on_timeout(
+                hung = self._not_answering(stuck)
+                error = on_timeout(
                     f"{what}: {len(pending)} of {len(refs)} calls still running after the deadline"
-                    + (f": {'; '.join(self.describe(i) for i in stuck)}" if stuck else "")
-                    + f" ({setting})")
+                    + (f": {'; '.join(map(self.describe, stuck))}" if stuck else "")
+                    + (f"; not answering at all: {'; '.join(map(self.describe, hung))}"
+                       if hung else "") + f" ({setting})")
+                error.call, error.stuck = what, [self.describe(i) for i in hung or stuck]
+                raise error
             ref = done[0]
             if ref in pings:
                 i = pings.pop(ref)
@@ -197,6 +202,13 @@ class Roles:
             who = self.describe(owners[index[ref]]) if owners else None
             results[index[ref]] = self._result(ref, what, who)
         return results
+
+    def _not_answering(self, indices: list[int]) -> list[int]:
+        """Of workers whose calls ran past a deadline, the ones that do not even answer
+        ``alive`` within HUNG_S: hung themselves, not waiting on another in a collective."""
+        asked = {self.workers[i].alive.remote(): i for i in indices}
+        done, _ = ray.wait(list(asked), num_returns=len(asked), timeout=HUNG_S)
+        return sorted(i for ref, i in asked.items() if ref not in done)
 
     def _result(self, ref, what: str, who: str | None = None):
         try:

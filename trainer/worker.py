@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import ray
 import torch
 import torch.distributed as dist
 
@@ -81,9 +82,13 @@ class Worker:
         torch.manual_seed(seed)
 
     # -- set-up -------------------------------------------------------------------------------
+    @ray.method(concurrency_group="watch")
     def alive(self) -> bool:
-        """Answers at once when idle: the driver asks idle workers while it waits on others, so
-        a worker that died idle is seen within a second, not at its next call."""
+        """Answers at once, busy or idle (a thread of its own): the driver asks idle workers
+        while it waits on others, so a worker that died idle is seen within a second, not at its
+        next call; and, past a step's deadline, the busy ones, so that a rank that hangs (a
+        frozen process, a deadlocked interpreter) is told from the ranks waiting on it in a
+        collective (they answer)."""
         return True
 
     def where(self) -> dict:
