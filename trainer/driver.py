@@ -42,6 +42,7 @@ from trainer.events import RunLog
 from trainer.groups import Roles, alive_gpu_nodes, label_memory_gb
 from trainer.memory import fit, gpu_capacity
 from trainer.placement import Plan, plan_placement
+from trainer.worker import crash_log
 
 ALGORITHMS = {"grpo": grpo.step, "ppo": ppo.step}
 
@@ -57,6 +58,7 @@ class Run:
         self.step = 0
         self.restarts = 0
         self.nodes: list[dict] = []  # the nodes of the current attempt
+        self.where: list[dict] = []  # its workers (index, roles, ip, pid)
         self.micro, changes = fit(cfg, plan, gpu_capacity(cfg, _label_memory()))
         for change in changes:
             log.emit("oom", message="planned micro-batch does not fit the GPU", action=change)
@@ -157,7 +159,7 @@ class Run:
             roles.events = lambda type, **fields: self.log.emit(type, step=self.step + 1,
                                                                  **fields)
             roles.start()
-            self.nodes = roles.nodes
+            self.nodes, self.where = roles.nodes, roles.where
             self.log.emit("placement", workers=roles.where, seconds=roles.timings)
             path = self.resume_point()
             if path:
@@ -179,6 +181,21 @@ class Run:
                 if (cfg.save_freq and self.step % cfg.save_freq == 0) or \
                         self.step == cfg.total_steps:
                     self.save(roles)
+
+    def crashed(self) -> list[tuple[dict, str]]:
+        """Workers of this attempt whose fault handler recorded a fatal signal (``Fatal Python
+        error: Segmentation fault``), with that line: Ray says the same of a crash and of a
+        kill ("died unexpectedly"); the crash log tells them apart (where the run directory is
+        shared with the worker's node)."""
+        found = []
+        for worker in self.where:
+            with contextlib.suppress(OSError):
+                text = crash_log(self.cfg.run_dir, worker["pid"]).read_text(errors="replace")
+                fatal = next((line for line in text.splitlines()
+                              if line.startswith("Fatal Python error")), None)
+                if fatal:
+                    found.append((worker, fatal.removeprefix("Fatal Python error: ")))
+        return found
 
     def lost_nodes(self, grace_s: float = 3.0) -> list[dict]:
         """Nodes this attempt used that Ray now declares dead. A node death can reach the driver
@@ -304,6 +321,10 @@ def _record_loss(log: RunLog, r: Run, e: TrainerError) -> list[dict]:
                  stuck=getattr(e, "stuck", []), message=str(e)[:500])
     else:
         log.emit("worker_died", cause=e.kind, message=str(e)[:500])
+    for worker, fatal in r.crashed():  # behind the error: a worker that crashed, not was killed
+        log.emit("worker_died", cause="worker_crashed",
+                 message=f"worker {worker['index']} ({', '.join(worker['roles'])}) on "
+                         f"{worker['ip']} crashed: {fatal}")
     lost = r.lost_nodes()
     for node in lost:
         log.emit("node_lost", ip=node["NodeManagerAddress"], node_id=node["NodeID"])

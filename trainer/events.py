@@ -19,7 +19,7 @@ checkpoint_not_sh.  (``checkpoint_not_shared``) step, nodes, files, example, mes
 checkpoint_write_f. (``checkpoint_write_failed``) step, dir, free_mb, last_complete, message: the
                     storage refused a save (disk full, quota); training goes on (a warning)
 resume              from_step
-worker_died         cause (the error's kind), message
+worker_died         cause (the error's kind; worker_crashed: a worker's fault handler recorded a fatal signal), message
 stalled             cause, call, stuck (workers that did not answer in time), message
 node_lost           ip, node_id
 driver_reconnected  reason (head_restarted, job_lost), old_head, new_head, seconds: the driver

@@ -36,7 +36,7 @@ from trainer.placement import TRAINING_ROLES, Plan, check_cluster, worker_bundle
 from trainer.worker import Worker
 
 WATCH_S = 1.0  # how often idle workers are asked whether they live, while others are waited on
-HUNG_S = 2.0  # past a deadline, how long a busy worker has to answer alive before it counts as hung
+HUNG_S = 1.0  # past a deadline, how long a busy worker has to answer alive before it counts as hung
 
 
 def label_memory_gb(node: dict) -> float | None:
@@ -199,8 +199,7 @@ class Roles:
                                      f"other workers ({first_line(e)})") from None
                 continue
             pending.remove(ref)
-            who = self.describe(owners[index[ref]]) if owners else None
-            results[index[ref]] = self._result(ref, what, who)
+            results[index[ref]] = self._result(ref, what, owners[index[ref]] if owners else None)
         return results
 
     def _not_answering(self, indices: list[int]) -> list[int]:
@@ -210,11 +209,12 @@ class Roles:
         done, _ = ray.wait(list(asked), num_returns=len(asked), timeout=HUNG_S)
         return sorted(i for ref, i in asked.items() if ref not in done)
 
-    def _result(self, ref, what: str, who: str | None = None):
+    def _result(self, ref, what: str, owner: int | None = None):
         try:
             return ray.get(ref, timeout=0)
         except RayActorError as e:
-            said = f"{who} died during {what}" if who else f"{what}: a worker died"
+            said = f"{self.describe(owner)} died during {what}" if owner is not None \
+                else f"{what}: a worker died"
             raise WorkerLost(f"{said} ({first_line(e)})") from None
         except RayTaskError as e:
             cause = e.cause if isinstance(e.cause, BaseException) else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import faulthandler
 import os
 import random
 import time
@@ -62,6 +63,25 @@ def _gloo_bound_to(ip: str):
         c10d.ProcessGroupGloo = real
 
 
+def crash_log(run_dir: str, pid: int) -> Path:
+    """Where worker ``pid`` records a fatal signal (Python's fault handler: ``Fatal Python error:
+    Segmentation fault`` and the stack), for the driver to tell a crash from a kill."""
+    return Path(run_dir) / "crashes" / f"worker-{pid}.txt"
+
+
+def _record_crashes(run_dir: str):
+    """Point the fault handler at this worker's crash log (None where the run directory cannot be
+    written from this node: the crash is then told as any death)."""
+    try:
+        path = crash_log(run_dir, os.getpid())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        log = path.open("w")
+    except OSError:
+        return None
+    faulthandler.enable(file=log)
+    return log
+
+
 class Worker:
     """Hosts the roles of one :class:`WorkerSlot`. Created by ``trainer.groups`` as a Ray actor."""
 
@@ -76,6 +96,7 @@ class Worker:
         self.engines: dict = {}
         self.rollout = self.ref = None
         self.store = None
+        self._crash_log = _record_crashes(self.cfg.run_dir)
         seed = self.cfg.seed * 7919 + slot.index
         random.seed(seed)
         np.random.seed(seed % 2**32)

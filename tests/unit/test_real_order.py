@@ -27,7 +27,8 @@ BACKENDS = {"local": cluster_class("local"), "docker": cluster_class("docker"),
 
 def test_what_the_real_backend_runs_follows_from_its_capabilities():
     runs = {name for name, f in FAULTS.items() if not f.missing(RealCluster)}
-    assert runs == {"kill_node", "kill_role", "hang_role", "gpu_oom", "corrupt_checkpoint",
+    assert runs == {"kill_node", "kill_role", "hang_role", "segfault_role", "gpu_oom",
+                    "corrupt_checkpoint",
                     "kill_head"}
     assert all(not f.missing(BACKENDS["local"]) for f in FAULTS.values())
 
