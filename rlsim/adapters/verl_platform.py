@@ -21,10 +21,16 @@ What each answer gives verl (0.9.1):
 - ``ray_resource_name`` ``GPU`` and ``ray_resource_options``: verl's placement groups and worker
   actors ask Ray for ``GPU``, which the simulated nodes advertise (verl's resource check counts
   Ray's ``GPU``, verl#3266).
-- ``visible_devices_envvar`` ``CUDA_VISIBLE_DEVICES`` and ``ray_noset_envvars``: Ray still sets
-  the fake GPU's index per worker; verl reads it for local ranks.
+- ``visible_devices_envvar`` ``CUDA_VISIBLE_DEVICES`` and ``ray_noset_envvars``
+  (``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES``, which the scenarios give every worker): verl
+  then reads the fake GPU's index from Ray and sets the worker's device, which is where
+  :func:`join_process_group` runs (it says why).
+- ``current_device`` ``torch.device("cpu")``: verl passes it wherever torch takes a device.
 - ``is_ipc_supported`` False: no CUDA IPC handles; verl moves weights to its vLLM servers
   through shared memory instead.
+
+Selected, it also registers verl's rollout ``vllm`` with the replica of
+:mod:`rlsim.adapters.verl_rollout`, which loads pushed weights the way vLLM's CPU build can.
 """
 
 from __future__ import annotations
