@@ -9,28 +9,17 @@ the Ray actor class ``trainer.roles`` names for a trainer that logs none.
 
 import signal
 
-from rlsim.backends.base import SignalsProcesses
-from rlsim.faults.base import Fault
-from rlsim.faults.kill_role import KillRole, role_process
+from rlsim.faults.kill_role import SignalRole
 
 
-class HangRole(Fault):
+class HangRole(SignalRole):
     name = "hang_role"
-    needs = (SignalsProcesses,)
-    harms_real_cluster = True
-
-    Params = KillRole.Params  # one rank of one role, found as kill_role finds it
-
-    @classmethod
-    def trainer_problem(cls, params, trainer, adapter):
-        return KillRole.trainer_problem(params, trainer, adapter)
+    signum = signal.SIGSTOP
 
     def inject(self):
-        p = self.params
-        worker = role_process(self.ctx, p.role, p.rank, self.name)
-        self.ctx.cluster.signal_process(worker["ip"], worker["pid"], signal.SIGSTOP)
-        self.held = {"ip": worker["ip"], "pid": worker["pid"]}
-        return {"role": p.role, "rank": p.rank, "pid": worker["pid"], "ip": worker["ip"]}
+        did = self.send()
+        self.held = {"ip": did["ip"], "pid": did["pid"]}
+        return did
 
     def said(self, did):
         return f"froze {did['role']} rank {did['rank']} (pid {did['pid']} on {did['ip']})"

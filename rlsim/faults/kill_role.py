@@ -9,8 +9,9 @@ signals that pid only, on the host that runs it.
 
 import ipaddress
 import re
+from typing import ClassVar
 
-from rlsim.backends.base import KillsProcesses
+from rlsim.backends.base import KillsProcesses, SignalsProcesses
 from rlsim.backends.ray_state import alive_actors
 from rlsim.faults.base import Fault
 from rlsim.fields import Rank, Role, Strict
@@ -58,3 +59,23 @@ def role_process(ctx, role: str, rank: int, fault: str) -> dict:
         raise ValueError(f"{fault}: role {role!r} has {len(hosts)} {where}; rank {rank} does "
                          "not exist")
     return hosts[rank]
+
+
+class SignalRole(Fault):
+    """What ``hang_role`` and ``segfault_role`` share: one signal (``signum``) to the process of
+    one rank of one role, found as :class:`KillRole` finds it (not a fault of its own)."""
+
+    signum: ClassVar[int]
+    needs = (SignalsProcesses,)
+    harms_real_cluster = True
+    Params = KillRole.Params
+
+    @classmethod
+    def trainer_problem(cls, params, trainer, adapter):
+        return KillRole.trainer_problem(params, trainer, adapter)
+
+    def send(self) -> dict:
+        p = self.params
+        worker = role_process(self.ctx, p.role, p.rank, self.name)
+        self.ctx.cluster.signal_process(worker["ip"], worker["pid"], self.signum)
+        return {"role": p.role, "rank": p.rank, "pid": worker["pid"], "ip": worker["ip"]}

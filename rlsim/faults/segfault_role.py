@@ -8,27 +8,15 @@ the Ray actor class ``trainer.roles`` names for a trainer that logs none.
 
 import signal
 
-from rlsim.backends.base import SignalsProcesses
-from rlsim.faults.base import Fault
-from rlsim.faults.kill_role import KillRole, role_process
+from rlsim.faults.kill_role import SignalRole
 
 
-class SegfaultRole(Fault):
+class SegfaultRole(SignalRole):
     name = "segfault_role"
-    needs = (SignalsProcesses,)
-    harms_real_cluster = True
-
-    Params = KillRole.Params  # one rank of one role, found as kill_role finds it
-
-    @classmethod
-    def trainer_problem(cls, params, trainer, adapter):
-        return KillRole.trainer_problem(params, trainer, adapter)
+    signum = signal.SIGSEGV
 
     def inject(self):
-        p = self.params
-        worker = role_process(self.ctx, p.role, p.rank, self.name)
-        self.ctx.cluster.signal_process(worker["ip"], worker["pid"], signal.SIGSEGV)
-        return {"role": p.role, "rank": p.rank, "pid": worker["pid"], "ip": worker["ip"]}
+        return self.send()
 
     def said(self, did):
         return f"crashed {did['role']} rank {did['rank']} with SIGSEGV (pid {did['pid']} on " \
