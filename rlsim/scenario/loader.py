@@ -91,7 +91,12 @@ def catalogue() -> Path:
 
 
 def discover(root: str | Path) -> list[Path]:
-    return sorted(Path(root).rglob("*.yaml"))
+    """The ``.yaml`` files under ``root``, less those in hidden folders (as pytest does not look
+    into them either): a tool's own state there is no scenario, e.g. the ``.hydra/config.yaml``
+    Hydra writes under ``outputs/`` where a Hydra-configured trainer (verl) runs."""
+    root = Path(root)
+    return sorted(p for p in root.rglob("*.yaml")
+                  if not any(part.startswith(".") for part in p.relative_to(root).parts[:-1]))
 
 
 

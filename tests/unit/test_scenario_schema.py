@@ -140,3 +140,13 @@ def test_a_framework_the_trainer_requires_missing_here_is_a_skip_saying_how(tmp_
 def test_prepare_is_checked_like_the_command(tmp_path, trainer, needle):
     with pytest.raises(ScenarioError, match=re.escape(needle)):
         load(write(tmp_path, f"name: s\ntrainer:\n  {trainer}\nexpect: [{{completes: {{}}}}]\n"))
+
+
+def test_a_folder_is_searched_for_scenarios_less_hidden_folders(tmp_path):
+    (tmp_path / "a.yaml").write_text(BASE)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.yaml").write_text(BASE)
+    hydra = tmp_path / "outputs" / "2026-11-25" / "13-12-14" / ".hydra"
+    hydra.mkdir(parents=True)
+    (hydra / "config.yaml").write_text("trainer: {nnodes: 2}\n")
+    assert discover(tmp_path) == [tmp_path / "a.yaml", tmp_path / "sub" / "b.yaml"]
