@@ -47,6 +47,9 @@ class Check:
     figure: str | None = None
     # checks that cannot hold in the same run (a run that completes does not fail)
     excludes: tuple[str, ...] = ()
+    # it compares the run with its fault-free twin (same config and seed, same cluster, trained
+    # first): the runner trains one when a scenario asks for such a check
+    twin: bool = False
 
     def params(self, value: Any) -> Strict:
         """The parameters of an ``expect`` entry, long form or shorthand; ValueError says which
@@ -77,11 +80,11 @@ CHECKS: Registry = Registry("rlsim.checks", "check", lambda c: c.name)
 
 def check(Params: type[Strict], scalar: Callable[[str, Any], dict] | None = None,
           needs: tuple[str, ...] = (), figure: str | None = None,
-          excludes: tuple[str, ...] = ()):
+          excludes: tuple[str, ...] = (), twin: bool = False):
     """Make the decorated judge a :class:`Check` of its name (register it with an entry point in
     the group ``rlsim.checks``; rlsim's own are in its pyproject.toml)."""
     def make(judge: Callable[[Outcome, Any], Verdict]) -> Check:
-        return Check(judge.__name__, Params, judge, scalar, needs, figure, excludes)
+        return Check(judge.__name__, Params, judge, scalar, needs, figure, excludes, twin)
     return make
 
 
@@ -341,7 +344,7 @@ class MatchesBaseline(Strict):
     atol: float = Field(0.0, ge=0, description="absolute tolerance per metric and weight")
 
 
-@check(MatchesBaseline, _true, needs=("metrics.jsonl",))
+@check(MatchesBaseline, _true, needs=("metrics.jsonl",), twin=True)
 def matches_baseline(o: Outcome, p) -> Verdict:
     """Every step's metrics (and the final weights) equal the fault-free twin's: bit for bit by
     default; within ``|run - twin| <= atol + rtol * |twin|`` for trainers whose numbers are not
@@ -398,6 +401,80 @@ def _same_weights(run: Path, twin: Path, step: int, rtol: float = 0.0,
     same = "bit-identical" if exact else f"within rtol={rtol:g}, atol={atol:g}"
     return (not bad, f"final weights {same}" if not bad else
             f"final weights differ in {len(bad)} tensors (first: {bad[0]})")
+
+
+class ThroughputWithin(Strict):
+    ratio: float = Field(gt=0, le=10, description="the run's steps per second over its "
+                         "fault-free twin's, at least (0.8: a fifth slower at most)")
+    after: float | None = Field(None, gt=0, le=10, description="the ratio the window after "
+                                "the heal must reach, where it differs (default: ratio)")
+
+
+def _ratio(name: str, value: Any) -> dict:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"write a ratio (`{name}: 0.8`) or the mapping form, not {value!r}")
+    return {"ratio": value}
+
+
+def step_seconds(steps: list[dict]) -> dict[int, tuple[float, float]]:
+    """Each step's (start, end) from ``step_end`` events: it starts where the step before it
+    ended (the first has no start and is left out); a step redone after a restart counts as it
+    was last done, its start the last event before it, so a restart's cost falls in its window."""
+    spans: dict[int, tuple[float, float]] = {}
+    for before, e in itertools.pairwise(sorted(steps, key=lambda e: e["ts"])):
+        spans[e["step"]] = (before["ts"], e["ts"])
+    return spans
+
+
+def window_ratios(run: dict[int, tuple[float, float]], twin: dict[int, tuple[float, float]],
+                  start: float, heal: float | None) -> dict[str, tuple[float, int] | None]:
+    """The run's throughput over the twin's on the same steps, (ratio, steps), for the fault's
+    window (steps that end after ``start`` and begin before ``heal``) and the window after it
+    (steps begun after ``heal``); None where a window has no step both ran."""
+    windows: dict[str, list[int]] = {"during": [], "after": []}
+    for step, (a, b) in sorted(run.items()):
+        if step not in twin:
+            continue
+        if b > start and (heal is None or a < heal):
+            windows["during"].append(step)
+        elif heal is not None and a >= heal:
+            windows["after"].append(step)
+    out: dict[str, tuple[float, int] | None] = {}
+    for name, steps in windows.items():
+        took = sum(run[s][1] - run[s][0] for s in steps)
+        out[name] = (sum(twin[s][1] - twin[s][0] for s in steps) / took, len(steps)) \
+            if steps and took > 0 else None
+    return out
+
+
+@check(ThroughputWithin, _ratio, needs=("step_end",), figure="throughput vs twin", twin=True)
+def throughput_within(o: Outcome, p) -> Verdict:
+    """Steps per second against the fault-free twin over the same steps, judged separately in
+    the first fault's window (from its injection to its heal) and after its heal: a gray failure
+    costs speed, not correctness, and a run that stays slow after the heal has not recovered."""
+    faults = o.rlsim("fault_injected")
+    if o.baseline_dir is None or not faults:
+        return Verdict("throughput_within", False, "the baseline twin did not run" if faults
+                       else "no fault was injected", evidence=_interesting(o))
+    twin_events = [json.loads(x) for x in read_file(o.baseline_dir / "events.jsonl",
+                                                    MAX_HISTORY).splitlines() if x.strip()] \
+        if (o.baseline_dir / "events.jsonl").exists() else []
+    twin = step_seconds([e for e in twin_events if e.get("type") == "step_end"])
+    if not twin:
+        return Verdict("throughput_within", False, "the baseline twin logged no steps")
+    fault = faults[0]
+    healed = [e["ts"] for e in o.rlsim("fault_healed") if e.get("index") == fault.get("index")]
+    ratios = window_ratios(step_seconds(o.trainer("step_end")), twin, fault["ts"],
+                           healed[0] if healed else None)
+    said = [f"{name}: {r[0]:.2f} of the twin's steps/s over {r[1]} steps" if r else
+            f"{name}: no steps" for name, r in ratios.items() if r or name == "during"]
+    limits = {"during": p.ratio, "after": p.ratio if p.after is None else p.after}
+    judged = {name: r[0] for name, r in ratios.items() if r}
+    ok = bool(judged) and all(r >= limits[name] for name, r in judged.items())
+    want = f"{p.ratio}" if p.after is None else f"{p.ratio} during, {p.after} after"
+    return Verdict("throughput_within", ok, f"{fault['fault']}: " + "; ".join(said) +
+                   f" (at least {want} expected)",
+                   round(min(judged.values()), 3) if judged else None, _interesting(o))
 
 
 class RewardImproves(Strict):

@@ -18,7 +18,7 @@ import typing
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,18 @@ Step = Annotated[int, Field(ge=0, le=10**9), Refers("step")]
 Role = Annotated[Literal["actor", "rollout", "ref", "critic", "reward"], Refers("role")]
 Rank = Annotated[int, Field(ge=0, le=4096), Refers("rank", of="role")]
 DAY = 86400.0  # no fault, wait or run in a scenario lasts longer
+
+
+def _inside_run(path: str) -> str:
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if path.startswith("/") or ".." in parts or not parts or "\0" in path:
+        raise ValueError(f"{path!r}: name a directory inside the run directory, such as "
+                         "checkpoints (the trainer's default checkpoint_dir)")
+    return path
+
+
+# A directory of the run, relative to its run directory (a storage fault's ``path``)
+RunPath = Annotated[str, AfterValidator(_inside_run)]
 PORT_NAMES = re.compile(r"^(gcs|dashboard|client|(workers|daemons):(\d{1,2}))$")
 
 

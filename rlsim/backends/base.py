@@ -259,6 +259,23 @@ class HoldsGpuMemory(Protocol):
 
 
 @runtime_checkable
+class SlowsDisk(Protocol):
+    """Put a directory every node writes to on a block device of its own, whose writes can be
+    throttled (a slow disk or network file system under the checkpoints)."""
+
+    def mount_disk(self, path: Path, mb: int) -> str:
+        """Mount a device file system of ``mb`` MiB at ``path`` (empty), seen by every node;
+        returns the device (``major:minor``)."""
+
+    def throttle_disk(self, path: Path, write_mbps: float | None) -> list[str]:
+        """Cap writes to the device at ``path`` at ``write_mbps`` MB/s for every node (None lifts
+        it); returns the cgroups that hold the cap."""
+
+    def unmount_disk(self, path: Path) -> None:
+        """Unmount it everywhere, leaving what was written there in a plain directory."""
+
+
+@runtime_checkable
 class CapsDisk(Protocol):
     """Put a directory every node writes to on a small filesystem of its own, then fill it."""
 

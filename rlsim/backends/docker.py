@@ -54,7 +54,7 @@ from rlsim.backends.ray_state import alive_nodes, connect_env
 from rlsim.backends.reaper import reap_docker, reap_docker_orphans
 from rlsim.backends.started import StartedCluster
 from rlsim.files import write_file
-from rlsim.host import cgroups, iptables, procs, state
+from rlsim.host import cgroups, disk, iptables, mountns, procs, state
 from rlsim.host.home import auth_token_path, home_id, rlsim_home
 from rlsim.host.iptables import Drop
 from rlsim.host.spec import ClusterShape, ClusterSpec
@@ -166,6 +166,7 @@ class DockerCluster(StartedCluster):
                   client.networks.list(filters={"label": f"{LABEL}={st.session}"})]
         found += [f"volume {v.name}" for v in
                   client.volumes.list(filters={"label": f"{LABEL}={st.session}"})]
+        found += [f"mount {point}" for point in disk.mounted(st.session)]
         return found + [f"process {pid}" for pid in procs.find(st.session)]
 
     def _run_node(self, index: int):
@@ -337,6 +338,36 @@ class DockerCluster(StartedCluster):
         quota = cgroups.cpu_quota(cores)
         self._container(index).update(cpu_period=cgroups.PERIOD_US,
                                       cpu_quota=-1 if quota is None else quota)
+
+    # ---- storage ---------------------------------------------------------------------------
+
+    def _pids(self) -> dict[int, int]:
+        """Each running node container's main process, as the host sees it."""
+        return {i: pid for i in sorted(self.containers) if (pid := self._state(i).get("Pid"))}
+
+    def mount_disk(self, path: Path, mb: int) -> str:
+        """ext4 on a loop device at ``path`` on the host, grafted into every node container's
+        mount namespace at the same path (see :mod:`rlsim.host.mountns`). A node container
+        started later (a restarted node) does not see it."""
+        dev = disk.mount_device(path, mb, self._st.session, self._st.root)
+        try:
+            for pid in self._pids().values():
+                _run(mountns.command("graft", path, pid, path))
+        except BaseException:
+            self.unmount_disk(path)
+            raise
+        return dev
+
+    def throttle_disk(self, path: Path, write_mbps: float | None) -> list[str]:
+        """The device's write cap in every node container's I/O cgroup (and the host's top)."""
+        groups = cgroups.io_groups_of(list(self._pids().values()))
+        return cgroups.throttle_writes(disk.device_of(path), cgroups.bytes_per_s(write_mbps),
+                                       groups)
+
+    def unmount_disk(self, path: Path) -> None:
+        for pid in self._pids().values():
+            subprocess.run(mountns.command("drop", pid, path), capture_output=True)
+        disk.unmount_device_keeping(path)
 
     def pause_node(self, index: int) -> list[int]:
         if not self._state(index)["Paused"]:
@@ -526,3 +557,9 @@ def _node_volume(st: ClusterState, index: int, k: int) -> str:
     if not client.volumes.list(filters={"name": name}):
         client.volumes.create(name, labels=labels(st.session, **{"rlsim.node": str(index)}))
     return name
+
+
+def _run(cmd: list[str]) -> None:
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode:
+        raise OSError(out.stderr.strip() or f"{cmd[:4]} exited {out.returncode}")

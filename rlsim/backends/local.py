@@ -309,6 +309,20 @@ class LocalCluster(StartedCluster):
     def uncap_disk(self, path: Path) -> None:
         disk.unmount_keeping(path)
 
+    def mount_disk(self, path: Path, mb: int) -> str:
+        """ext4 on a loop device at ``path`` (its image in the cluster's run directory): every
+        node is a process tree of this host and sees it there."""
+        return disk.mount_device(path, mb, self._st.session, self._st.root)
+
+    def throttle_disk(self, path: Path, write_mbps: float | None) -> list[str]:
+        """The device's write cap in the I/O cgroups the nodes' processes write from."""
+        groups = cgroups.io_groups_of(procs.find(self._st.session))
+        return cgroups.throttle_writes(disk.device_of(path), cgroups.bytes_per_s(write_mbps),
+                                       groups)
+
+    def unmount_disk(self, path: Path) -> None:
+        disk.unmount_device_keeping(path)
+
     # ---- network ---------------------------------------------------------------------------
 
     @property

@@ -96,6 +96,7 @@ def reap_docker(st: ClusterState) -> None:
     # host processes of the session: a pending self-heal of `rlsim fault ... --for`
     with contextlib.suppress(TimeoutError):
         procs.kill_and_wait(st.session)
+    disk.unmount_all(st.session)  # the host's side of a slow_storage device
     state.forget(st)  # only if the name is still this session's
     state.remove_run_dir(st.session)
 

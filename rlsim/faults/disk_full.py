@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from rlsim.backends.base import CapsDisk
 from rlsim.faults.base import Fault
-from rlsim.fields import Strict
+from rlsim.fields import RunPath, Strict
 from rlsim.host.disk import FILLER
 
 
@@ -29,18 +29,9 @@ class DiskFull(Fault):
     disruptive = False  # storage only: the trainer meets it at its next save
 
     class Params(Strict):
-        path: str = Field("checkpoints", description="directory in the run directory")
+        path: RunPath = Field("checkpoints", description="directory in the run directory")
         size_mb: int = Field(256, ge=8, le=1 << 16,
                              description="size of the filesystem mounted there")
-
-        @field_validator("path")
-        @classmethod
-        def _inside_run(cls, path: str) -> str:
-            parts = [p for p in path.split("/") if p not in ("", ".")]
-            if path.startswith("/") or ".." in parts or not parts or "\0" in path:
-                raise ValueError(f"{path!r}: name a directory inside the run directory, such as "
-                                 "checkpoints (the trainer's default checkpoint_dir)")
-            return path
 
     @classmethod
     def unavailable(cls) -> str | None:

@@ -348,3 +348,82 @@ def sessions() -> list[str]:
     mine = f"{home_id()}."
     return sorted({p.name.removeprefix(mine) for top in tops if top.exists()
                    for p in top.iterdir() if p.is_dir() and p.name.startswith(mine)})
+
+
+# ---- block I/O: a device's writes throttled (the slow_storage fault) ---------------------------
+# v1 blkio throttling is not hierarchical: a rule binds the writes of the group it is written in
+# only. So the rule goes into every group that writes to the device: each cluster process's own,
+# and the top (the kernel's flusher threads write back dirty pages from there). On cgroup2 the
+# kernel charges write-back to the group that dirtied the pages, and io.max on the node's group
+# binds it.
+
+
+def bytes_per_s(mbps: float | None) -> int | None:
+    """MB/s (10^6 bytes, as disks are rated) as bytes a second; None stays None."""
+    return None if mbps is None else max(1, round(mbps * 1e6))
+
+
+def write_throttle_rule(device: str, bps: int | None, v2: bool) -> str:
+    """The line that caps (``bps`` bytes a second) or frees (None) writes to ``device``
+    (``major:minor``): v1 ``blkio.throttle.write_bps_device`` or cgroup2 ``io.max``."""
+    if v2:
+        return f"{device} wbps={bps if bps else 'max'}"
+    return f"{device} {bps or 0}"
+
+
+def io_groups_of(pids: list[int]) -> list[Path]:
+    """The I/O cgroups (v1 blkio where mounted, else cgroup2) that ``pids`` write from, and the
+    hierarchy's top; each once."""
+    blkio = _mount_point("cgroup", "blkio")
+    top = blkio or mount()
+    if top is None:
+        raise RuntimeError("throttling a device's writes needs the blkio (v1) or io (cgroup2) "
+                           "controller, and neither hierarchy is mounted here")
+    found = [top] if blkio else []
+    for pid in pids:
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        except OSError:
+            continue  # gone meanwhile
+        for line in lines:
+            _, controllers, rel = line.split(":", 2)
+            if (blkio and "blkio" in controllers.split(",")) or (not blkio and controllers == ""):
+                group = top / rel.lstrip("/")
+                if group not in found:
+                    found.append(group)
+    return found
+
+
+def throttle_writes(device: str, bps: int | None, groups: list[Path]) -> list[str]:
+    """Cap writes to ``device`` at ``bps`` in each of ``groups`` (None lifts the cap); returns
+    the groups written, to lift it from the same ones."""
+    done = []
+    for group in groups:
+        v2 = not (group / "blkio.throttle.write_bps_device").exists()
+        knob = group / ("io.max" if v2 else "blkio.throttle.write_bps_device")
+        if not knob.exists():
+            if bps is None:
+                continue  # gone meanwhile (a container stopped): nothing to lift
+            raise RuntimeError(f"{group} has no {knob.name}: enable the io controller for it "
+                               "(cgroup2: +io in its parent's cgroup.subtree_control)")
+        try:
+            knob.write_text(write_throttle_rule(device, bps, v2))
+        except FileNotFoundError:
+            continue
+        done.append(str(group))
+    return done
+
+
+def write_limit(device: str, group: Path) -> int | None:
+    """The write cap on ``device`` in ``group`` (bytes a second), or None."""
+    for name, v2 in (("blkio.throttle.write_bps_device", False), ("io.max", True)):
+        with contextlib.suppress(OSError):
+            for line in (group / name).read_text().splitlines():
+                dev, *rest = line.split()
+                if dev != device:
+                    continue
+                if v2:
+                    vals = dict(kv.split("=") for kv in rest)
+                    return None if vals.get("wbps", "max") == "max" else int(vals["wbps"])
+                return int(rest[0]) or None
+    return None

@@ -1,15 +1,24 @@
-"""Size-capped filesystems the harness mounts under a run's directory (the ``disk_full`` fault):
-a tmpfs whose source names the cluster session that mounted it, so a reaper finds and unmounts
-what an interrupted run left, and an unmount that keeps what was written there."""
+"""Filesystems the harness mounts under a run's directory, and an unmount that keeps what was
+written there:
+
+- a size-capped tmpfs (the ``disk_full`` fault) whose source names the cluster session that
+  mounted it;
+- a real block device (the ``slow_storage`` fault): ext4 on a sparse file of the session's run
+  directory, through a loop device, so that its writes can be throttled per device (a tmpfs has
+  no device to throttle). The image's name carries the session, so a reaper finds the mount
+  through the loop device's backing file; the loop device is freed with its last unmount.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 PREFIX = "rlsim-disk-"
 FILLER = ".rlsim-disk-full"  # the file that takes a capped filesystem's free space
+KEEP_OUT = (FILLER, "lost+found")  # what an unmount does not keep
 
 
 def source(session: str) -> str:
@@ -24,12 +33,47 @@ def mount(path: Path, mb: int, session: str) -> None:
         raise OSError(f"cannot mount a {mb} MiB tmpfs at {path}: {out.stderr.strip()}")
 
 
+def mount_device(path: Path, mb: int, session: str, images: Path) -> str:
+    """An ext4 file system of ``mb`` MiB at ``path`` (an empty directory) on a loop device over
+    a sparse image in ``images``; returns the device as ``major:minor``."""
+    images.mkdir(parents=True, exist_ok=True)
+    n = 0
+    while (image := images / f"{source(session)}-{n}.img").exists():
+        n += 1
+    with open(image, "xb") as f:
+        f.truncate(mb << 20)
+    for cmd in (["mkfs.ext4", "-q", "-F", "-m", "0", str(image)],
+                ["mount", "-t", "ext4", "-o", "loop", str(image), str(path)]):
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode:
+            image.unlink(missing_ok=True)
+            raise OSError(f"cannot put a {mb} MiB ext4 device at {path} ({cmd[0]}): "
+                          f"{out.stderr.strip()}")
+    (path / "lost+found").rmdir()  # the trainer's folder holds what the trainer writes only
+    return device_of(path)
+
+
+def device_of(path: Path) -> str:
+    """The block device of the file system at ``path``, as ``major:minor``."""
+    dev = os.stat(path).st_dev
+    return f"{os.major(dev)}:{os.minor(dev)}"
+
+
+def _backing_file(src: str) -> str:
+    """The image behind loop device ``src`` (/dev/loopN), or ''."""
+    try:
+        return Path(f"/sys/block/{Path(src).name}/loop/backing_file").read_text().strip()
+    except OSError:
+        return ""
+
+
 def mounted(session: str) -> list[Path]:
     """Mount points of this session's filesystems, deepest first."""
     found = []
     for line in Path("/proc/self/mounts").read_text().splitlines():
         src, point, *_ = line.split()
-        if src == source(session):
+        if src == source(session) or (src.startswith("/dev/loop") and Path(
+                _backing_file(src)).name.startswith(f"{source(session)}-")):
             found.append(Path(point.replace("\\040", " ")))
     return sorted(found, key=lambda p: -len(p.parts))
 
@@ -40,11 +84,22 @@ def unmount_keeping(path: Path) -> None:
     keep = path.with_name(f".{path.name}.rlsim-unmounting")
     shutil.rmtree(keep, ignore_errors=True)
     shutil.copytree(path, keep, symlinks=True, ignore=lambda _d, names: [n for n in names
-                                                                       if n == FILLER])
+                                                                       if n in KEEP_OUT])
     unmount(path)
     for child in keep.iterdir():
         child.rename(path / child.name)
     keep.rmdir()
+
+
+def unmount_device_keeping(path: Path) -> None:
+    """Unmount the device file system at ``path`` (``mount_device``), keep its files in a plain
+    directory there and delete its image."""
+    src = next((line.split()[0] for line in Path("/proc/self/mounts").read_text().splitlines()
+                if Path(line.split()[1].replace("\\040", " ")) == path), "")
+    image = _backing_file(src) if src.startswith("/dev/loop") else ""
+    unmount_keeping(path)
+    if image and Path(image).name.startswith(PREFIX):
+        Path(image).unlink(missing_ok=True)
 
 
 def unmount(path: Path) -> None:

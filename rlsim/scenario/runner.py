@@ -24,6 +24,7 @@ from pathlib import Path
 from rlsim.adapters import ADAPTERS, TrainerLaunch
 from rlsim.backends import DEFAULT, cluster_class, every_class
 from rlsim.backends.base import ClusterStartError, HoldsGpuMemory, StartsClusters, Unsupported
+from rlsim.checks import CHECKS
 from rlsim.events import ATTEMPT_VAR, RUN_DIR_VAR
 from rlsim.faults import FAULTS, FaultContext
 from rlsim.files import new_file, read_file, write_file
@@ -209,7 +210,7 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
             _preflight(cluster, out_dir, log)
         else:  # examined when it was fresh, and checked clean since (rlsim.scenario.pool)
             log.emit("doctor_skipped", reason="cluster reused; no doctor check in this scenario")
-        if any(name == "matches_baseline" for name, _ in sc.checks()):
+        if any(CHECKS[name].twin for name, _ in sc.checks()):
             outcome.baseline_dir = _baseline(sc, cluster, out_dir / "baseline", log, pool,
                                              backend)
         _drive(sc, cluster, outcome, nemesis, log, on_progress)

@@ -64,3 +64,77 @@ def test_sigterm_during_a_fault_heals_it_and_stops_the_cluster(tmp_path: Path):
                 (tmp_path / "out" / "cut_off_when_cancelled" / "timeline.jsonl").open()]
     assert [e["type"] for e in timeline if e["type"].startswith("fault_")] == \
         ["fault_injected", "fault_healed"]
+
+
+GRAY = """\
+name: {name}
+description: a gray failure in force from the start; the run is interrupted meanwhile
+cluster: {{nodes: 2, gpus_per_node: 1}}
+trainer:
+  config: grpo_tiny
+  overrides: {{total_steps: 400, save_freq: 2}}
+faults:
+  - at: {{step: 3}}
+    {fault}
+expect:
+  - completes: {{}}
+"""
+
+
+def _throttled_storage(session: str) -> bool:
+    from rlsim.host import cgroups, disk
+
+    points = disk.mounted(session)
+    return bool(points) and cgroups.write_limit(disk.device_of(points[0]),
+                                                cgroups.io_groups_of([])[0]) is not None
+
+
+def _slowed_node(session: str) -> bool:
+    from rlsim.host import cgroups
+
+    try:
+        return cgroups.NodeGroup(session, 1).cpu().limit() is not None
+    except RuntimeError:  # the node's group is not made yet
+        return False
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("fault,in_force,signum,code", [
+    ("slow_storage: {write_mbps: 0.2}", _throttled_storage, signal.SIGINT, 130),
+    pytest.param("slow_node: {node: 1, cpu: 0.2}", _slowed_node, signal.SIGTERM, 143,
+                 marks=pytest.mark.slow),
+], ids=["slow_storage-SIGINT", "slow_node-SIGTERM"])
+def test_a_gray_failure_in_force_is_healed_when_the_run_is_stopped(
+        tmp_path: Path, fault, in_force, signum, code):
+    """Ctrl-C or a scheduler's cancel while a gray failure holds: the device is unmounted (its
+    loop device freed, the files kept), the CPU quota lifted, the cluster stopped."""
+    from rlsim.host import disk
+
+    name = fault.split(":")[0]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(GRAY.format(name=name, fault=fault))
+    rlsim = str(Path(sys.executable).parent / "rlsim")
+    run = subprocess.Popen([rlsim, "run", str(path), "--report", str(tmp_path / "out")],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cluster = f"sc{run.pid}-0"
+    try:
+        wait_until(lambda: run.poll() is not None or (
+            (st := state.load(cluster)) is not None and in_force(st.session)), 120,
+            f"the {name} in force")
+        assert run.poll() is None, run.communicate()[0]
+        session = state.load(cluster).session
+        run.send_signal(signum)
+        out, _ = run.communicate(timeout=90)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == code, out
+    assert procs.find(session) == [] and state.load(cluster) is None
+    assert disk.mounted(session) == []
+    timeline = [json.loads(line) for line in
+                (tmp_path / "out" / name / "timeline.jsonl").open()]
+    kinds = [e["type"] for e in timeline if e["type"].startswith("fault_")]
+    assert kinds[:2] == ["fault_injected", "fault_healed"], kinds
+    if name == "slow_storage":  # what the trainer saved is kept where it wrote it
+        assert kinds[2:] == ["fault_torn_down"], kinds
+        assert any((tmp_path / "out" / name / "run" / "checkpoints").glob("global_step_*"))

@@ -1,8 +1,10 @@
-"""Size-capped filesystems for disk_full: a real tmpfs, a real ENOSPC, files kept on unmount,
-and the reaper's sweep of what an interrupted run left mounted (root only)."""
+"""Filesystems under a run's directory: disk_full's size-capped tmpfs (a real ENOSPC, files kept
+on unmount), slow_storage's loop device (writes really throttled), and the reaper's sweep of what
+an interrupted run left mounted (root only)."""
 
 import errno
 import os
+import time
 
 import pytest
 
@@ -38,3 +40,43 @@ def test_what_an_interrupted_run_left_mounted_is_swept(tmp_path):
         disk.mount(tmp_path / name, 8, "test-session-sweep")
     disk.unmount_all("test-session-sweep")
     assert disk.mounted("test-session-sweep") == []
+
+
+def test_a_device_directory_is_throttled_for_real_and_keeps_its_files(tmp_path):
+    """slow_storage's device: ext4 on a loop device; a write capped at 1 MB/s takes its time
+    when made durable (fsync), and the files outlive the unmount, the image does not."""
+    from rlsim.host import cgroups
+
+    if cgroups.io_groups_of([]) == []:
+        pytest.skip("no v1 blkio hierarchy here to throttle the device in")
+    where = tmp_path / "run" / "checkpoints"
+    where.mkdir(parents=True)
+    dev = disk.mount_device(where, 32, "test-session-dev", tmp_path / "images")
+    groups = cgroups.io_groups_of([os.getpid()])
+    try:
+        assert disk.mounted("test-session-dev") == [where] and list(where.iterdir()) == []
+        assert cgroups.throttle_writes(dev, 1_000_000, groups)
+        assert cgroups.write_limit(dev, groups[0]) == 1_000_000
+        start = time.monotonic()
+        with open(where / "weights", "wb") as f:
+            f.write(b"w" * 2_000_000)
+            f.flush()
+            os.fsync(f.fileno())
+        assert time.monotonic() - start > 1.0  # 2 MB at 1 MB/s, less the first burst
+        cgroups.throttle_writes(dev, None, groups)
+        assert cgroups.write_limit(dev, groups[0]) is None
+    finally:
+        cgroups.throttle_writes(dev, None, groups)
+        disk.unmount_device_keeping(where)
+    assert disk.mounted("test-session-dev") == []
+    assert (where / "weights").stat().st_size == 2_000_000
+    assert list((tmp_path / "images").iterdir()) == []
+
+
+def test_an_interrupted_runs_device_is_swept_with_its_loop_device(tmp_path):
+    (tmp_path / "d").mkdir()
+    disk.mount_device(tmp_path / "d", 16, "test-session-devsweep", tmp_path)
+    loops = disk.mounted("test-session-devsweep")
+    assert loops == [tmp_path / "d"]
+    disk.unmount_all("test-session-devsweep")
+    assert disk.mounted("test-session-devsweep") == []

@@ -1,5 +1,6 @@
-"""Gray failures' pure parts: the CPU quota a slow node gets (cgroup v1 and v2 files, as the
-kernel reads them) and the progress_within_s check on recorded timelines."""
+"""Gray failures' pure parts: the CPU quota a slow node gets and the write cap of slow storage
+(cgroup v1 and v2 files, as the kernel reads them), and the progress_within_s and
+throughput_within checks on recorded timelines."""
 
 from __future__ import annotations
 
@@ -7,9 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from rlsim.checks import CHECKS
+from rlsim.checks import CHECKS, step_seconds, window_ratios
 from rlsim.history import Outcome
-from rlsim.host.cgroups import CpuGroup, cpu_quota
+from rlsim.host.cgroups import (
+    CpuGroup,
+    bytes_per_s,
+    cpu_quota,
+    throttle_writes,
+    write_limit,
+    write_throttle_rule,
+)
 
 
 @pytest.mark.parametrize("cores,quota", [
@@ -73,3 +81,84 @@ def test_a_run_that_stops_stepping_until_it_is_killed_fails_on_the_tail():
 def test_no_step_at_all_fails():
     verdict = judge(outcome([], 5.0), 30)
     assert not verdict.ok and verdict.message == "no step at all"
+
+
+@pytest.mark.parametrize("bps,v2,line", [
+    (200_000, False, "7:3 200000"), (None, False, "7:3 0"),
+    (200_000, True, "7:3 wbps=200000"), (None, True, "7:3 wbps=max")])
+def test_a_devices_write_cap_is_written_as_each_cgroup_version_reads_it(bps, v2, line):
+    assert write_throttle_rule("7:3", bps, v2) == line
+
+
+@pytest.mark.parametrize("mbps,bps", [(None, None), (0.2, 200_000), (1e-9, 1), (50, 50_000_000)])
+def test_megabytes_a_second_are_decimal_as_disks_are_rated(mbps, bps):
+    assert bytes_per_s(mbps) == bps
+
+
+def test_write_caps_lift_from_the_groups_that_hold_them_and_read_back(tmp_path):
+    v1, v2 = tmp_path / "v1", tmp_path / "v2"
+    v1.mkdir(), v2.mkdir()
+    (v1 / "blkio.throttle.write_bps_device").write_text("")
+    (v2 / "io.max").write_text("")
+    assert throttle_writes("7:0", 1000, [v1, v2]) == [str(v1), str(v2)]
+    assert write_limit("7:0", v1) == 1000 == write_limit("7:0", v2)
+    assert write_limit("7:1", v1) is None
+    throttle_writes("7:0", None, [v1, v2])
+    assert (v2 / "io.max").read_text() == "7:0 wbps=max"
+    assert write_limit("7:0", v2) is None and write_limit("7:0", v1) is None
+
+
+def test_a_group_gone_meanwhile_is_skipped_when_lifting_but_refused_when_capping(tmp_path):
+    assert throttle_writes("7:0", None, [tmp_path / "gone"]) == []
+    with pytest.raises(RuntimeError, match="io controller"):
+        throttle_writes("7:0", 1000, [tmp_path])
+
+
+def steps(ends: list[float]) -> list[dict]:
+    return [{"type": "step_end", "step": i, "ts": t} for i, t in enumerate(ends)]
+
+
+def test_steps_are_timed_from_the_step_before_and_a_redone_step_counts_as_last_done():
+    spans = step_seconds([*steps([0, 1, 2]), {"type": "step_end", "step": 2, "ts": 5.0}])
+    assert spans == {1: (0, 1), 2: (2, 5.0)}
+
+
+def test_window_ratios_split_at_the_fault_and_its_heal():
+    twin = step_seconds(steps([0, 1, 2, 3, 4, 5, 6]))  # a step a second
+    run = step_seconds(steps([0, 1, 2, 6, 10, 11, 12]))  # steps 3 and 4 take 4 s each
+    got = window_ratios(run, twin, start=2.5, heal=8.0)
+    assert got == {"during": (0.25, 2), "after": (1.0, 2)}
+    assert window_ratios(run, twin, start=2.5, heal=None)["after"] is None
+
+
+def throughput(run: list[float], twin_dir: Path, ratio: dict, healed: float | None = 8.0):
+    import json
+
+    (twin_dir / "events.jsonl").write_text("".join(
+        json.dumps(e) + "\n" for e in steps([0, 1, 2, 3, 4, 5, 6])))
+    timeline = [{**e, "source": "trainer"} for e in steps(run)] + [
+        {"ts": 2.5, "source": "rlsim", "type": "fault_injected", "fault": "slow_node",
+         "index": 0}]
+    if healed is not None:
+        timeline.append({"ts": healed, "source": "rlsim", "type": "fault_healed", "index": 0})
+    o = Outcome(scenario=None, run_dir=Path("."), started=0.0, baseline_dir=twin_dir,
+                timeline=sorted(timeline, key=lambda e: e["ts"]))
+    check = CHECKS["throughput_within"]
+    return check.judge(o, check.params(ratio))
+
+
+def test_throughput_within_judges_each_window_against_its_own_limit(tmp_path):
+    slow_then_back = [0, 1, 2, 6, 10, 11, 12]
+    assert not throughput(slow_then_back, tmp_path, 0.8).ok  # 0.25 in the fault's window
+    verdict = throughput(slow_then_back, tmp_path, {"ratio": 0.2, "after": 0.9})
+    assert verdict.ok and verdict.value == 0.25 and "after: 1.00" in verdict.message
+    slow_for_good = [0, 1, 2, 6, 10, 14, 18]
+    assert not throughput(slow_for_good, tmp_path, {"ratio": 0.2, "after": 0.9}).ok
+
+
+def test_throughput_within_without_a_twin_fails_saying_so(tmp_path):
+    o = Outcome(scenario=None, run_dir=Path("."), started=0.0, timeline=[
+        {"ts": 1.0, "source": "rlsim", "type": "fault_injected", "fault": "x", "index": 0}])
+    check = CHECKS["throughput_within"]
+    verdict = check.judge(o, check.params(0.8))
+    assert not verdict.ok and "twin did not run" in verdict.message

@@ -31,7 +31,7 @@ def test_the_schema_reads_fault_parameters_from_the_fault_module():
 
 def test_disruptive_faults_are_those_that_hit_the_cluster():
     disruptive = {name for name, f in FAULTS.items() if f.disruptive}
-    assert set(FAULTS) - {"corrupt_checkpoint", "disk_full"} == disruptive
+    assert set(FAULTS) - {"corrupt_checkpoint", "disk_full", "slow_storage"} == disruptive
 
 
 def test_no_backend_name_is_branched_on_outside_the_backends():

