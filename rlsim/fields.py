@@ -47,6 +47,22 @@ def _inside_run(path: str) -> str:
     return path
 
 
+def _disjoint(groups: list[list[int]]) -> list[list[int]]:
+    seen: set[int] = set()
+    for group in groups:
+        if not group:
+            raise ValueError("an empty group cuts nothing off: drop it")
+        for n in group:
+            if n in seen:
+                raise ValueError(f"node {n} is named twice; a node is in one group at most")
+            seen.add(n)
+    return groups
+
+
+# Disjoint groups of nodes (a partition's, a link's ends); nodes named in none form one more
+NodeGroups = Annotated[list[list[NodeIndex]], Field(min_length=1), AfterValidator(_disjoint)]
+
+
 # A directory of the run, relative to its run directory (a storage fault's ``path``)
 RunPath = Annotated[str, AfterValidator(_inside_run)]
 PORT_NAMES = re.compile(r"^(gcs|dashboard|client|(workers|daemons):(\d{1,2}))$")

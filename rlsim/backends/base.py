@@ -206,6 +206,19 @@ class CutsNetwork(Protocol):
 
 
 @runtime_checkable
+class ShapesLinks(Protocol):
+    """Delay and lose the packets between groups of nodes (a degraded link; see
+    :mod:`rlsim.host.links`)."""
+
+    def degrade_links(self, groups: list[list[int]], shape, seed: int) -> dict:
+        """Degrade the link between ``groups`` as ``shape`` (a ``LinkShape``) says; returns what
+        ``restore_links`` undoes (plain data, kept in the fault ledger by hand)."""
+
+    def restore_links(self, held: dict) -> None:
+        """Undo one ``degrade_links``. Safe twice."""
+
+
+@runtime_checkable
 class KillsProcesses(Protocol):
     """SIGKILL one process on the node that runs it."""
 

@@ -54,7 +54,7 @@ from rlsim.backends.ray_state import alive_nodes, connect_env
 from rlsim.backends.reaper import reap_docker, reap_docker_orphans
 from rlsim.backends.started import StartedCluster
 from rlsim.files import write_file
-from rlsim.host import cgroups, disk, iptables, mountns, procs, state
+from rlsim.host import cgroups, disk, iptables, links, mountns, procs, state
 from rlsim.host.home import auth_token_path, home_id, rlsim_home
 from rlsim.host.iptables import Drop
 from rlsim.host.spec import ClusterShape, ClusterSpec
@@ -368,6 +368,26 @@ class DockerCluster(StartedCluster):
         for pid in self._pids().values():
             subprocess.run(mountns.command("drop", pid, path), capture_output=True)
         disk.unmount_device_keeping(path)
+
+    # ---- network -------------------------------------------------------------------------------
+
+    def _degrade(self, pairs, shape, queue, seed, held) -> None:
+        """Node namespaces: each sender's OUTPUT rules by receiver address (loss, then the
+        queue), and a delayer in each sender's namespace."""
+        for index, rules in links.namespace_rules(self.addresses, pairs, shape, queue).items():
+            pid = self._state(index).get("Pid")
+            if not pid:
+                continue  # a stopped node has no namespace
+            self.firewall._ensure_chains(index)
+            if queue is not None:
+                held["delayers"].append(self._spawn_delayer(queue, shape, seed, pid))
+            for words in rules:
+                self.firewall._ipt(index, ["-A", "RLSIM-OUT", *words])
+                held["rules"].append([index, words])
+
+    def _restore_rules(self, rules: list) -> None:
+        for index, words in rules:  # a node restarted since took its rules with its namespace
+            self.firewall._ipt(index, ["-D", "RLSIM-OUT", *words], check=False)
 
     def pause_node(self, index: int) -> list[int]:
         if not self._state(index)["Paused"]:

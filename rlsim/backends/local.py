@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from rlsim.backends import redis_store
@@ -22,9 +23,9 @@ from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_
 from rlsim.backends.ray_state import alive_nodes, connect_env
 from rlsim.backends.reaper import reap, reap_local
 from rlsim.backends.started import StartedCluster
-from rlsim.host import cgroups, disk, iptables, procs, state
+from rlsim.host import cgroups, disk, iptables, links, procs, state
 from rlsim.host.home import auth_token_path, socket_path_problem
-from rlsim.host.iptables import Firewall
+from rlsim.host.iptables import Firewall, Rule
 from rlsim.host.spec import ClusterShape, ClusterSpec
 from rlsim.host.state import ClusterState
 
@@ -324,6 +325,20 @@ class LocalCluster(StartedCluster):
         disk.unmount_device_keeping(path)
 
     # ---- network ---------------------------------------------------------------------------
+
+    def _degrade(self, pairs, shape, queue, seed, held) -> None:
+        """Loopback nodes: marks by sender cgroup, loss and the delayer's queue on marked
+        connections, in the cluster's chain; one delayer on the host."""
+        st = self._st
+        rules = links.loopback_rules(st.layout, st.session, pairs, shape, links.new_mark(), queue)
+        if queue is not None:
+            held["delayers"].append(self._spawn_delayer(queue, shape, seed))
+        for rule in rules:
+            self.firewall.apply([rule])
+            held["rules"].append(asdict(rule))
+
+    def _restore_rules(self, rules: list) -> None:
+        self.firewall.remove([Rule(tuple(r["match"]), tuple(r["target"])) for r in rules])
 
     @property
     def firewall(self) -> Firewall:

@@ -7,7 +7,9 @@ named ports and the network verbs live here once; a backend supplies ``_prepare`
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -17,8 +19,9 @@ from rlsim.backends.base import NodeInfo
 from rlsim.backends.reaper import reap_abandoned
 from rlsim.contract import RESERVE_FILE
 from rlsim.files import read_file, write_file
-from rlsim.host import iptables, state
+from rlsim.host import delayer, iptables, links, procs, state
 from rlsim.host.iptables import Drop
+from rlsim.host.links import LinkShape
 from rlsim.host.layout import named_ports
 from rlsim.host.spec import ClusterSpec
 from rlsim.host.state import ClusterState
@@ -198,6 +201,79 @@ class StartedCluster:
 
     def heal_network(self) -> None:
         self.firewall.heal()
+        for pid in procs.find(self._st.session):
+            if delayer.is_delayer(pid):
+                self._stop_delayer(pid)
+
+    # ---- degraded links ----------------------------------------------------------------------
+
+    def degrade_links(self, groups: list[list[int]], shape: LinkShape, seed: int) -> dict:
+        """Delay and lose the packets crossing the link between ``groups`` (see
+        :mod:`rlsim.host.links`); returns what ``restore_links`` undoes (plain data)."""
+        pairs = links.crossing(range(self.spec.nodes), groups)
+        queue = links.free_queue() if shape.delay_ms else None
+        held: dict = {"rules": [], "delayers": []}
+        try:
+            self._degrade(pairs, shape, queue, seed, held)
+        except BaseException:
+            self.restore_links(held)
+            raise
+        return held
+
+    def restore_links(self, held: dict) -> None:
+        """Undo ``degrade_links``: its rules, then its delayers (safe twice)."""
+        self._restore_rules(held["rules"])
+        for pid in held["delayers"]:
+            self._stop_delayer(pid)
+
+    def _degrade(self, pairs, shape: LinkShape, queue: int | None, seed: int,
+                 held: dict) -> None:
+        raise NotImplementedError
+
+    def _restore_rules(self, rules: list) -> None:
+        raise NotImplementedError
+
+    def _spawn_delayer(self, queue: int, shape: LinkShape, seed: int,
+                       netns_pid: int | None = None) -> int:
+        """Start a delayer for ``queue`` (in the network namespace of ``netns_pid``), labelled
+        as this session's so the reaper ends it; returns its pid once it listens."""
+        cmd = delayer.command(queue, shape.delay_ms, shape.jitter_ms, seed)
+        if netns_pid:
+            cmd = ["nsenter", "-t", str(netns_pid), "-n", *cmd]
+        proc = subprocess.Popen(cmd, env={**os.environ, **procs.labels(self._st.session)},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        first = proc.stdout.readline()  # "bound", or its error as it exits
+        if "bound" not in first:
+            proc.kill()
+            said = (first + proc.stdout.read()).strip()
+            proc.wait()
+            raise RuntimeError(f"the link's delayer (netfilter queue {queue}) did not start: "
+                               f"{said or 'no output'}")
+        proc.stdout.close()
+        self._delayers[proc.pid] = proc
+        return proc.pid
+
+    def _stop_delayer(self, pid: int) -> None:
+        """End one delayer of this session (it lets what it holds go); nothing if it is gone or
+        is not this session's."""
+        proc = self._delayers.pop(pid, None)
+        if pid not in procs.find(self._st.session) or not delayer.is_delayer(pid):
+            return
+        os.kill(pid, signal.SIGTERM)
+        if proc is not None:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        else:  # another process's child (healed by hand): wait for it to go
+            procs.wait_gone([pid])
+
+    @property
+    def _delayers(self) -> dict[int, subprocess.Popen]:
+        """The delayers this object started, by pid (to reap them when they end)."""
+        return self.__dict__.setdefault("_delayer_procs", {})
 
     # ---- fake GPUs' memory -------------------------------------------------------------------
 

@@ -13,16 +13,19 @@ def fault(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The cluster (see `rlsim status`)."),
     action: str = typer.Argument(..., help="A fault with hyphens for underscores (kill-node, "
-                                 "restart-node, pause-node, slow-node, partition, block-port), "
+                                 "restart-node, pause-node, slow-node, partition, block-port, "
+                                 "degrade-link), "
                                  "an undo (resume-node), or heal."),
     args: Annotated[list[str] | None, typer.Argument(
         help="The fault's arguments: NODE (kill/restart/pause/resume), NODE[,NODE...] "
-             "(partition), NODE PORT|gcs|dashboard (block-port), NODE --cpu CORES (slow-node); "
+             "(partition), NODE PORT|gcs|dashboard (block-port), NODE --cpu CORES (slow-node), "
+             "NODE[,NODE...] --delay-ms MS --jitter-ms MS --loss-pct PCT (degrade-link); "
              "none for heal. Any other parameter of the fault as --name VALUE.")] = None,
     sources: str | None = typer.Option(None, "--from", help="block-port: only from these "
                                        "nodes (J,K); default every other node."),
     for_s: float | None = typer.Option(None, "--for", min=0.1, help="A fault held until "
-                                       "healed (pause-node, partition, block-port): heal on its "
+                                       "healed (pause-node, partition, block-port, slow-node, "
+                                       "degrade-link): heal on its "
                                        "own after this many seconds."),
 ) -> None:
     """Inject a fault by hand into a running local or docker cluster, or heal them all: the

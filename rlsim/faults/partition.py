@@ -1,9 +1,9 @@
 """partition: cut node groups off from the rest and from each other (Jepsen's grudge, iptables)."""
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from rlsim.faults.base import FirewallFault
-from rlsim.fields import NodeIndex, Strict
+from rlsim.fields import NodeGroups, Strict
 
 
 class Partition(FirewallFault):
@@ -14,22 +14,8 @@ class Partition(FirewallFault):
     may_down_node = True
 
     class Params(Strict):
-        groups: list[list[NodeIndex]] = Field(
-            min_length=1, description="node groups cut off from the rest and each other")
-
-        @field_validator("groups")
-        @classmethod
-        def _each_node_once(cls, groups: list[list[NodeIndex]]) -> list[list[NodeIndex]]:
-            seen: set[int] = set()
-            for group in groups:
-                if not group:
-                    raise ValueError("an empty group cuts nothing off: drop it")
-                for n in group:
-                    if n in seen:
-                        raise ValueError(f"node {n} is named twice; a node is in one group at "
-                                         "most")
-                    seen.add(n)
-            return groups
+        groups: NodeGroups = Field(description="node groups cut off from the rest and each "
+                                   "other")
 
     @classmethod
     def from_text(cls, field, text):  # by hand: one group, the rest of the cluster the other

@@ -49,6 +49,18 @@ class Drop:
         return out + ["-j", "DROP"]
 
 
+@dataclass(frozen=True)
+class Rule:
+    """Any other rule of the cluster's chain: its match and its target, as iptables words (a
+    degraded link's marks, its loss and its queue to the delayer; see :mod:`rlsim.host.links`)."""
+
+    match: tuple[str, ...]
+    target: tuple[str, ...]
+
+    def args(self, comment: str) -> list[str]:
+        return [*self.match, "-m", "comment", "--comment", comment, *self.target]
+
+
 def grudge(nodes: Sequence[int], groups: Sequence[Sequence[int]]) -> dict[int, set[int]]:
     """Jepsen's grudge: for each node, the nodes it must not reach.
 
@@ -126,7 +138,7 @@ class Firewall:
         self.chain = chain_name(slot)
         self.guard = guard_chain(slot)
         self.comment = f"rlsim:{home_id()}:{session}"
-        self.rules: list[Drop] = []
+        self.rules: list[Drop | Rule] = []
 
     @staticmethod
     def available() -> str | None:
@@ -156,7 +168,7 @@ class Firewall:
         if self._ipt("-C", *jump, check=False).returncode != 0:
             self._ipt("-I", *jump)
 
-    def apply(self, drops: Iterable[Drop]) -> list[Drop]:
+    def apply(self, drops: Iterable[Drop | Rule]) -> list[Drop | Rule]:
         """Append ``drops`` to the chain; returns what was applied (recorded for heal and logs)."""
         reason = self.available()
         if reason:
@@ -169,7 +181,7 @@ class Firewall:
         self.rules += applied
         return applied
 
-    def remove(self, drops: Iterable[Drop]) -> None:
+    def remove(self, drops: Iterable[Drop | Rule]) -> None:
         """Delete these rules only (one fault healed while others stay); absent rules are fine."""
         for d in drops:
             self._ipt("-D", self.chain, *d.args(self.comment), check=False)

@@ -125,3 +125,16 @@ def kill_and_wait(session: str, node: int | None = None, timeout: float = 10.0) 
                 f"processes of rlsim session {session} (node {node}) survive SIGKILL: {pids}"
             )
         time.sleep(0.05)
+
+
+def wait_gone(pids: Iterable[int], timeout: float = 10.0) -> list[int]:
+    """Wait until each of ``pids`` has exited (or is a zombie); SIGKILL what is left at
+    ``timeout``. Returns the pids that had to be killed."""
+    deadline = time.monotonic() + timeout
+    left = list(pids)
+    while left and time.monotonic() < deadline:
+        left = [p for p in left if (PROC / str(p)).exists() and not _is_zombie(p)]
+        if left:
+            time.sleep(0.05)
+    return signal_all(left, signal.SIGKILL)
+

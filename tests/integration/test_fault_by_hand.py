@@ -63,6 +63,39 @@ def test_partition_heals_itself_after_for(cluster):
                "the partition healing itself")
 
 
+def connect_ms(c, src: int, dst: int, port: int, times: int = 9) -> float:
+    """The median time a process of node ``src`` takes to open a TCP connection to node
+    ``dst`` (a SYN and its SYN-ACK: one round trip)."""
+    import subprocess
+    import sys
+
+    address = c.nodes()[dst].address
+    code = ("import socket,time;ts=[]\n"
+            f"for _ in range({times}):\n"
+            "    t=time.monotonic()\n"
+            f"    socket.create_connection(({address!r}, {port}), timeout=10).close()\n"
+            "    ts.append((time.monotonic()-t)*1000)\n"
+            "print(sorted(ts)[len(ts)//2])")
+    out = subprocess.run(c.node_command(src, [sys.executable, "-c", code]), capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return float(out.stdout.split()[-1])
+
+
+def test_degrade_link_delays_its_packets_both_ways_until_healed(cluster):
+    from rlsim.host import delayer, procs
+
+    gcs = cluster.port("gcs")[0]
+    out = fault(cluster, "degrade-link", "2", "--delay-ms", "40")
+    assert "degraded the link of node(s) [2]: 40 ms" in out
+    assert connect_ms(cluster, 2, 0, gcs) >= 75  # the SYN and the SYN-ACK wait 40 ms each
+    assert connect_ms(cluster, 1, 0, gcs) < 30  # a link node 2 is not on
+    assert [f["action"] for f in in_force(cluster)] == ["degrade-link"]
+    assert "healed 1 fault(s)" in fault(cluster, "heal")
+    assert connect_ms(cluster, 2, 0, gcs) < 30 and in_force(cluster) == []
+    assert not [p for p in procs.find(cluster.state.session) if delayer.is_delayer(p)]
+
+
 def test_block_port_from_one_node_and_heal(cluster):
     gcs = cluster.port("gcs")[0]
     out = fault(cluster, "block-port", "0", "gcs", "--from", "2")

@@ -98,16 +98,32 @@ def _slowed_node(session: str) -> bool:
         return False
 
 
+def _delaying(session: str) -> bool:
+    from rlsim.host import delayer
+
+    return any(delayer.is_delayer(pid) for pid in procs.find(session))
+
+
+def _cut(session: str) -> bool:
+    out = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+    return any(session in line and "-j DROP" in line for line in out.splitlines())
+
+
 @pytest.mark.root
 @pytest.mark.parametrize("fault,in_force,signum,code", [
     ("slow_storage: {write_mbps: 0.2}", _throttled_storage, signal.SIGINT, 130),
     pytest.param("slow_node: {node: 1, cpu: 0.2}", _slowed_node, signal.SIGTERM, 143,
                  marks=pytest.mark.slow),
-], ids=["slow_storage-SIGINT", "slow_node-SIGTERM"])
+    pytest.param("degrade_link: {nodes: [1], delay_ms: 30, loss_pct: 1}", _delaying,
+                 signal.SIGTERM, 143, marks=pytest.mark.slow),
+    pytest.param("flap_link: {groups: [[1]], period_s: 1.5, down_s: 0.5}", _cut, signal.SIGINT,
+                 130, marks=pytest.mark.slow),
+], ids=["slow_storage-SIGINT", "slow_node-SIGTERM", "degrade_link-SIGTERM", "flap_link-SIGINT"])
 def test_a_gray_failure_in_force_is_healed_when_the_run_is_stopped(
         tmp_path: Path, fault, in_force, signum, code):
     """Ctrl-C or a scheduler's cancel while a gray failure holds: the device is unmounted (its
-    loop device freed, the files kept), the CPU quota lifted, the cluster stopped."""
+    loop device freed, the files kept), the CPU quota lifted, the link's rules removed and its
+    delayers ended, the flapping stopped, the cluster stopped."""
     from rlsim.host import disk
 
     name = fault.split(":")[0]
@@ -129,8 +145,8 @@ def test_a_gray_failure_in_force_is_healed_when_the_run_is_stopped(
         if run.poll() is None:
             run.kill()
     assert run.returncode == code, out
-    assert procs.find(session) == [] and state.load(cluster) is None
-    assert disk.mounted(session) == []
+    assert procs.find(session) == [] and state.load(cluster) is None  # delayers too
+    assert disk.mounted(session) == [] and _rules(cluster) == []
     timeline = [json.loads(line) for line in
                 (tmp_path / "out" / name / "timeline.jsonl").open()]
     kinds = [e["type"] for e in timeline if e["type"].startswith("fault_")]
