@@ -21,8 +21,8 @@ from rlsim.contract import RESERVE_FILE
 from rlsim.files import read_file, write_file
 from rlsim.host import delayer, iptables, links, procs, state
 from rlsim.host.iptables import Drop
-from rlsim.host.links import LinkShape
 from rlsim.host.layout import named_ports
+from rlsim.host.links import LinkShape
 from rlsim.host.spec import ClusterSpec
 from rlsim.host.state import ClusterState
 
