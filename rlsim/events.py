@@ -25,6 +25,8 @@ stalled             cause, call, stuck (the workers that did not answer), messag
                     no progress within the trainer's own timeout, nothing died (a hung rank, a
                     frozen node: ``detected_within_s``)
 node_lost           ip
+preemption_notice   ip, deadline_in_s: Ray announced that a node of the run is preempted (a
+                    drain with a deadline) and the trainer heard it (``detected_within_s``)
 restart             restart (count), cause (an in-process restart: ``restarts``)
 error               kind, message (``fails``)
 run_end             status (completed | failed), step (``completes``)
@@ -46,7 +48,7 @@ RUN_DIR_VAR = "RLSIM_RUN_DIR"
 ATTEMPT_VAR = "RLSIM_ATTEMPT"
 
 EVENT_TYPES = frozenset({"step_end", "checkpoint_saved", "resume", "worker_died", "stalled",
-                         "node_lost", "restart", "error", "run_end"})
+                         "node_lost", "preemption_notice", "restart", "error", "run_end"})
 
 
 class EventLog:

@@ -147,6 +147,9 @@ class FaultToleranceConfig(_Section):
     step_timeout_s: float = Field(120, gt=0, le=WEEK, description="any single role call")
     collective_timeout_s: float = Field(30, gt=0, le=WEEK,
                                         description="gloo/NCCL process-group timeout")
+    checkpoint_on_preemption: bool = Field(
+        True, description="save at once when Ray announces that a node of this run will be "
+        "preempted (a drain with a deadline), so the rebuild loses no step")
     gcs_reconnect_timeout_s: float = Field(
         15, gt=0, le=WEEK,
             description="how long the driver waits for a lost head (GCS) before failing")

@@ -59,6 +59,8 @@ class Run:
         self.restarts = 0
         self.nodes: list[dict] = []  # the nodes of the current attempt
         self.where: list[dict] = []  # its workers (index, roles, ip, pid)
+        self.noticed: set[str] = set()  # nodes whose preemption notice was said
+        self.saved_step: int | None = None  # the step of this attempt's last checkpoint
         self.micro, changes = fit(cfg, plan, gpu_capacity(cfg, _label_memory()))
         for change in changes:
             log.emit("oom", message="planned micro-batch does not fit the GPU", action=change)
@@ -115,6 +117,7 @@ class Run:
                 raise
             self._save_failed(tmp, why)
             return
+        self.saved_step = self.step
         self.log.emit("checkpoint_saved", step=self.step, path=str(final),
                       seconds=round(time.monotonic() - t0, 3))
 
@@ -155,6 +158,7 @@ class Run:
         cfg = self.cfg
         ckpt.clean_temp(cfg.ckpt_dir)
         self.step, self.loader.epoch, self.loader.cursor = 0, 0, 0
+        self.saved_step = None
         with Roles(cfg, self.plan, self.micro) as roles:
             roles.events = lambda type, **fields: self.log.emit(type, step=self.step + 1,
                                                                  **fields)
@@ -181,6 +185,28 @@ class Run:
                 if (cfg.save_freq and self.step % cfg.save_freq == 0) or \
                         self.step == cfg.total_steps:
                     self.save(roles)
+                self.heed_preemption(roles)
+
+    def heed_preemption(self, roles: Roles) -> None:
+        """Ray's preemption notices for the nodes this run uses (a drain with the preemption
+        reason and a deadline: a spot reclaim, a scale-down), asked of the GCS once a step and
+        said once each. With ``checkpoint_on_preemption`` the run saves at once, so the rebuild
+        after the node is gone resumes from this step rather than from the last periodic save.
+        A GCS that does not answer is asked again next step."""
+        try:
+            draining = ray._private.state.state.get_draining_nodes()
+        except Exception:  # noqa: BLE001 - a notice is advice: never fail a step over it
+            return
+        mine = {n["NodeID"]: n for n in self.nodes}
+        new = [(mine[i], ms) for i, ms in draining.items() if i in mine and i not in self.noticed]
+        for node, ms in new:
+            self.noticed.add(node["NodeID"])
+            self.log.emit("preemption_notice", ip=node["NodeManagerAddress"],
+                          node_id=node["NodeID"],
+                          deadline_in_s=round(ms / 1000 - time.time(), 2) if ms else None)
+        if new and self.cfg.fault_tolerance.checkpoint_on_preemption and \
+                self.saved_step != self.step:
+            self.save(roles)
 
     def crashed(self) -> list[tuple[dict, str]]:
         """Workers of this attempt whose fault handler recorded a fatal signal (``Fatal Python

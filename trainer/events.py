@@ -22,6 +22,7 @@ resume              from_step
 worker_died         cause (the error's kind; worker_crashed: a worker's fault handler recorded a fatal signal), message
 stalled             cause, call, stuck (workers that did not answer in time), message
 node_lost           ip, node_id
+preemption_notice   ip, node_id, deadline_in_s: Ray drains a node of this run for preemption
 driver_reconnected  reason (head_restarted, job_lost), old_head, new_head, seconds: the driver
                     reconnected to a head restarted from its GCS store (before the restart event)
 restart             restart (count), cause, message, from_step (the checkpoint it will resume

@@ -206,6 +206,14 @@ class CutsNetwork(Protocol):
 
 
 @runtime_checkable
+class DrainsNodes(Protocol):
+    """Announce a node's end through Ray's own drain (preemption reason, deadline)."""
+
+    def drain_node(self, index: int, deadline_s: float, message: str) -> str:
+        """Drain node ``index``, to be gone ``deadline_s`` from now; returns its node id."""
+
+
+@runtime_checkable
 class ShapesLinks(Protocol):
     """Delay and lose the packets between groups of nodes (a degraded link; see
     :mod:`rlsim.host.links`)."""

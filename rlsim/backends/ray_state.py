@@ -162,5 +162,34 @@ def remove(gcs_address: str, token_path: str, objects: list[RayObject]) -> list[
     return failed
 
 
+def drain(gcs_address: str, token_path: str, node_id: str, deadline_ms: int,
+          message: str) -> str | None:
+    """Ask the GCS to drain node ``node_id`` for preemption with a deadline (unix ms): what a
+    cloud's spot reclaim or a KubeRay scale-down sends through Ray's autoscaler (its
+    ``DrainNode`` RPC, as ``ray drain-node`` calls it). Ray stops placing work there and tells
+    whoever asks (``get_draining_nodes``); it kills nothing itself. Returns None when accepted,
+    else Ray's reason."""
+    import grpc
+    from ray._private.authentication.grpc_authentication_client_interceptor import (
+        _get_authentication_metadata_tuple,
+    )
+    from ray.core.generated import autoscaler_pb2 as pb
+
+    os.environ.update(connect_env(token_path))
+    channel = grpc.insecure_channel(gcs_address, options=[("grpc.enable_http_proxy", 0)])
+    try:
+        reply = channel.unary_unary(
+            "/ray.rpc.autoscaler.AutoscalerStateService/DrainNode",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=pb.DrainNodeReply.FromString)(
+            pb.DrainNodeRequest(node_id=bytes.fromhex(node_id),
+                                reason=pb.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+                                reason_message=message, deadline_timestamp_ms=deadline_ms),
+            timeout=10, metadata=_get_authentication_metadata_tuple())
+    finally:
+        channel.close()
+    return None if reply.is_accepted else (reply.rejection_reason_message or "rejected")
+
+
 def _hex(raw: bytes) -> str:
     return raw.hex()

@@ -205,6 +205,25 @@ class StartedCluster:
             if delayer.is_delayer(pid):
                 self._stop_delayer(pid)
 
+    # ---- preemption --------------------------------------------------------------------------
+
+    def drain_node(self, index: int, deadline_s: float, message: str) -> str:
+        """Ray's own drain of node ``index`` with the preemption reason and a deadline
+        ``deadline_s`` from now (see :func:`rlsim.backends.ray_state.drain`); returns the node's
+        id. Raises when Ray refuses it."""
+        from rlsim.backends.ray_state import drain
+        from rlsim.host.home import auth_token_path
+
+        self._check_index(index)
+        node_id = self.nodes()[index].node_id
+        if not node_id:
+            raise RuntimeError(f"node {index} is not alive: there is nothing to preempt")
+        refused = drain(self.address, str(auth_token_path()), node_id,
+                        int((time.time() + deadline_s) * 1000), message)
+        if refused:
+            raise RuntimeError(f"Ray refused to drain node {index}: {refused}")
+        return node_id
+
     # ---- degraded links ----------------------------------------------------------------------
 
     def degrade_links(self, groups: list[list[int]], shape: LinkShape, seed: int) -> dict:

@@ -9,7 +9,7 @@ class RestartNode(Fault):
     name = "restart_node"
     node_state = "restarting"
     by_hand = True
-    ends = ("kill_node", "pause_node")
+    ends = ("kill_node", "pause_node", "preempt_node")
     needs = (RestartsNodes,)
     harms_real_cluster = True
 

@@ -96,6 +96,27 @@ def test_degrade_link_delays_its_packets_both_ways_until_healed(cluster):
     assert not [p for p in procs.find(cluster.state.session) if delayer.is_delayer(p)]
 
 
+def test_preempt_node_is_rays_drain_then_the_kill_at_the_deadline(cluster):
+    from ray.core.generated.common_pb2 import NodeDeathInfo
+
+    from rlsim.backends.ray_state import node_table
+    from rlsim.host.home import auth_token_path
+
+    node_id = cluster.nodes()[2].node_id
+    out = fault(cluster, "preempt-node", "2", "--notice-s", "3")
+    assert "drained node 2 for preemption" in out and "restart-node 2" in out
+    # Ray's own record of the drain: the node's end announced as a preemption. Idle (no trainer
+    # here), its raylet exits at once, as Ray ends a drained node with nothing left to run; a
+    # busy one lives until the kill at the deadline (scenarios/preempted_node.yaml).
+    [row] = [n for n in node_table(cluster.address, str(auth_token_path()))
+             if n["NodeID"] == node_id]
+    assert row["DeathReason"] == NodeDeathInfo.AUTOSCALER_DRAIN_PREEMPTED, row
+    wait_until(lambda: alive(cluster) == [0, 1], 30, "node 2 gone")
+    assert in_force(cluster)[0]["action"] == "preempt-node"
+    fault(cluster, "restart-node", "2")
+    assert alive(cluster) == [0, 1, 2] and in_force(cluster) == []
+
+
 def test_block_port_from_one_node_and_heal(cluster):
     gcs = cluster.port("gcs")[0]
     out = fault(cluster, "block-port", "0", "gcs", "--from", "2")

@@ -162,3 +162,16 @@ def test_throughput_within_without_a_twin_fails_saying_so(tmp_path):
     check = CHECKS["throughput_within"]
     verdict = check.judge(o, check.params(0.8))
     assert not verdict.ok and "twin did not run" in verdict.message
+
+
+def test_preempting_the_head_is_refused_in_the_scenarios_words():
+    from rlsim.faults import FAULTS
+
+    fault = FAULTS["preempt_node"]
+    shape = type("Shape", (), {"nodes": 3})()
+    field, said = fault.cluster_problem(fault.Params(node=0), shape)
+    assert field == "node" and "kill_head" in said
+    assert fault.cluster_problem(fault.Params(node=2, notice_s=5), shape) is None
+    assert fault.cluster_problem(fault.Params(node=3), shape)[0] == "node"  # no such node
+    with pytest.raises(ValueError, match="greater than 0"):
+        fault.Params(node=1, notice_s=0)
