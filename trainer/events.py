@@ -19,7 +19,8 @@ checkpoint_not_sh.  (``checkpoint_not_shared``) step, nodes, files, example, mes
 checkpoint_write_f. (``checkpoint_write_failed``) step, dir, free_mb, last_complete, message: the
                     storage refused a save (disk full, quota); training goes on (a warning)
 resume              from_step
-worker_died         cause (the error's kind; worker_crashed: a worker's fault handler recorded a fatal signal), message
+worker_died         cause (the error's kind; worker_crashed: a worker's fault handler recorded
+                    a fatal signal), message
 stalled             cause, call, stuck (workers that did not answer in time), message
 node_lost           ip, node_id
 preemption_notice   ip, node_id, deadline_in_s: Ray drains a node of this run for preemption
