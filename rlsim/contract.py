@@ -10,6 +10,12 @@ backends import nothing of the trainer at all: a backend hosts any workload.
 # GPU of that node (fake GPUs' memory pressure); the workers read it before each phase.
 RESERVE_FILE = "faults/gpu_reserve.json"
 
+# ``<run_dir>/faults/gpus_lost.json``: ``{"<node ip>": [GPU ids as Ray hands them out]}``: fake
+# GPUs a harness has failed (an Xid, a device fallen off the bus). A worker whose
+# CUDA_VISIBLE_DEVICES holds one, on that node, dies of it, as a process does whose device is
+# gone, after recording ``Fatal GPU error: ...`` in its crash log.
+GPU_LOST_FILE = "faults/gpus_lost.json"
+
 # The Ray node label a harness sets on every fake-GPU node: GiB per GPU it simulates.
 MEMORY_LABEL = "rlsim-gpu-memory-gb"
 

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from rlsim.files import FileRefused, read_file
 from trainer.errors import ConfigError
@@ -147,6 +154,14 @@ class FaultToleranceConfig(_Section):
     step_timeout_s: float = Field(120, gt=0, le=WEEK, description="any single role call")
     collective_timeout_s: float = Field(30, gt=0, le=WEEK,
                                         description="gloo/NCCL process-group timeout")
+    elastic: bool = Field(False, description="rebuild on fewer GPUs when the cluster has lost "
+                          "some (a lost GPU, a lost node with no spare): after waiting "
+                          "elastic_wait_s for the full placement, the largest colocated one the "
+                          "alive nodes hold, down to min_gpus; the global batch stays the same")
+    elastic_wait_s: float = Field(10, ge=0, le=WEEK, description="how long a rebuild waits for "
+                                  "the full placement before it takes fewer GPUs")
+    min_gpus: int = Field(1, ge=1, le=1 << 16, description="the fewest GPUs an elastic rebuild "
+                          "runs on")
     checkpoint_on_preemption: bool = Field(
         True, description="save at once when Ray announces that a node of this run will be "
         "preempted (a drain with a deadline), so the rebuild loses no step")
@@ -190,6 +205,25 @@ class TrainerConfig(_Section):
     @property
     def ckpt_dir(self) -> str:
         return self.checkpoint_dir or str(Path(self.run_dir) / "checkpoints")
+
+    @model_validator(mode="after")
+    def _elastic_can_resume_on_fewer_ranks(self):
+        if not self.fault_tolerance.elastic:
+            return self
+        if self.placement.mode != "colocated":
+            raise ValueError("fault_tolerance.elastic needs placement.mode: colocated: a "
+                             "disaggregated placement names each role's GPUs, so there is no "
+                             "smaller one to choose")
+        for role in ("actor", "critic") if self.algorithm == "ppo" else ("actor",):
+            oc = getattr(self, role)
+            if oc.engine == "deepspeed" and oc.zero_stage >= 1:
+                raise ValueError(
+                    f"fault_tolerance.elastic with {role}.engine: deepspeed at zero_stage "
+                    f"{oc.zero_stage}: ZeRO partitions the optimizer state over the data-parallel "
+                    "ranks, and DeepSpeed cannot load it on another number of them ('Automatic "
+                    "adjustment of ZeRO's optimizer state partitioning with a new world size is "
+                    f"not currently supported'). Fix: {role}.engine: ddp, or {role}.zero_stage: 0")
+        return self
 
     def roles(self) -> list[str]:
         """The roles this algorithm runs (reward is rule-based and rides with the rollout)."""

@@ -41,7 +41,7 @@ from trainer.errors import (
 from trainer.events import RunLog
 from trainer.groups import Roles, alive_gpu_nodes, label_memory_gb
 from trainer.memory import fit, gpu_capacity
-from trainer.placement import Plan, plan_placement
+from trainer.placement import Plan, largest_fit, plan_placement
 from trainer.worker import crash_log
 
 ALGORITHMS = {"grpo": grpo.step, "ppo": ppo.step}
@@ -94,7 +94,8 @@ class Run:
         self.loader.load_state(state["loader"])
         roles.sync_weights()
         self.log.emit("checkpoint_loaded", step=self.step, path=path)
-        self.log.emit("resume", from_step=self.step)
+        self.log.emit("resume", from_step=self.step, dp=dict(self.plan.dp),
+                      consumed_samples=self.loader.epoch * self.loader.size + self.loader.cursor)
 
     def save(self, roles: Roles) -> None:
         t0 = time.monotonic()
@@ -208,6 +209,33 @@ class Run:
                 self.saved_step != self.step:
             self.save(roles)
 
+    def refit(self, asked: TrainerConfig) -> None:
+        """``fault_tolerance.elastic``: before a rebuild, wait (``elastic_wait_s``) for the
+        placement the config asks for; else take the largest that the alive GPU nodes hold now
+        (:func:`trainer.placement.largest_fit`). The global batch is unchanged, so the restored
+        data loader's position is the right sample whatever the data-parallel size."""
+        ft = asked.fault_tolerance
+        want = asked.placement
+        deadline = time.monotonic() + ft.elastic_wait_s
+        while True:
+            gpus = [n["Resources"].get("GPU", 0) for n in alive_gpu_nodes()]
+            full = sum(1 for g in gpus if g >= want.gpus_per_node) >= want.nnodes
+            if full or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+        chosen = asked if full else largest_fit(asked, gpus, ft.min_gpus)
+        if chosen is None or chosen.placement == self.cfg.placement:
+            return  # nothing smaller fits: the attempt waits for resources and says why
+        self.cfg = self.cfg.model_copy(update={"placement": chosen.placement})
+        self.plan = plan_placement(self.cfg)
+        self.micro, changes = fit(self.cfg, self.plan, gpu_capacity(self.cfg, _label_memory()))
+        for change in changes:
+            self.log.emit("oom", message="planned micro-batch does not fit the GPU",
+                          action=change)
+        print(f"trainer: elastic: rebuilding on {self.plan.nnodes} node(s) x "
+              f"{self.plan.gpus_per_node} GPU(s) (asked {want.nnodes} x {want.gpus_per_node}; "
+              f"GPUs alive per node: {gpus})", flush=True)
+
     def crashed(self) -> list[tuple[dict, str]]:
         """Workers of this attempt whose fault handler recorded a fatal signal (``Fatal Python
         error: Segmentation fault``), with that line: Ray says the same of a crash and of a
@@ -218,7 +246,8 @@ class Run:
             with contextlib.suppress(OSError):
                 text = crash_log(self.cfg.run_dir, worker["pid"]).read_text(errors="replace")
                 fatal = next((line for line in text.splitlines()
-                              if line.startswith("Fatal Python error")), None)
+                              if line.startswith(("Fatal Python error", "Fatal GPU error"))),
+                             None)
                 if fatal:
                     found.append((worker, fatal.removeprefix("Fatal Python error: ")))
         return found
@@ -261,6 +290,7 @@ def run(cfg: TrainerConfig) -> int:
         _connect(Path(cfg.run_dir))
         _watch_head(log, cfg.fault_tolerance.gcs_reconnect_timeout_s, t0)
         r = Run(cfg, plan, log, lease)
+        asked = cfg  # the placement an elastic rebuild returns to when the cluster holds it
         head = _head_id()
         stale_seen = False
         while True:
@@ -290,6 +320,9 @@ def run(cfg: TrainerConfig) -> int:
                 if cfg.resume != "auto":  # a rebuild resumes from this run's own checkpoints
                     cfg = cfg.model_copy(update={"resume": "auto"})
                     r.cfg = cfg
+                if cfg.fault_tolerance.elastic:
+                    r.refit(asked)
+                    cfg = r.cfg
         step = r.step
         log.emit("run_end", status="completed", step=step, restarts=r.restarts,
                  seconds=round(time.monotonic() - t0, 3))
@@ -348,7 +381,8 @@ def _record_loss(log: RunLog, r: Run, e: TrainerError) -> list[dict]:
     else:
         log.emit("worker_died", cause=e.kind, message=str(e)[:500])
     for worker, fatal in r.crashed():  # behind the error: a worker that crashed, not was killed
-        log.emit("worker_died", cause="worker_crashed",
+        log.emit("worker_died", cause="gpu_lost" if fatal.startswith("Fatal GPU error") else
+                 "worker_crashed",
                  message=f"worker {worker['index']} ({', '.join(worker['roles'])}) on "
                          f"{worker['ip']} crashed: {fatal}")
     lost = r.lost_nodes()

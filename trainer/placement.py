@@ -211,6 +211,34 @@ def check_cluster(plan: Plan, node_gpus: list[float]) -> None:
         )
 
 
+def largest_fit(cfg: TrainerConfig, node_gpus: list[float], min_gpus: int) -> TrainerConfig | None:
+    """The config whose colocated placement is the largest (nodes x GPUs per node, no more than
+    asked) that nodes with ``node_gpus`` hold and the batches split over, at least ``min_gpus``
+    GPUs; more GPUs per node wins a tie (fewer nodes to talk across). None when nothing fits.
+    The batches are the config's: the global batch, hence the samples consumed per step, stay."""
+    pc = cfg.placement
+    if pc.mode != "colocated":
+        return None
+    best: tuple[int, int] | None = None
+    for n in range(pc.nnodes, 0, -1):
+        for g in range(pc.gpus_per_node, 0, -1):
+            if n * g < min_gpus or sum(1 for x in node_gpus if x >= g) < n:
+                continue
+            if best is not None and (n * g, g) <= (best[0] * best[1], best[1]):
+                continue
+            trial = cfg.model_copy(update={"placement": pc.model_copy(
+                update={"nnodes": n, "gpus_per_node": g})})
+            try:
+                plan_placement(trial)
+            except PlacementError:
+                continue
+            best = (n, g)
+    if best is None:
+        return None
+    return cfg.model_copy(update={"placement": pc.model_copy(
+        update={"nnodes": best[0], "gpus_per_node": best[1]})})
+
+
 def worker_bundles(plan: Plan, node: int) -> list[dict[str, float]]:
     """The placement-group bundles of one logical node: one bundle per worker on it."""
     return [{"GPU": float(len(w.gpus))} for w in plan.on_node(node)]

@@ -15,8 +15,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import faulthandler
+import json
 import os
 import random
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +28,7 @@ import ray
 import torch
 import torch.distributed as dist
 
+from rlsim.contract import GPU_LOST_FILE
 from trainer import memory
 from trainer.checkpoint import listing as ckpt_listing
 from trainer.config import TrainerConfig
@@ -82,6 +86,32 @@ def _record_crashes(run_dir: str):
     return log
 
 
+def lost_gpus(run_dir: str, ip: str) -> set[str]:
+    """The GPUs of node ``ip`` a harness has failed (:data:`rlsim.contract.GPU_LOST_FILE`)."""
+    try:
+        lost = json.loads((Path(run_dir) / GPU_LOST_FILE).read_text())
+    except (OSError, ValueError):
+        return set()
+    return {str(g) for g in lost.get(ip, [])} if isinstance(lost, dict) else set()
+
+
+def _watch_device(run_dir: str, ip: str, every_s: float = 0.25) -> None:
+    """A fake GPU's failure, as the process on it meets it: the driver reports an Xid and the
+    device is gone, so this process dies (a real one aborts at its next CUDA call), leaving
+    ``Fatal GPU error`` in its crash log for the driver to name the cause."""
+    mine = {g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g}
+    while mine:
+        gone = sorted(mine & lost_gpus(run_dir, ip))
+        if gone:
+            line = (f"Fatal GPU error: GPU {','.join(gone)} on {ip} lost (Xid 79: GPU has "
+                    "fallen off the bus)")
+            with contextlib.suppress(OSError), crash_log(run_dir, os.getpid()).open("a") as f:
+                f.write(line + "\n")
+            print(f"trainer worker: {line}", file=sys.stderr, flush=True)
+            os._exit(1)
+        time.sleep(every_s)
+
+
 class Worker:
     """Hosts the roles of one :class:`WorkerSlot`. Created by ``trainer.groups`` as a Ray actor."""
 
@@ -97,6 +127,8 @@ class Worker:
         self.rollout = self.ref = None
         self.store = None
         self._crash_log = _record_crashes(self.cfg.run_dir)
+        threading.Thread(target=_watch_device, args=(self.cfg.run_dir, self.ip),
+                         name="rlsim-device-watch", daemon=True).start()
         seed = self.cfg.seed * 7919 + slot.index
         random.seed(seed)
         np.random.seed(seed % 2**32)

@@ -206,6 +206,14 @@ class CutsNetwork(Protocol):
 
 
 @runtime_checkable
+class LosesGpus(Protocol):
+    """Bring a node back advertising one GPU fewer (a device drained after an Xid)."""
+
+    def lose_gpu(self, index: int, timeout: float | None = None) -> NodeInfo:
+        """Restart node ``index`` with one GPU fewer than it has; returns the node as it is back."""
+
+
+@runtime_checkable
 class DrainsNodes(Protocol):
     """Announce a node's end through Ray's own drain (preemption reason, deadline)."""
 

@@ -71,12 +71,13 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
     address = addresses[index] if addresses else node.address
     gcs_address = f"{addresses[0]}:{plan.gcs_port}" if addresses else plan.gcs_address
     shape = spec.node_shapes()[index]
+    gpus = st.gpus_left.get(index, shape.gpus)  # fewer once one was lost (gpu_lost)
     kwargs = dict(
         node_ip_address=address,
         num_cpus=shape.cpus,
-        num_gpus=shape.gpus,
+        num_gpus=gpus,
         resources={**shape.resources, f"rlsim_node_{index}": 1.0,
-                   **({GPU_ALIAS: shape.gpus} if shape.gpus else {}),
+                   **({GPU_ALIAS: gpus} if gpus else {}),
                    **({ACCELERATOR_RESOURCE + shape.accelerator: 1.0} if shape.accelerator
                       else {})},
         labels={**shape.labels, "rlsim-node-index": str(index),

@@ -159,9 +159,10 @@ class StartedCluster:
         timeout = st.spec.ready_timeout_s * len(want) if timeout is None else timeout
         deadline = time.monotonic() + timeout
         shapes = st.spec.node_shapes()
+        gpus_of = [st.gpus_left.get(i, shape.gpus) for i, shape in enumerate(shapes)]
         while True:
             infos = self.nodes(exclude_ids)
-            ready = {n.index for n in infos if n.alive and n.gpus == shapes[n.index].gpus}
+            ready = {n.index for n in infos if n.alive and n.gpus == gpus_of[n.index]}
             if want <= ready:
                 return infos
             self._check_starting(infos, want - ready)
@@ -172,7 +173,7 @@ class StartedCluster:
                 raise TimeoutError(
                     f"cluster {st.spec.name!r} ({self.name}): node(s) {missing} not alive after "
                     f"{timeout:.0f} s (alive: {sorted(n.index for n in infos if n.alive)}, GPUs "
-                    f"seen {gpus} of {st.spec.gpus()}). Raise "
+                    f"seen {gpus} of {sum(gpus_of)}). Raise "
                     f"ready_timeout_s (--ready-timeout, per node) if the machine is just slow. "
                     f"Node {first} log tail:\n" + self.logs(first)
                 )
@@ -204,6 +205,22 @@ class StartedCluster:
         for pid in procs.find(self._st.session):
             if delayer.is_delayer(pid):
                 self._stop_delayer(pid)
+
+    # ---- lost GPUs ---------------------------------------------------------------------------
+
+    def lose_gpu(self, index: int, timeout: float | None = None) -> NodeInfo:
+        """Node ``index`` comes back advertising one GPU fewer, for the rest of the cluster's
+        life (a device drained after an Xid: the node's restart, as after a reboot, loses
+        everything that ran there). Recorded in the cluster's state, so later restarts keep
+        it."""
+        self._check_index(index)
+        st = self._st
+        had = st.gpus_left.get(index, self.spec.node_shapes()[index].gpus)
+        if had < 1:
+            raise RuntimeError(f"node {index} has no GPU left to lose")
+        st.gpus_left[index] = had - 1
+        state.save(st)
+        return self.restart_node(index, timeout)
 
     # ---- preemption --------------------------------------------------------------------------
 

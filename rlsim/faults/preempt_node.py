@@ -52,14 +52,18 @@ class PreemptNode(Fault):
             node, notice, f"rlsim preempt_node: node {node} is reclaimed in {notice:g} s")
         self.killed: list[int] | None = None
         # Not a daemon: by hand, `rlsim fault` stays until the deadline's kill is done.
-        self._kill = threading.Timer(notice, self._at_deadline, args=(node,))
+        self._kill = threading.Timer(notice, self._at_deadline, args=(node, node_id))
         self._kill.name = "rlsim-preempt-node"
         self._kill.start()
         return {"node": node, "notice_s": notice, "node_id": node_id,
                 "address": self.ctx.cluster.nodes()[node].address}
 
-    def _at_deadline(self, node: int) -> None:
-        self.killed = self.ctx.cluster.kill_node(node)
+    def _at_deadline(self, node: int, node_id: str) -> None:
+        """The reclaim: the machine that was drained goes, unless it is gone already (Ray ends an
+        idle drained node itself) and a restarted node, a new registration, took its place."""
+        now = self.ctx.cluster.nodes()[node]
+        if now.alive and now.node_id == node_id:
+            self.killed = self.ctx.cluster.kill_node(node)
 
     def said(self, did):
         return (f"drained node {did['node']} for preemption (Ray's notice, deadline in "

@@ -54,6 +54,8 @@ class ClusterState(BaseModel):
     cgroups: bool = Field(False, description="node i lives in cgroup "
                           "rlsim/<home id>.<session>/n<i>")
     pids: dict[int, int] = Field(default_factory=dict, description="node index -> raylet pid")
+    gpus_left: dict[int, int] = Field(default_factory=dict, description="node index -> the GPUs "
+                                      "it advertises since one was lost (gpu_lost)")
 
     @field_validator("session")
     @classmethod

@@ -117,6 +117,19 @@ def test_preempt_node_is_rays_drain_then_the_kill_at_the_deadline(cluster):
     assert alive(cluster) == [0, 1, 2] and in_force(cluster) == []
 
 
+def test_gpu_lost_brings_the_node_back_with_one_gpu_fewer_for_good(cluster):
+    out = fault(cluster, "gpu-lost", "2", "0")
+    assert "lost GPU 0 of node 2 (no process held it)" in out
+    assert [n.gpus for n in cluster.nodes()] == [1, 1, 0]
+    from rlsim.host import state
+
+    assert state.load(cluster.spec.name).gpus_left == {2: 0}
+    fault(cluster, "restart-node", "2")  # a restart does not bring the device back
+    assert [n.gpus for n in cluster.nodes()] == [1, 1, 0]
+    refused = CliRunner().invoke(cli.app, ["fault", cluster.spec.name, "gpu-lost", "2", "0"])
+    assert refused.exit_code != 0 and "no GPU left" in refused.output
+
+
 def test_block_port_from_one_node_and_heal(cluster):
     gcs = cluster.port("gcs")[0]
     out = fault(cluster, "block-port", "0", "gcs", "--from", "2")

@@ -175,3 +175,63 @@ def test_preempting_the_head_is_refused_in_the_scenarios_words():
     assert fault.cluster_problem(fault.Params(node=3), shape)[0] == "node"  # no such node
     with pytest.raises(ValueError, match="greater than 0"):
         fault.Params(node=1, notice_s=0)
+
+
+class _Cluster:
+    """Just what preempt_node touches of a backend: a drain, the node table, a kill."""
+
+    def __init__(self) -> None:
+        from rlsim.backends.base import NodeInfo
+
+        self.info = NodeInfo(index=1, address="127.77.0.11", gpus=1, alive=True, node_id="n1")
+        self.drained: list[tuple] = []
+        self.killed: list[int] = []
+
+    def drain_node(self, index, deadline_s, message):
+        self.drained.append((index, deadline_s))
+        return self.info.node_id
+
+    def nodes(self):
+        return [None, self.info]
+
+    def kill_node(self, index):
+        self.killed.append(index)
+        return [4242]
+
+
+def _preempt(cluster, notice_s: float):
+    import random
+
+    from rlsim.faults import FAULTS, FaultContext
+
+    fault = FAULTS["preempt_node"]
+    return fault(fault.Params(node=1, notice_s=notice_s),
+                 FaultContext(cluster, Path("."), random.Random(0)))
+
+
+def test_preempt_node_drains_then_kills_the_drained_node_at_its_deadline():
+    cluster = _Cluster()
+    fault = _preempt(cluster, 0.2)
+    did = fault.inject()
+    assert cluster.drained == [(1, 0.2)] and cluster.killed == [] and did["node_id"] == "n1"
+    fault._kill.join(5)
+    assert cluster.killed == [1]
+
+
+def test_a_run_that_ends_before_the_deadline_calls_the_kill_off():
+    cluster = _Cluster()
+    fault = _preempt(cluster, 30)
+    fault.inject()
+    assert fault.teardown() == {"kill_called_off": True}
+    fault._kill.join(5)
+    assert not fault._kill.is_alive() and cluster.killed == []
+
+
+def test_the_deadline_spares_a_node_restarted_meanwhile():
+    cluster = _Cluster()
+    fault = _preempt(cluster, 0.2)
+    fault.inject()
+    cluster.info = type(cluster.info)(index=1, address="127.77.0.11", gpus=1, alive=True,
+                                        node_id="new")
+    fault._kill.join(5)
+    assert cluster.killed == []

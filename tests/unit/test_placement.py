@@ -4,7 +4,7 @@ import pytest
 
 from trainer.config import TrainerConfig
 from trainer.errors import PlacementError
-from trainer.placement import check_cluster, plan_placement, worker_bundles
+from trainer.placement import check_cluster, largest_fit, plan_placement, worker_bundles
 
 
 def cfg(**kw) -> TrainerConfig:
@@ -110,3 +110,40 @@ def test_cluster_too_small_names_the_numbers_and_the_fix():
     with pytest.raises(PlacementError) as e:
         check_cluster(plan, [8, 4])
     assert "2 nodes x 8 GPUs = 16 GPUs" in str(e.value) and "placement.nnodes" in str(e.value)
+
+
+def _elastic(nnodes: int, gpus: int, **extra) -> TrainerConfig:
+    return TrainerConfig.model_validate({
+        "data": {"prompts_per_step": 16}, "rollout": {"n_samples": 8},
+        "actor": {"engine": "ddp", "micro_batch_size": 8},
+        "placement": {"nnodes": nnodes, "gpus_per_node": gpus},
+        "fault_tolerance": {"elastic": True}, **extra})
+
+
+@pytest.mark.parametrize("asked,alive,fit", [
+    ((2, 1), [1, 0], (1, 1)),          # a node's only GPU lost: the one left
+    ((2, 2), [2, 1], (1, 2)),          # 2x1 or 1x2: two GPUs either way, more per node wins
+    ((2, 2), [2, 2, 2], (2, 2)),       # a spare: the whole placement
+    ((4, 1), [1, 1, 1, 0], (2, 1)),    # 3 nodes: 3 does not divide the 16 prompts: 2
+    ((2, 4), [3, 3], (2, 2)),          # never more per node than asked, nor more than is alive
+])
+def test_an_elastic_rebuild_takes_the_largest_placement_that_fits_and_splits(asked, alive, fit):
+    got = largest_fit(_elastic(*asked), alive, min_gpus=1)
+    assert (got.placement.nnodes, got.placement.gpus_per_node) == fit
+    assert got.data.prompts_per_step == 16  # the global batch: the samples a step consumes
+
+
+def test_an_elastic_rebuild_under_min_gpus_or_on_nothing_is_none():
+    assert largest_fit(_elastic(2, 2), [2, 1], min_gpus=3) is None
+    assert largest_fit(_elastic(2, 1), [0, 0], min_gpus=1) is None
+
+
+def test_elastic_refuses_zero_partitioned_optimizer_state_naming_the_fix():
+    with pytest.raises(ValueError, match=r"ZeRO partitions the optimizer state.*actor.engine: ddp"):
+        _elastic(2, 1, actor={"engine": "deepspeed", "zero_stage": 2})
+    with pytest.raises(ValueError, match="placement.mode: colocated"):
+        TrainerConfig.model_validate({
+            "fault_tolerance": {"elastic": True}, "actor": {"engine": "ddp"},
+            "placement": {"mode": "disaggregated", "roles": {"actor": "0-1", "rollout": "0-1",
+                                                              "ref": "0-1"}}})
+    assert _elastic(2, 1, actor={"engine": "deepspeed", "zero_stage": 0})
