@@ -1,6 +1,6 @@
 """The scenario catalogue's cost: wall time with xdist, harness overhead, detection, recovery.
 
-    .venv/bin/python bench/scenarios.py [-n 2] [-k EXPR] [--compare-reuse]
+    .venv/bin/python bench/scenarios.py [-n 2] [-k EXPR] [--compare-reuse] [--compare-warm]
 
 Runs ``pytest scenarios -n N --rlsim-report DIR`` once, then reads each scenario's timeline:
 cluster bring-up, the fault-free twin (``matches_baseline``), the trainer's own wall time, and
@@ -13,6 +13,15 @@ started and stopped per scenario, no twin cache) then with clusters shared betwe
 one shape: both walls, their ratio (target: reuse at most half), and whether every scenario's check
 outcomes are identical both ways (the reuse-equivalence check).
 
+Fixed cost, apart from each scenario's story: ``ready`` (scenario start to cluster ready: zero
+when a pooled cluster is reused), ``first step`` (the trainer's launch to its first step: the
+driver's imports, placement, the workers' start and set-up) and ``teardown`` (the trainer's exit to
+the scenario's end: heal, leak checks, giving the cluster back). With ``--compare-warm`` the
+catalogue runs twice in one go, first with ``RLSIM_WARM_WORKERS=0`` (workers forked cold when the
+trainer's actors ask) then with warm workers (started ahead with torch and the trainer's worker
+imported; see ``rlsim.scenario.runner.warm_up``): both walls, each scenario's first step both
+ways, and whether the verdicts are identical.
+
 Targets (measured here, not asserted in tests, whose limits are loose bounds against hangs): the
 catalogue in <= 10 min, overhead <= 10%, detection <= 2 s and recovery <= 15 s after a node kill.
 """
@@ -21,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,25 +56,34 @@ def spans(timeline: Path) -> dict[str, float]:
     ev = {e["type"]: e["ts"] for e in events}
     total = ev["scenario_end"] - ev["scenario_start"]
     if "cluster_ready" not in ev:  # refused at start (a version mismatch): all of it is bring-up
-        return {"total": total, "bringup": total, "twin": 0.0, "trainer": 0.0, "harness": 0.0}
+        return {"total": total, "bringup": total, "twin": 0.0, "trainer": 0.0, "harness": 0.0,
+                "first_step": None, "teardown": None}
     bringup = ev["cluster_ready"] - ev["scenario_start"]
+    firsts = [e["ts"] for e in map(json.loads, timeline.read_text().splitlines())
+              if e["source"] == "trainer" and e["type"] == "step_end"]
     twin = ev.get("baseline_done", ev["cluster_ready"]) - ev["cluster_ready"]
     # every launch of the trainer (a relaunched one has several), not only the last
     starts = [e["ts"] for e in events if e["type"] == "trainer_started"]
     exits = [e["ts"] for e in events if e["type"] == "trainer_exited"]
     trainer = sum(b - a for a, b in zip(starts, exits, strict=False))
+    first = (min(firsts) - starts[-1]) if firsts and starts and min(firsts) > starts[-1] \
+        else (min(firsts) - starts[0] if firsts and starts else None)
+    teardown = ev["scenario_end"] - exits[-1] if exits else None
     return {"total": total, "bringup": bringup, "twin": twin, "trainer": trainer,
-            "harness": total - bringup - twin - trainer}
+            "harness": total - bringup - twin - trainer, "first_step": first,
+            "teardown": teardown}
 
 
-def run_catalogue(n: str, k: str | None, extra: list[str]) -> tuple[float, Path, str]:
+def run_catalogue(n: str, k: str | None, extra: list[str],
+                  env: dict[str, str] | None = None) -> tuple[float, Path, str]:
     """One ``pytest scenarios`` run: wall seconds, its report folder, pytest's summary line."""
     report = Path(tempfile.mkdtemp(prefix="rlsim-bench-scenarios-"))
     cmd = [sys.executable, "-m", "pytest", "scenarios", "-q", "-p", "no:cacheprovider",
            "-n", n, "--dist", "loadscope", "--rlsim-report", str(report), *extra] + (
                ["-k", k] if k else [])
     t0 = time.monotonic()
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, **(env or {})})
     last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "no output"
     return time.monotonic() - t0, report, last
 
@@ -79,8 +99,8 @@ def outcomes(report: Path) -> dict[str, dict[str, bool]]:
 
 def spans_table(report: Path, title: str) -> Table:
     table = Table(title=title)
-    for col in ("scenario", "ok", "total s", "bring-up s", "twin s", "trainer s", "harness s",
-                "overhead", "detected s", "recovered s"):
+    for col in ("scenario", "ok", "total s", "bring-up s", "first step s", "teardown s",
+                "twin s", "trainer s", "harness s", "overhead", "detected s", "recovered s"):
         table.add_column(col, justify="left" if col == "scenario" else "right")
     for verdicts in sorted(report.glob("*/verdicts.json")):
         rec = json.loads(verdicts.read_text())
@@ -88,11 +108,21 @@ def spans_table(report: Path, title: str) -> Table:
         value = {c["check"]: c["value"] for c in rec["checks"]}
         overhead = s["harness"] / s["trainer"] if s["trainer"] else 0.0
         table.add_row(rec["scenario"], "yes" if rec["ok"] else "NO", f"{s['total']:.1f}",
-                      f"{s['bringup']:.1f}", f"{s['twin']:.1f}", f"{s['trainer']:.1f}",
+                      f"{s['bringup']:.1f}", _opt(s["first_step"]), _opt(s["teardown"]),
+                      f"{s['twin']:.1f}", f"{s['trainer']:.1f}",
                       f"{s['harness']:.1f}", f"{100 * overhead:.0f}%"
                       + ("" if overhead <= TARGETS["overhead"] else " (over)"),
                       fmt(value, "detected_within_s"), fmt(value, "recovered_within_s"))
     return table
+
+
+def _opt(v: float | None) -> str:
+    return "" if v is None else f"{v:.1f}"
+
+
+def fixed_costs(report: Path) -> dict[str, dict]:
+    return {v.parent.name: spans(v.parent / "timeline.jsonl")
+            for v in sorted(report.glob("*/verdicts.json"))}
 
 
 def main() -> None:
@@ -101,13 +131,16 @@ def main() -> None:
     ap.add_argument("-k", default=None, help="select scenarios (pytest -k)")
     ap.add_argument("--compare-reuse", action="store_true",
                     help="run it with --no-reuse, then with reuse; compare walls and outcomes")
+    ap.add_argument("--compare-warm", action="store_true",
+                    help="run it with cold workers (RLSIM_WARM_WORKERS=0), then warm; compare")
     args = ap.parse_args()
-    console = Console(width=170)
-    runs = [("no reuse", ["--no-reuse"])] if args.compare_reuse else []
-    runs.append(("reuse", []))
+    console = Console(width=190)
+    runs = [("no reuse", ["--no-reuse"], {})] if args.compare_reuse else []
+    runs += [("cold workers", [], {"RLSIM_WARM_WORKERS": "0"})] if args.compare_warm else []
+    runs.append(("reuse", [], {}))
     results = {}
-    for label, extra in runs:
-        wall, report, last = run_catalogue(args.n, args.k, extra)
+    for label, extra, env in runs:
+        wall, report, last = run_catalogue(args.n, args.k, extra, env)
         results[label] = (wall, report)
         console.print(spans_table(report, f"scenario catalogue ({label}): pytest -n {args.n}, "
                                           f"wall {wall:.0f} s ({last})"))
@@ -126,6 +159,26 @@ def main() -> None:
             for name in sorted(set(a) | set(b)):
                 if a.get(name) != b.get(name):
                     print(f"  {name}: no reuse {a.get(name)} / reuse {b.get(name)}")
+
+    if args.compare_warm:
+        cold, hot = fixed_costs(results["cold workers"][1]), fixed_costs(results["reuse"][1])
+        table = Table(title="first step (trainer launch to its first step), cold vs warm workers")
+        for col in ("scenario", "cold s", "warm s", "warm / cold"):
+            table.add_column(col, justify="left" if col == "scenario" else "right")
+        ratios = []
+        for name in sorted(set(cold) & set(hot)):
+            a, b = cold[name]["first_step"], hot[name]["first_step"]
+            if a and b:
+                ratios.append(b / a)
+                table.add_row(name, f"{a:.2f}", f"{b:.2f}", f"{b / a:.2f}")
+        console.print(table)
+        if ratios:
+            print(f"first step, warm / cold, median over {len(ratios)} scenarios: "
+                  f"{statistics.median(ratios):.2f}")
+        base = results["cold workers"][0]
+        same = outcomes(results["cold workers"][1]) == outcomes(results["reuse"][1])
+        print(f"catalogue wall, warm / cold: {wall:.0f} s / {base:.0f} s = {wall / base:.2f}")
+        print(f"check outcomes identical cold and warm: {'yes' if same else 'NO'}")
 
 
 if __name__ == "__main__":

@@ -98,6 +98,12 @@ class Adapter:
         the scenario's ``folder``. Default: none (a command's own arguments are the command's,
         relative to where it runs)."""
 
+    def warm_workers(self, trainer) -> tuple[list[str], list[int]]:
+        """What the trainer's actors import first, and how many of them it places on each node
+        with GPUs (head first, then by address): the runner has that many workers started,
+        with those modules imported, before each launch. Default: none known."""
+        return [], []
+
     def inputs(self, trainer) -> list[Path]:
         """The files whose contents decide the run's numbers besides its command (a fault-free
         twin trained once serves every scenario with the same). Default: none known."""

@@ -34,6 +34,19 @@ class RlsimAdapter(Adapter):
         if trainer.config is not None and not is_preset(trainer.config):
             trainer.config = str(resolve(trainer.config, folder))
 
+    def warm_workers(self, trainer) -> tuple[list[str], list[int]]:
+        """torch and the worker's module; the plan's workers per logical node (nothing where
+        the config does not load: the run says why)."""
+        from trainer.config import load_config
+        from trainer.placement import plan_placement
+
+        try:
+            with contextlib.chdir(trainer.workdir):
+                plan = plan_placement(load_config(trainer.config, overrides(trainer)))
+        except Exception:  # noqa: BLE001 - a config that cannot run fails in its own words
+            return [], []
+        return ["torch", "trainer.worker"], [len(plan.on_node(k)) for k in range(plan.nnodes)]
+
     def inputs(self, trainer) -> list[Path]:
         """Its config file and the reference trainer's code."""
         import trainer as package

@@ -44,7 +44,9 @@ def cluster_env(st: ClusterState) -> dict[str, str]:
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN_PATH": str(auth_token_path()),
         "RAY_USAGE_STATS_ENABLED": "0",
-        # No idle workers forked ahead of demand: on 2 cores they steal CPU from bring-up.
+        # No idle workers forked ahead of demand: on 2 cores they steal CPU from bring-up. The
+        # scenario runner asks each raylet for the ones its trainer will use instead
+        # (StartedCluster.prestart_workers).
         "RAY_enable_worker_prestart": "0",
         "RAY_prestart_worker_first_driver": "0",
         # the head's metrics servers inside the cluster's own port block
@@ -55,6 +57,9 @@ def cluster_env(st: ClusterState) -> dict[str, str]:
         "PATH": os.pathsep.join([str(Path(sys.executable).parent),
                                  os.environ.get("PATH", os.defpath)]),
         **st.spec.health.env(),
+        # the modules a worker imports before it registers (Ray's --worker-preload-modules)
+        **({"RAY_preload_python_modules": ",".join(st.spec.preload_modules)}
+           if st.spec.preload_modules else {}),
     }
 
 

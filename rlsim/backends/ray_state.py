@@ -191,5 +191,30 @@ def drain(gcs_address: str, token_path: str, node_id: str, deadline_ms: int,
     return None if reply.is_accepted else (reply.rejection_reason_message or "rejected")
 
 
+def prestart(raylet: str, token_path: str, count: int, keep_alive_s: int) -> None:
+    """Ask the raylet at ``raylet`` (host:port of its node manager) to start ``count`` idle
+    Python workers now, kept ``keep_alive_s`` seconds, bound to no job: the next actors placed
+    there (of any job with no runtime environment of its own) take them instead of forking
+    cold ones (Ray's ``PrestartWorkers`` RPC)."""
+    import grpc
+    from ray._private.authentication.grpc_authentication_client_interceptor import (
+        _get_authentication_metadata_tuple,
+    )
+    from ray.core.generated import common_pb2
+    from ray.core.generated import node_manager_pb2 as pb
+
+    os.environ.update(connect_env(token_path))
+    channel = grpc.insecure_channel(raylet, options=[("grpc.enable_http_proxy", 0)])
+    try:
+        channel.unary_unary("/ray.rpc.NodeManagerService/PrestartWorkers",
+                            request_serializer=lambda m: m.SerializeToString(),
+                            response_deserializer=pb.PrestartWorkersReply.FromString)(
+            pb.PrestartWorkersRequest(language=common_pb2.PYTHON, num_workers=count,
+                                      keep_alive_duration_secs=keep_alive_s),
+            timeout=10, metadata=_get_authentication_metadata_tuple())
+    finally:
+        channel.close()
+
+
 def _hex(raw: bytes) -> str:
     return raw.hex()

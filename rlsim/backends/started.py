@@ -206,6 +206,27 @@ class StartedCluster:
             if delayer.is_delayer(pid):
                 self._stop_delayer(pid)
 
+    # ---- warm workers ------------------------------------------------------------------------
+
+    def prestart_workers(self, per_gpu_node: list[int], keep_alive_s: int = 60) -> list[int]:
+        """Start idle workers ahead of a trainer's actors: ``per_gpu_node[k]`` on the k-th alive
+        node with GPUs, head first then by address (the order trainers place in, as the
+        reference trainer does). With ``preload_modules`` they import those first, so an actor
+        that takes one starts warm. Returns how many each node index got."""
+        from rlsim.backends.ray_state import prestart
+        from rlsim.host.home import auth_token_path
+
+        nodes = [n for n in self.nodes() if n.alive and n.gpus > 0]
+        order = [n for n in nodes if n.index == 0] + sorted(
+            (n for n in nodes if n.index != 0), key=lambda n: n.address)
+        got = [0] * self.spec.nodes
+        for node, count in zip(order, per_gpu_node, strict=False):
+            if count > 0:
+                port = self._st.layout.nodes[node.index].ports.node_manager
+                prestart(f"{node.address}:{port}", str(auth_token_path()), count, keep_alive_s)
+                got[node.index] = count
+        return got
+
     # ---- lost GPUs ---------------------------------------------------------------------------
 
     def lose_gpu(self, index: int, timeout: float | None = None) -> NodeInfo:

@@ -172,6 +172,11 @@ class ClusterSpec(ClusterShape):
                           "node's actors to their drivers, as each machine of a real cluster "
                           "does; off, only the head's actors' prints reach a driver, and each "
                           "worker node is one process (~80 MB) lighter")
+    preload_modules: list[str] = Field(
+        default_factory=list,
+        description="Python modules every Ray worker of the cluster imports before it takes "
+                    "work (Ray's worker preload): a trainer's actors then start on a worker that "
+                    "has imported torch already")
     node_local: list[str] = Field(
         default_factory=list,
         description="directories each node has its own copy of, as on a node-local disk (docker: "

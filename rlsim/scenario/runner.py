@@ -60,6 +60,24 @@ def launch_env(sc: Scenario, run_dir: Path, attempt: int,
             RUN_DIR_VAR: str(run_dir), ATTEMPT_VAR: str(attempt)}
 
 
+def warm(sc: Scenario) -> bool:
+    """Whether the scenario's trainer gets warm workers (RLSIM_WARM_WORKERS=0 turns them off: the
+    bench's cold baseline)."""
+    return os.environ.get("RLSIM_WARM_WORKERS", "1") != "0"
+
+
+def warm_up(sc: Scenario, cluster, log: Recorder) -> None:
+    """Start the workers the trainer's next launch will place its actors on, so that they import
+    its modules while the harness does other things (the doctor, the twin): where the backend
+    starts workers and the adapter says how many. Called when the cluster is ready, when the
+    twin starts (for the run after it) and before a relaunch."""
+    if not (warm(sc) and hasattr(cluster, "prestart_workers")):
+        return
+    _, per_node = ADAPTERS[sc.trainer.adapter].warm_workers(sc.trainer)
+    if per_node:
+        log.emit("workers_prestarted", per_node=cluster.prestart_workers(per_node))
+
+
 def _start(sc: Scenario, cluster, run_dir: Path, attempt: int, **popen) -> subprocess.Popen:
     """One launch of the trainer as a driver of ``cluster``, in the folder the trainer runs in
     (the scenario's, or its ``trainer.cwd``)."""
@@ -83,6 +101,8 @@ def make_cluster(sc: Scenario, backend: str = DEFAULT, ray_address: str | None =
                        # dashboard a 3-node cluster is up 2.5-5 s sooner and 0.9 GB smaller
                        dashboard=False,
                        forward_logs=sc.forwards_logs,
+                       preload_modules=ADAPTERS[sc.trainer.adapter].warm_workers(sc.trainer)[0]
+                       if warm(sc) else [],
                        # the run's folder, and the folder the trainer runs in (the scenario's)
                        mounts=[str(out_dir.resolve()), str(sc.trainer.workdir)] if out_dir
                        else [str(sc.trainer.workdir)],
@@ -205,6 +225,7 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
                 log.emit("cluster_refused", message=str(e)[:2000])
                 return outcome
         log.emit("cluster_ready", nodes=[n.address for n in cluster.nodes()], reused=reused)
+        warm_up(sc, cluster, log)
         nemesis.setup()  # before the doctor: it examines the storage the trainer will use
         if not reused or any(name.startswith("doctor_") for name, _ in sc.checks()):
             _preflight(cluster, out_dir, log)
@@ -323,6 +344,8 @@ def _launch(sc, cluster, run_dir: Path, attempt: int, log: Recorder):
     run directory (a file, not a pipe: a talkative trainer would fill a pipe and stall)."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     output = run_dir.parent / f"trainer-{attempt}.log"
+    if attempt > 0:  # the first launch's workers were started with the cluster (or the twin)
+        warm_up(sc, cluster, log)
     with new_file(output) as out:
         proc = _start(sc, cluster, run_dir, attempt, stdout=out, stderr=subprocess.STDOUT)
     log.emit("trainer_started", pid=proc.pid, attempt=attempt)
@@ -387,6 +410,7 @@ def _baseline(sc: Scenario, cluster, run_dir: Path, log, pool: Pool, backend: st
         log.emit("baseline_done", returncode=0, run_dir=str(cached), cached=True, key=key)
         return cached
     proc = _start(sc, cluster, run_dir, 0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    warm_up(sc, cluster, log)  # for the run after the twin
     try:
         proc.wait(timeout=sc.trainer.timeout_s)
     finally:
