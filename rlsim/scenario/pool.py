@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from rlsim.backends import cluster_class
@@ -43,10 +44,25 @@ def shape_key(spec: ClusterSpec, backend: str) -> str | None:
 
 def scenario_key(sc) -> str:
     """Scenarios with equal keys start interchangeable clusters, so one can hand its cluster on to
-    the next: the cluster section (which backends refuse it aside) and whether worker nodes forward
-    logs. The pytest shape scheduler gives them one scope; ``rlsim run`` runs them in a row."""
-    return json.dumps([sc.cluster.model_dump(exclude={"skip_on"}), sc.forwards_logs],
-                      sort_keys=True, default=str)
+    the next: the cluster section (which backends refuse it aside), whether worker nodes forward
+    logs and what their workers preload. The pytest shape scheduler gives them one scope;
+    ``rlsim run`` runs them in a row."""
+    return json.dumps([sc.cluster.model_dump(exclude={"skip_on"}), sc.forwards_logs,
+                       preload_modules(sc)], sort_keys=True, default=str)
+
+
+def warm(sc) -> bool:
+    """Whether the scenario's trainer gets warm workers (RLSIM_WARM_WORKERS=0 turns them off: the
+    bench's cold baseline)."""
+    return os.environ.get("RLSIM_WARM_WORKERS", "1") != "0"
+
+
+def preload_modules(sc) -> list[str]:
+    """What every worker of the scenario's cluster imports first: its trainer's (warm workers,
+    see :func:`rlsim.scenario.runner.warm_up`)."""
+    from rlsim.adapters import ADAPTERS
+
+    return ADAPTERS[sc.trainer.adapter].warm_workers(sc.trainer)[0] if warm(sc) else []
 
 
 def hand_on_order(items: list, scenario_of=lambda x: x) -> list:

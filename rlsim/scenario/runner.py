@@ -32,7 +32,7 @@ from rlsim.history import MAX_HISTORY, Outcome, Recorder
 from rlsim.host.spec import ClusterSpec
 from rlsim.result import ScenarioResult
 from rlsim.scenario.nemesis import Nemesis
-from rlsim.scenario.pool import Pool, twin_key
+from rlsim.scenario.pool import Pool, preload_modules, twin_key, warm
 from rlsim.scenario.schema import Scenario
 from rlsim.scenario.watch import WatchProcess
 
@@ -58,12 +58,6 @@ def launch_env(sc: Scenario, run_dir: Path, attempt: int,
     launch = _launch_of(run_dir, attempt, ray_address)
     return {**sc.trainer.env, **ADAPTERS[sc.trainer.adapter].env(sc.trainer, launch),
             RUN_DIR_VAR: str(run_dir), ATTEMPT_VAR: str(attempt)}
-
-
-def warm(sc: Scenario) -> bool:
-    """Whether the scenario's trainer gets warm workers (RLSIM_WARM_WORKERS=0 turns them off: the
-    bench's cold baseline)."""
-    return os.environ.get("RLSIM_WARM_WORKERS", "1") != "0"
 
 
 def warm_up(sc: Scenario, cluster, log: Recorder) -> None:
@@ -101,8 +95,7 @@ def make_cluster(sc: Scenario, backend: str = DEFAULT, ray_address: str | None =
                        # dashboard a 3-node cluster is up 2.5-5 s sooner and 0.9 GB smaller
                        dashboard=False,
                        forward_logs=sc.forwards_logs,
-                       preload_modules=ADAPTERS[sc.trainer.adapter].warm_workers(sc.trainer)[0]
-                       if warm(sc) else [],
+                       preload_modules=preload_modules(sc),
                        # the run's folder, and the folder the trainer runs in (the scenario's)
                        mounts=[str(out_dir.resolve()), str(sc.trainer.workdir)] if out_dir
                        else [str(sc.trainer.workdir)],
