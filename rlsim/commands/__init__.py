@@ -33,8 +33,8 @@ def _options(version: bool = typer.Option(False, "--version", callback=_version,
                                           help="Print rlsim's version and exit.")) -> None:
     """Rehearse multi-node RL training failures on simulated Ray clusters."""
 for command in (cluster.cluster, cluster.status, cluster.down, doctor.doctor, demo.demo,
-                scenarios.run, scenarios.validate, scenarios.report, launch.launch,
-                init.init):
+                scenarios.run, scenarios.validate, scenarios.report, scenarios.schema,
+                launch.launch, init.init):
     app.command()(command)
 for command in (fault.fault, plan.plan):  # take options of their own after the arguments
     app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(

@@ -18,6 +18,10 @@ from rlsim.files import write_file
 PYTEST_CONFIGS = ("pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 HERE = Path(".")
 HEADER = "# written by rlsim init: a story of your trainer; edit it to tell yours\n"
+SCHEMA = Path(".rlsim") / "scenario.schema.json"  # `rlsim schema`: an editor's completion
+# the comment that points an editor's YAML language server (VS Code's YAML extension, others)
+# at the schema, relative to the scenario that carries it
+MODELINE = "# yaml-language-server: $schema=../.rlsim/scenario.schema.json\n"
 
 
 def init(
@@ -30,8 +34,9 @@ def init(
                                        "python is rlsim's own interpreter, with Ray."),
     force: bool = typer.Option(False, "--force", help="Replace files rlsim init wrote before."),
 ) -> None:
-    """Write a starter into FOLDER: scenarios/clean_run.yaml and scenarios/node_lost.yaml, a
-    pytest.ini that collects them (unless a pytest configuration is there), and
+    """Write a starter into FOLDER: scenarios/clean_run.yaml and scenarios/node_lost.yaml, the
+    scenario files' JSON Schema (.rlsim/scenario.schema.json, which the scenarios point an editor
+    at), a pytest.ini that collects them (unless a pytest configuration is there), and
     .github/workflows/rlsim.yml. Exit 0: written; 2: bad input (nothing written)."""
     from rlsim.adapters import ADAPTERS
     from rlsim.scenario.loader import ScenarioError, read
@@ -41,9 +46,12 @@ def init(
                    f"{', '.join(ADAPTERS)}", 2)
     argv = _argv(adapter, command)
     stories = {"clean_run": _clean(adapter, argv), "node_lost": _node_lost(adapter, argv)}
-    files = {Path("scenarios") / f"{name}.yaml": HEADER + yaml.safe_dump(
+    from rlsim.scenario.jsonschema import text as schema_text
+
+    files = {Path("scenarios") / f"{name}.yaml": MODELINE + HEADER + yaml.safe_dump(
         story, sort_keys=False, width=100, default_flow_style=None)
         for name, story in stories.items()}
+    files[SCHEMA] = schema_text()
     if not any((folder / c).exists() for c in PYTEST_CONFIGS):
         files[Path("pytest.ini")] = PYTEST_INI
     files[Path(".github") / "workflows" / "rlsim.yml"] = WORKFLOW

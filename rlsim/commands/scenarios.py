@@ -80,6 +80,24 @@ def validate(paths: Paths) -> None:
                       markup=False, highlight=False)
 
 
+def schema(
+    out: Annotated[Path | None, typer.Option("--out", help="write it to this file (else print "
+                                             "it)")] = None,
+) -> None:
+    """Print the JSON Schema of scenario files (the faults and checks installed here included),
+    for an editor to complete keys and flag mistakes as you type: point a scenario at it with a
+    first line ``# yaml-language-server: $schema=<path to the schema>``. Exit 0."""
+    from rlsim.files import write_file
+    from rlsim.scenario.jsonschema import text
+
+    body = text()
+    if out is None:
+        typer.echo(body, nl=False)
+        return
+    write_file(out, body)
+    console.print(f"wrote {out}", markup=False, highlight=False)
+
+
 def run(
     paths: Paths,
     backend: str = typer.Option(DEFAULT, help=f"One of: {described()}."),

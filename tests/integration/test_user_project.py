@@ -98,9 +98,11 @@ def _venv(tmp: Path, full: bool) -> Path:
                                             "main()\n")
         (venv / "bin" / "rlsim").chmod(0o755)
     where = subprocess.run([str(python), "-c", "import rlsim, trainer; print(rlsim.__file__); "
-                            "print(trainer.__file__)"], capture_output=True, text=True,
+                            "print(trainer.__file__); from rlsim.scenario.jsonschema import "
+                            "SHIPPED; print(SHIPPED)"], capture_output=True, text=True,
                            check=True, cwd=tmp).stdout.split()
     assert all(w.startswith(str(new_site)) for w in where), where  # the wheel's, not the repo's
+    assert Path(where[2]).is_file(), "the wheel lacks the scenario files' JSON Schema"
     return python
 
 
