@@ -1,0 +1,109 @@
+"""The docs cannot drift from the code: the site builds with warnings as errors (its reference
+pages generated from the code), the README stays a front page, every scenario in the docs is read
+as ``rlsim validate`` reads it (a fragment of one, a section say, is checked against the scenario
+files' JSON Schema inside a minimal scenario), and every ``rlsim`` command line in them names a
+command that exists with options it takes."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+import typer
+import yaml
+from jsonschema import Draft202012Validator
+
+from rlsim import commands
+from rlsim.scenario.jsonschema import scenario_schema
+from rlsim.scenario.loader import read
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
+MINIMAL = {"name": "doc", "trainer": {"config": "grpo_tiny"}, "expect": [{"completes": True}]}
+
+
+def blocks(lang: str) -> list[tuple[str, int, str]]:
+    found = []
+    for path in DOCS:
+        text = path.read_text()
+        for m in FENCE.finditer(text):
+            if m.group(1) == lang:
+                found.append((str(path.relative_to(ROOT)), text[:m.start()].count("\n") + 1,
+                              m.group(2)))
+    return found
+
+
+@pytest.mark.skipif(shutil.which("mkdocs", path=str(Path(sys.executable).parent)) is None,
+                    reason="mkdocs is not installed (the dev extra installs it)")
+def test_the_site_builds_with_warnings_as_errors(tmp_path):
+    mkdocs = Path(sys.executable).parent / "mkdocs"
+    out = subprocess.run([str(mkdocs), "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    faults = (tmp_path / "site" / "reference" / "faults" / "index.html").read_text()
+    assert "slow_storage" in faults and "write_mbps" in faults  # generated from the code
+
+
+def test_the_readme_is_a_front_page_with_the_two_set_up_commands():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) < 8 * 1024
+    assert len(re.findall(r"(?m)^bash ci/setup.sh && ", readme)) == 2
+
+
+SCENARIO_BLOCKS = [b for b in blocks("yaml") if yaml.safe_load(b[2]) and
+                   isinstance(yaml.safe_load(b[2]), dict)]
+
+
+@pytest.mark.parametrize("where,line,text", SCENARIO_BLOCKS,
+                         ids=[f"{w}:{n}" for w, n, _ in SCENARIO_BLOCKS])
+def test_every_scenario_in_the_docs_is_valid(where, line, text):
+    doc = yaml.safe_load(text)
+    if {"name", "trainer", "expect"} <= set(doc):  # a whole scenario: as rlsim validate reads it
+        read(text, ROOT / "scenarios" / f"doc_{line}.yaml")
+        return
+    fields = scenario_schema()["properties"]
+    if not set(doc) <= set(fields):
+        pytest.skip(f"{where}:{line} is not a scenario (a workflow, a config)")
+    errors = [e.message for e in Draft202012Validator(scenario_schema()).iter_errors(
+        {**MINIMAL, **doc})]
+    assert errors == [], f"{where}:{line}"
+
+
+def _command_lines() -> list[tuple[str, int, str]]:
+    found = []
+    for where, line, text in blocks("bash"):
+        text = re.sub(r"\\\n\s*", " ", text)  # a command continued on the next line
+        for i, raw in enumerate(text.splitlines()):
+            cmd = raw.split("  #")[0].split(" # ")[0].strip()
+            cmd = re.sub(r"^(\.venv/bin/|\S*/bin/)", "", cmd)
+            if cmd.startswith("rlsim "):
+                found.append((where, line + 1 + i, cmd))
+    return found
+
+
+COMMANDS = _command_lines()
+GROUP = typer.main.get_command(commands.app)
+
+
+@pytest.mark.parametrize("where,line,cmd", COMMANDS, ids=[f"{w}:{n}" for w, n, _ in COMMANDS])
+def test_every_rlsim_command_in_the_docs_exists_with_its_options(where, line, cmd):
+    words = shlex.split(cmd)[1:]
+    if not words or words[0].startswith("-"):
+        return
+    ctx = click.Context(GROUP, info_name="rlsim")
+    command = GROUP.get_command(ctx, words[0])
+    assert command is not None, f"{where}:{line}: no command rlsim {words[0]}"
+    if words[0] in ("fault", "plan"):  # their other options belong to the fault, the framework
+        return
+    takes = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+    given = {w.split("=")[0] for w in words[1:] if w.startswith("-")}
+    assert given <= takes, f"{where}:{line}: rlsim {words[0]} takes no {sorted(given - takes)}"
