@@ -215,3 +215,42 @@ def _number(text: str):
         except ValueError:
             continue
     return text
+
+
+class StorageFault(Fault):
+    """A fault on the trainer's storage: the run's directory ``params.path`` on a file system of
+    its own (``mount``), mounted before the trainer starts, while it is still empty, and
+    unmounted after the trainer exits (``unmount``) with what was written there kept."""
+
+    disruptive = False  # storage only: the trainer meets it at its next save
+    needs_root: ClassVar[str] = "mounting a file system needs root"
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        import os
+
+        return cls.needs_root if os.geteuid() != 0 else None
+
+    def mount(self, path: Path) -> None:
+        raise NotImplementedError
+
+    def unmount(self, path: Path) -> None:
+        raise NotImplementedError
+
+    def setup(self) -> None:
+        self.dir = self.ctx.run_dir / self.params.path
+        if self.dir.exists() and any(self.dir.iterdir()):
+            raise FileExistsError(f"{self.name}: {self.dir} already holds files; a file system "
+                                  "is mounted over it before the trainer starts, so start from "
+                                  "an empty run")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.mount(self.dir)
+        self.mounted = True
+
+    def teardown(self):
+        if not getattr(self, "mounted", False):
+            return None
+        self.mounted = False
+        self.unmount(self.dir)
+        return {"path": str(self.dir), "unmounted": True}
+

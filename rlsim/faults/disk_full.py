@@ -18,35 +18,27 @@ import os
 from pydantic import Field
 
 from rlsim.backends.base import CapsDisk
-from rlsim.faults.base import Fault
+from rlsim.faults.base import StorageFault
 from rlsim.fields import RunPath, Strict
 from rlsim.host.disk import FILLER
 
 
-class DiskFull(Fault):
+class DiskFull(StorageFault):
     name = "disk_full"
     needs = (CapsDisk,)
-    disruptive = False  # storage only: the trainer meets it at its next save
 
     class Params(Strict):
         path: RunPath = Field("checkpoints", description="directory in the run directory")
         size_mb: int = Field(256, ge=8, le=1 << 16,
                              description="size of the filesystem mounted there")
 
-    @classmethod
-    def unavailable(cls) -> str | None:
-        if os.geteuid() != 0:
-            return "mounting a size-capped filesystem needs root"
-        return None
+    needs_root = "mounting a size-capped filesystem needs root"
 
-    def setup(self) -> None:
-        self.dir = self.ctx.run_dir / self.params.path
-        if self.dir.exists() and any(self.dir.iterdir()):
-            raise FileExistsError(f"disk_full: {self.dir} already holds files; it is mounted "
-                                  "over before the trainer starts, so start from an empty run")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.ctx.cluster.cap_disk(self.dir, self.params.size_mb)
-        self.mounted = True
+    def mount(self, path):
+        self.ctx.cluster.cap_disk(path, self.params.size_mb)
+
+    def unmount(self, path):
+        self.ctx.cluster.uncap_disk(path)
 
     def inject(self):
         free = _free(self.dir)
@@ -63,13 +55,6 @@ class DiskFull(Fault):
     def undo(self):
         self.filler.unlink(missing_ok=True)
         return {"path": str(self.dir), "free_mb": round(_free(self.dir) / 2**20, 1)}
-
-    def teardown(self):
-        if not getattr(self, "mounted", False):
-            return None
-        self.mounted = False
-        self.ctx.cluster.uncap_disk(self.dir)
-        return {"path": str(self.dir), "unmounted": True}
 
 
 def _free(path) -> int:

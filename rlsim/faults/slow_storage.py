@@ -15,19 +15,16 @@ host's mount is grafted into each node container at the same path.
 
 from __future__ import annotations
 
-import os
-
 from pydantic import Field
 
 from rlsim.backends.base import SlowsDisk
-from rlsim.faults.base import Fault
+from rlsim.faults.base import StorageFault
 from rlsim.fields import RunPath, Strict
 
 
-class SlowStorage(Fault):
+class SlowStorage(StorageFault):
     name = "slow_storage"
     needs = (SlowsDisk,)
-    disruptive = False  # storage only: the trainer meets it at its next save
     impairs = "slow storage"
 
     class Params(Strict):
@@ -37,21 +34,13 @@ class SlowStorage(Fault):
         size_mb: int = Field(256, ge=16, le=1 << 16,
                              description="size of the device file system mounted there")
 
-    @classmethod
-    def unavailable(cls) -> str | None:
-        if os.geteuid() != 0:
-            return "mounting a loop device and throttling it need root"
-        return None
+    needs_root = "mounting a loop device and throttling it need root"
 
-    def setup(self) -> None:
-        self.dir = self.ctx.run_dir / self.params.path
-        if self.dir.exists() and any(self.dir.iterdir()):
-            raise FileExistsError(f"slow_storage: {self.dir} already holds files; a device is "
-                                  "mounted over it before the trainer starts, so start from an "
-                                  "empty run")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.device = self.ctx.cluster.mount_disk(self.dir, self.params.size_mb)
-        self.mounted = True
+    def mount(self, path):
+        self.device = self.ctx.cluster.mount_disk(path, self.params.size_mb)
+
+    def unmount(self, path):
+        self.ctx.cluster.unmount_disk(path)
 
     def inject(self):
         groups = self.ctx.cluster.throttle_disk(self.dir, self.params.write_mbps)
@@ -65,10 +54,3 @@ class SlowStorage(Fault):
     def undo(self):
         self.ctx.cluster.throttle_disk(self.dir, None)
         return {"path": str(self.dir)}
-
-    def teardown(self):
-        if not getattr(self, "mounted", False):
-            return None
-        self.mounted = False
-        self.ctx.cluster.unmount_disk(self.dir)
-        return {"path": str(self.dir), "unmounted": True}
