@@ -66,9 +66,31 @@ def alive_actors(gcs_address: str, token_path: str) -> list[dict]:
 def alive_nodes(gcs_address: str, token_path: str,
                 exclude_ids: frozenset[str] = frozenset()) -> dict[str, dict]:
     """Alive registrations in Ray's node table by node address, leaving out ``exclude_ids`` (a
-    killed node the GCS has not declared dead yet)."""
-    return {entry["NodeManagerAddress"]: entry for entry in node_table(gcs_address, token_path)
+    killed node the GCS has not declared dead yet). A GCS that does not answer (its process
+    killed while the head's others live on) sees nobody alive, as a dead head does."""
+    os.environ.update(connect_env(token_path))  # before Ray is imported: it reads them once
+    from ray.exceptions import RaySystemError
+
+    if not _listens(gcs_address):  # Ray's client would retry for 15 s, then raise
+        return {}
+    try:
+        table = node_table(gcs_address, token_path)
+    except RaySystemError:  # "Failed to connect to GCS"
+        return {}
+    return {entry["NodeManagerAddress"]: entry for entry in table
             if entry["Alive"] and entry["NodeID"] not in exclude_ids}
+
+
+def _listens(address: str, timeout: float = 2.0) -> bool:
+    """Whether something accepts TCP connections at ``host:port``."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
