@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError, field_validator
 from rlsim.contract import DETECTION_EVENTS
 from rlsim.fields import DAY, Bounds, NodeIndex, Role, Step, Strict, first_error, regex
 from rlsim.files import read_file
-from rlsim.history import HARNESS_EVENTS, MAX_HISTORY, Outcome
+from rlsim.history import HARNESS_EVENTS, MAX_HISTORY, Outcome, read_events
 from rlsim.registry import Registry
 from rlsim.result import Verdict
 
@@ -456,10 +456,9 @@ def throughput_within(o: Outcome, p) -> Verdict:
     if o.baseline_dir is None or not faults:
         return Verdict("throughput_within", False, "the baseline twin did not run" if faults
                        else "no fault was injected", evidence=_interesting(o))
-    twin_events = [json.loads(x) for x in read_file(o.baseline_dir / "events.jsonl",
-                                                    MAX_HISTORY).splitlines() if x.strip()] \
-        if (o.baseline_dir / "events.jsonl").exists() else []
-    twin = step_seconds([e for e in twin_events if e.get("type") == "step_end"])
+    events = o.baseline_dir / "events.jsonl"
+    twin = step_seconds([e for e in (read_events(events) if events.exists() else [])
+                         if e["type"] == "step_end"])
     if not twin:
         return Verdict("throughput_within", False, "the baseline twin logged no steps")
     fault = faults[0]

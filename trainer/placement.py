@@ -219,12 +219,12 @@ def largest_fit(cfg: TrainerConfig, node_gpus: list[float], min_gpus: int) -> Tr
     pc = cfg.placement
     if pc.mode != "colocated":
         return None
-    best: tuple[int, int] | None = None
+    best, best_key = None, (0, 0)  # (GPUs, GPUs per node) of the best so far
     for n in range(pc.nnodes, 0, -1):
         for g in range(pc.gpus_per_node, 0, -1):
             if n * g < min_gpus or sum(1 for x in node_gpus if x >= g) < n:
                 continue
-            if best is not None and (n * g, g) <= (best[0] * best[1], best[1]):
+            if (n * g, g) <= best_key:
                 continue
             trial = cfg.model_copy(update={"placement": pc.model_copy(
                 update={"nnodes": n, "gpus_per_node": g})})
@@ -232,11 +232,8 @@ def largest_fit(cfg: TrainerConfig, node_gpus: list[float], min_gpus: int) -> Tr
                 plan_placement(trial)
             except PlacementError:
                 continue
-            best = (n, g)
-    if best is None:
-        return None
-    return cfg.model_copy(update={"placement": pc.model_copy(
-        update={"nnodes": best[0], "gpus_per_node": best[1]})})
+            best, best_key = trial, (n * g, g)
+    return best
 
 
 def worker_bundles(plan: Plan, node: int) -> list[dict[str, float]]:

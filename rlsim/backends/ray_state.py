@@ -153,15 +153,10 @@ def remove(gcs_address: str, token_path: str, objects: list[RayObject]) -> list[
     """Kill the actors and remove the placement groups among ``objects`` through the GCS (its
     own RPCs, no driver); what could not be removed, in words."""
     import grpc
-    from ray._private.authentication.grpc_authentication_client_interceptor import (
-        _get_authentication_metadata_tuple,
-    )
     from ray.core.generated import gcs_service_pb2 as rpc
 
-    os.environ.update(connect_env(token_path))
     failed = []
-    channel = grpc.insecure_channel(gcs_address, options=[("grpc.enable_http_proxy", 0)])
-    try:
+    with _rpc(gcs_address, token_path) as call:
         for obj in objects:
             if obj.kind == "actor":
                 method = "/ray.rpc.ActorInfoGcsService/KillActorViaGcs"
@@ -174,14 +169,35 @@ def remove(gcs_address: str, token_path: str, objects: list[RayObject]) -> list[
             else:
                 continue
             try:
-                channel.unary_unary(method, request_serializer=lambda m: m.SerializeToString(),
-                                    response_deserializer=bytes)(
-                    request, timeout=5, metadata=_get_authentication_metadata_tuple())
+                call(method, request, timeout=5)
             except grpc.RpcError as e:
                 failed.append(f"{obj.kind} {obj.name} ({obj.id[:8]}): {e.code().name}")
+    return failed
+
+
+@contextlib.contextmanager
+def _rpc(address: str, token_path: str):
+    """A caller of one of Ray's gRPC services at ``address`` (a GCS, a raylet's node manager)
+    with the cluster's token: ``call(method, request, reply=None, timeout=10)`` returns the
+    reply parsed as ``reply`` (a message class), or its bytes."""
+    os.environ.update(connect_env(token_path))  # before Ray is imported: it reads them once
+    import grpc
+    from ray._private.authentication.grpc_authentication_client_interceptor import (
+        _get_authentication_metadata_tuple,
+    )
+
+    channel = grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)])
+
+    def call(method: str, request, reply=None, timeout: float = 10):
+        return channel.unary_unary(
+            method, request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=reply.FromString if reply else bytes)(
+            request, timeout=timeout, metadata=_get_authentication_metadata_tuple())
+
+    try:
+        yield call
     finally:
         channel.close()
-    return failed
 
 
 def drain(gcs_address: str, token_path: str, node_id: str, deadline_ms: int,
@@ -191,25 +207,16 @@ def drain(gcs_address: str, token_path: str, node_id: str, deadline_ms: int,
     ``DrainNode`` RPC, as ``ray drain-node`` calls it). Ray stops placing work there and tells
     whoever asks (``get_draining_nodes``); it kills nothing itself. Returns None when accepted,
     else Ray's reason."""
-    import grpc
-    from ray._private.authentication.grpc_authentication_client_interceptor import (
-        _get_authentication_metadata_tuple,
-    )
     from ray.core.generated import autoscaler_pb2 as pb
 
-    os.environ.update(connect_env(token_path))
-    channel = grpc.insecure_channel(gcs_address, options=[("grpc.enable_http_proxy", 0)])
-    try:
-        reply = channel.unary_unary(
-            "/ray.rpc.autoscaler.AutoscalerStateService/DrainNode",
-            request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=pb.DrainNodeReply.FromString)(
-            pb.DrainNodeRequest(node_id=bytes.fromhex(node_id),
-                                reason=pb.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
-                                reason_message=message, deadline_timestamp_ms=deadline_ms),
-            timeout=10, metadata=_get_authentication_metadata_tuple())
-    finally:
-        channel.close()
+    with _rpc(gcs_address, token_path) as call:
+        reply = call("/ray.rpc.autoscaler.AutoscalerStateService/DrainNode",
+                     pb.DrainNodeRequest(node_id=bytes.fromhex(node_id),
+                                         reason=pb.DrainNodeReason.Value(
+                                             "DRAIN_NODE_REASON_PREEMPTION"),
+                                         reason_message=message,
+                                         deadline_timestamp_ms=deadline_ms),
+                     pb.DrainNodeReply)
     return None if reply.is_accepted else (reply.rejection_reason_message or "rejected")
 
 
@@ -218,24 +225,14 @@ def prestart(raylet: str, token_path: str, count: int, keep_alive_s: int) -> Non
     Python workers now, kept ``keep_alive_s`` seconds, bound to no job: the next actors placed
     there (of any job with no runtime environment of its own) take them instead of forking
     cold ones (Ray's ``PrestartWorkers`` RPC)."""
-    import grpc
-    from ray._private.authentication.grpc_authentication_client_interceptor import (
-        _get_authentication_metadata_tuple,
-    )
     from ray.core.generated import common_pb2
     from ray.core.generated import node_manager_pb2 as pb
 
-    os.environ.update(connect_env(token_path))
-    channel = grpc.insecure_channel(raylet, options=[("grpc.enable_http_proxy", 0)])
-    try:
-        channel.unary_unary("/ray.rpc.NodeManagerService/PrestartWorkers",
-                            request_serializer=lambda m: m.SerializeToString(),
-                            response_deserializer=pb.PrestartWorkersReply.FromString)(
-            pb.PrestartWorkersRequest(language=common_pb2.PYTHON, num_workers=count,
-                                      keep_alive_duration_secs=keep_alive_s),
-            timeout=10, metadata=_get_authentication_metadata_tuple())
-    finally:
-        channel.close()
+    with _rpc(raylet, token_path) as call:
+        call("/ray.rpc.NodeManagerService/PrestartWorkers",
+             pb.PrestartWorkersRequest(language=common_pb2.PYTHON, num_workers=count,
+                                       keep_alive_duration_secs=keep_alive_s),
+             pb.PrestartWorkersReply)
 
 
 def _hex(raw: bytes) -> str:

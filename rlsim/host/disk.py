@@ -67,14 +67,20 @@ def _backing_file(src: str) -> str:
         return ""
 
 
-def mounted(session: str) -> list[Path]:
-    """Mount points of this session's filesystems, deepest first."""
+def _mounts() -> list[tuple[str, Path]]:
+    """(source, mount point) of every mount this process sees."""
     found = []
     for line in Path("/proc/self/mounts").read_text().splitlines():
         src, point, *_ = line.split()
-        if src == source(session) or (src.startswith("/dev/loop") and Path(
-                _backing_file(src)).name.startswith(f"{source(session)}-")):
-            found.append(Path(point.replace("\\040", " ")))
+        found.append((src, Path(point.replace("\\040", " "))))
+    return found
+
+
+def mounted(session: str) -> list[Path]:
+    """Mount points of this session's filesystems, deepest first."""
+    found = [point for src, point in _mounts() if src == source(session) or (
+        src.startswith("/dev/loop") and Path(_backing_file(src)).name.startswith(
+            f"{source(session)}-"))]
     return sorted(found, key=lambda p: -len(p.parts))
 
 
@@ -94,8 +100,7 @@ def unmount_keeping(path: Path) -> None:
 def unmount_device_keeping(path: Path) -> None:
     """Unmount the device file system at ``path`` (``mount_device``), keep its files in a plain
     directory there and delete its image."""
-    src = next((line.split()[0] for line in Path("/proc/self/mounts").read_text().splitlines()
-                if Path(line.split()[1].replace("\\040", " ")) == path), "")
+    src = next((src for src, point in _mounts() if point == path), "")
     image = _backing_file(src) if src.startswith("/dev/loop") else ""
     unmount_keeping(path)
     if image and Path(image).name.startswith(PREFIX):

@@ -51,7 +51,7 @@ def scenario_key(sc) -> str:
                        preload_modules(sc)], sort_keys=True, default=str)
 
 
-def warm(sc) -> bool:
+def warm() -> bool:
     """Whether the scenario's trainer gets warm workers (RLSIM_WARM_WORKERS=0 turns them off: the
     bench's cold baseline)."""
     return os.environ.get("RLSIM_WARM_WORKERS", "1") != "0"
@@ -62,7 +62,7 @@ def preload_modules(sc) -> list[str]:
     see :func:`rlsim.scenario.runner.warm_up`)."""
     from rlsim.adapters import ADAPTERS
 
-    return ADAPTERS[sc.trainer.adapter].warm_workers(sc.trainer)[0] if warm(sc) else []
+    return ADAPTERS[sc.trainer.adapter].warm_workers(sc.trainer)[0] if warm() else []
 
 
 def hand_on_order(items: list, scenario_of=lambda x: x) -> list:

@@ -65,7 +65,7 @@ def warm_up(sc: Scenario, cluster, log: Recorder) -> None:
     its modules while the harness does other things (the doctor, the twin): where the backend
     starts workers and the adapter says how many. Called when the cluster is ready, when the
     twin starts (for the run after it) and before a relaunch."""
-    if not (warm(sc) and hasattr(cluster, "prestart_workers")):
+    if not (warm() and hasattr(cluster, "prestart_workers")):
         return
     _, per_node = ADAPTERS[sc.trainer.adapter].warm_workers(sc.trainer)
     if per_node:
