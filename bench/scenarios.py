@@ -1,6 +1,7 @@
 """The scenario catalogue's cost: wall time with xdist, harness overhead, detection, recovery.
 
     .venv/bin/python bench/scenarios.py [-n 2] [-k EXPR] [--compare-reuse] [--compare-warm]
+                                        [--against REV]
 
 Runs ``pytest scenarios -n N --rlsim-report DIR`` once, then reads each scenario's timeline:
 cluster bring-up, the fault-free twin (``matches_baseline``), the trainer's own wall time, and
@@ -22,6 +23,10 @@ trainer's actors ask) then with warm workers (started ahead with torch and the t
 imported; see ``rlsim.scenario.runner.warm_up``): both walls, each scenario's first step both
 ways, and whether the verdicts are identical.
 
+With ``--against REV`` the catalogue of git revision REV (a worktree, run with this venv) runs
+first, then this checkout's: both walls, each scenario's fixed cost both ways, and whether the
+verdicts are identical (every change to speed must leave them so).
+
 Targets (measured here, not asserted in tests, whose limits are loose bounds against hangs): the
 catalogue in <= 10 min, overhead <= 10%, detection <= 2 s and recovery <= 15 s after a node kill.
 """
@@ -29,6 +34,7 @@ catalogue in <= 10 min, overhead <= 10%, detection <= 2 s and recovery <= 15 s a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -74,15 +80,16 @@ def spans(timeline: Path) -> dict[str, float]:
             "teardown": teardown}
 
 
-def run_catalogue(n: str, k: str | None, extra: list[str],
-                  env: dict[str, str] | None = None) -> tuple[float, Path, str]:
-    """One ``pytest scenarios`` run: wall seconds, its report folder, pytest's summary line."""
+def run_catalogue(n: str, k: str | None, extra: list[str], env: dict[str, str] | None = None,
+                  root: Path = ROOT) -> tuple[float, Path, str]:
+    """One ``pytest scenarios`` run of the checkout at ``root``: wall seconds, its report
+    folder, pytest's summary line."""
     report = Path(tempfile.mkdtemp(prefix="rlsim-bench-scenarios-"))
     cmd = [sys.executable, "-m", "pytest", "scenarios", "-q", "-p", "no:cacheprovider",
            "-n", n, "--dist", "loadscope", "--rlsim-report", str(report), *extra] + (
                ["-k", k] if k else [])
     t0 = time.monotonic()
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True,
                          env={**os.environ, **(env or {})})
     last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "no output"
     return time.monotonic() - t0, report, last
@@ -125,6 +132,29 @@ def fixed_costs(report: Path) -> dict[str, dict]:
             for v in sorted(report.glob("*/verdicts.json"))}
 
 
+@contextlib.contextmanager
+def checkout(rev: str):
+    """A worktree of git revision ``rev`` and the environment that runs its code with this venv
+    (its folder first on the path: the driver, the node launchers and Ray's workers inherit it)."""
+    folder = Path(tempfile.mkdtemp(prefix="rlsim-bench-rev-")) / "tree"
+    subprocess.run(["git", "worktree", "add", "--detach", str(folder), rev], cwd=ROOT,
+                   check=True, capture_output=True)
+    try:
+        yield folder, {"PYTHONPATH": str(folder)}
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(folder)], cwd=ROOT,
+                       capture_output=True)
+
+
+def compare_outcomes(label_a: str, a: Path, label_b: str, b: Path) -> None:
+    """Print whether both runs' check outcomes are identical, and each scenario that differs."""
+    x, y = outcomes(a), outcomes(b)
+    print(f"check outcomes identical, {label_a} and {label_b}: {'yes' if x == y else 'NO'}")
+    for name in sorted(set(x) | set(y)):
+        if x.get(name) != y.get(name):
+            print(f"  {name}: {label_a} {x.get(name)} / {label_b} {y.get(name)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", default="2", help="pytest-xdist workers")
@@ -133,12 +163,21 @@ def main() -> None:
                     help="run it with --no-reuse, then with reuse; compare walls and outcomes")
     ap.add_argument("--compare-warm", action="store_true",
                     help="run it with cold workers (RLSIM_WARM_WORKERS=0), then warm; compare")
+    ap.add_argument("--against", metavar="REV",
+                    help="first run the catalogue of git revision REV (a worktree, this venv); "
+                         "compare walls, fixed costs and outcomes with this checkout's")
     args = ap.parse_args()
     console = Console(width=190)
+    results = {}
+    if args.against:
+        with checkout(args.against) as (tree, env):
+            wall, report, last = run_catalogue(args.n, args.k, [], env, root=tree)
+        results[args.against] = (wall, report)
+        console.print(spans_table(report, f"scenario catalogue at {args.against}: pytest -n "
+                                          f"{args.n}, wall {wall:.0f} s ({last})"))
     runs = [("no reuse", ["--no-reuse"], {})] if args.compare_reuse else []
     runs += [("cold workers", [], {"RLSIM_WARM_WORKERS": "0"})] if args.compare_warm else []
     runs.append(("reuse", [], {}))
-    results = {}
     for label, extra, env in runs:
         wall, report, last = run_catalogue(args.n, args.k, extra, env)
         results[label] = (wall, report)
@@ -150,15 +189,9 @@ def main() -> None:
           f"{'met' if wall <= 600 else 'missed'}")
     if args.compare_reuse:
         base = results["no reuse"][0]
-        same = outcomes(results["no reuse"][1]) == outcomes(results["reuse"][1])
         print(f"reuse / no reuse wall: {wall:.0f} s / {base:.0f} s = {wall / base:.2f} "
               f"(target <= 0.50: {'met' if wall / base <= 0.5 else 'missed'})")
-        print(f"check outcomes identical with and without reuse: {'yes' if same else 'NO'}")
-        if not same:
-            a, b = outcomes(results["no reuse"][1]), outcomes(results["reuse"][1])
-            for name in sorted(set(a) | set(b)):
-                if a.get(name) != b.get(name):
-                    print(f"  {name}: no reuse {a.get(name)} / reuse {b.get(name)}")
+        compare_outcomes("no reuse", results["no reuse"][1], "reuse", results["reuse"][1])
 
     if args.compare_warm:
         cold, hot = fixed_costs(results["cold workers"][1]), fixed_costs(results["reuse"][1])
@@ -176,9 +209,35 @@ def main() -> None:
             print(f"first step, warm / cold, median over {len(ratios)} scenarios: "
                   f"{statistics.median(ratios):.2f}")
         base = results["cold workers"][0]
-        same = outcomes(results["cold workers"][1]) == outcomes(results["reuse"][1])
         print(f"catalogue wall, warm / cold: {wall:.0f} s / {base:.0f} s = {wall / base:.2f}")
-        print(f"check outcomes identical cold and warm: {'yes' if same else 'NO'}")
+        compare_outcomes("cold", results["cold workers"][1], "warm", results["reuse"][1])
+    if args.against:
+        print_against(console, args.against, results[args.against], results["reuse"])
+
+
+def print_against(console: Console, rev: str, before: tuple[float, Path],
+                  now: tuple[float, Path]) -> None:
+    """The catalogue's wall and each scenario's fixed cost at ``rev`` and in this checkout."""
+    a, b = fixed_costs(before[1]), fixed_costs(now[1])
+    table = Table(title=f"fixed cost per scenario, {rev} vs this checkout (seconds; ready + "
+                        "first step + teardown)")
+    for col in ("scenario", f"ready {rev}", "ready now", f"first step {rev}", "first step now",
+                f"teardown {rev}", "teardown now", "fixed now / before"):
+        table.add_column(col, justify="left" if col == "scenario" else "right")
+    ratios = []
+    for name in sorted(set(a) & set(b)):
+        parts = [(a[name][k], b[name][k]) for k in ("bringup", "first_step", "teardown")]
+        if all(x is not None and y is not None for x, y in parts):
+            before_s, now_s = (sum(p[i] for p in parts) for i in (0, 1))
+            ratios.append(now_s / before_s)
+            table.add_row(name, *(f"{v:.2f}" for p in parts for v in p), f"{now_s / before_s:.2f}")
+    console.print(table)
+    if ratios:
+        print(f"fixed cost, this checkout / {rev}, median over {len(ratios)} scenarios: "
+              f"{statistics.median(ratios):.2f}")
+    print(f"catalogue wall, this checkout / {rev}: {now[0]:.0f} s / {before[0]:.0f} s = "
+          f"{now[0] / before[0]:.2f}")
+    compare_outcomes(rev, before[1], "this checkout", now[1])
 
 
 if __name__ == "__main__":
