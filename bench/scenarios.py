@@ -1,7 +1,7 @@
 """The scenario catalogue's cost: wall time with xdist, harness overhead, detection, recovery.
 
     .venv/bin/python bench/scenarios.py [-n 2] [-k EXPR] [--compare-reuse] [--compare-warm]
-                                        [--against REV]
+                                        [--against REV] [--slow]
 
 Runs ``pytest scenarios -n N --rlsim-report DIR`` once, then reads each scenario's timeline:
 cluster bring-up, the fault-free twin (``matches_baseline``), the trainer's own wall time, and
@@ -163,15 +163,18 @@ def main() -> None:
                     help="run it with --no-reuse, then with reuse; compare walls and outcomes")
     ap.add_argument("--compare-warm", action="store_true",
                     help="run it with cold workers (RLSIM_WARM_WORKERS=0), then warm; compare")
+    ap.add_argument("--slow", action="store_true",
+                    help="include the slow tier (--rlsim-slow): the vLLM and verl stories")
     ap.add_argument("--against", metavar="REV",
                     help="first run the catalogue of git revision REV (a worktree, this venv); "
                          "compare walls, fixed costs and outcomes with this checkout's")
     args = ap.parse_args()
     console = Console(width=190)
+    slow = ["--rlsim-slow"] if args.slow else []
     results = {}
     if args.against:
         with checkout(args.against) as (tree, env):
-            wall, report, last = run_catalogue(args.n, args.k, [], env, root=tree)
+            wall, report, last = run_catalogue(args.n, args.k, slow, env, root=tree)
         results[args.against] = (wall, report)
         console.print(spans_table(report, f"scenario catalogue at {args.against}: pytest -n "
                                           f"{args.n}, wall {wall:.0f} s ({last})"))
@@ -179,7 +182,7 @@ def main() -> None:
     runs += [("cold workers", [], {"RLSIM_WARM_WORKERS": "0"})] if args.compare_warm else []
     runs.append(("reuse", [], {}))
     for label, extra, env in runs:
-        wall, report, last = run_catalogue(args.n, args.k, extra, env)
+        wall, report, last = run_catalogue(args.n, args.k, extra + slow, env)
         results[label] = (wall, report)
         console.print(spans_table(report, f"scenario catalogue ({label}): pytest -n {args.n}, "
                                           f"wall {wall:.0f} s ({last})"))

@@ -54,9 +54,12 @@ def cluster_env(st: ClusterState) -> dict[str, str]:
         # simulated cluster reads the metrics (Ray's own `ray.util.metrics` calls become no-ops)
         "RAY_enable_metrics_collection": "0",
         # A raylet connects to its own object store, started by a thread of its own a moment
-        # before; a first try that finds no socket yet waited this long (1000 ms by default)
-        # before the next: seen here on every second node start, 1.0 s to the millisecond
+        # before; a first try that finds no socket yet waited 1000 ms (Ray's default) before
+        # the next: seen here on every second node start, 1.0 s to the millisecond. Tries every
+        # 50 ms instead, as many as keep Ray's 10 s in all (10 x 1 s), for every process of the
+        # node that connects to a local socket (workers to their raylet too)
         "RAY_raylet_client_connect_timeout_milliseconds": "50",
+        "RAY_raylet_client_num_connect_attempts": "200",
         # No idle workers forked ahead of demand: on 2 cores they steal CPU from bring-up. The
         # scenario runner asks each raylet for the ones its trainer will use instead
         # (StartedCluster.prestart_workers).
