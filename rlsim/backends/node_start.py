@@ -18,6 +18,7 @@ import concurrent.futures
 import functools
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -196,6 +197,43 @@ def _node_class():
     return Node
 
 
+AGENT_FLAG = "--dashboard_agent_command="
+
+
+def _lean_agents() -> None:
+    """Have every raylet this launcher starts run its dashboard agent through
+    :mod:`rlsim.backends.node_agent` (no dashboard modules), for a cluster without the dashboard.
+
+    Ray builds the agent's command inside ``services.start_raylet`` and hands the raylet a
+    ``--dashboard_agent_command``; the raylet's command is rewritten on its way to
+    ``start_ray_process``, Ray's agent script replaced by the module. This process exists only to
+    start nodes: the wrapper lives and dies with it.
+    """
+    import ray
+    import ray._private.ray_constants as ray_constants
+    import ray._private.services as services
+    import ray._private.utils
+
+    if getattr(services.start_ray_process, "rlsim_lean", False):
+        return
+    # Ray decides whether an agent runs "--minimal" by importing the dashboard's dependencies
+    # (aiohttp, opentelemetry, prometheus: 0.86 s of this launcher's CPU, before the head's
+    # raylet starts); the agents of this cluster run minimal whatever is installed
+    ray._private.utils.get_dashboard_dependency_error = lambda: ImportError(
+        "rlsim: this cluster runs no dashboard")
+    start = services.start_ray_process
+    script = subprocess.list2cmdline([str(Path(ray.__file__).parent / "dashboard" / "agent.py")])
+
+    def start_lean(command, process_type, *args, **kwargs):
+        if process_type == ray_constants.PROCESS_TYPE_RAYLET:
+            command = [arg.replace(script, "-m rlsim.backends.node_agent", 1)
+                       if arg.startswith(AGENT_FLAG) else arg for arg in command]
+        return start(command, process_type, *args, **kwargs)
+
+    start_lean.rlsim_lean = True
+    services.start_ray_process = start_lean
+
+
 # Ray's Node() reads this process's environment and its processes are born in this process's
 # cgroups: one node at a time may be set up and spawned. A node start holds the lock except while
 # it waits for its raylet to register, most of a node's start (the raylet waits for its two
@@ -209,6 +247,8 @@ def start_node(st: ClusterState, index: int, addresses: list[str] | None = None)
     import ray._private.utils
 
     _poll_registration_often()
+    if not st.spec.dashboard:
+        _lean_agents()
     accelerator = st.spec.node_shapes()[index].accelerator
     with _SPAWN_LOCK:
         os.environ[procs.NODE_VAR] = str(index)
