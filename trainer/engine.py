@@ -44,9 +44,14 @@ def _skip_import_time_compile() -> None:
     """DeepSpeed's ZeRO code imports its Muon optimizer module on first use (to recognise Muon),
     and that module applies ``torch.compile`` at import, which loads TorchInductor: 2.4 s of a
     worker's 2.7 s engine set-up on a 2-core machine, in every actor of every attempt. The trainer
-    compiles nothing, so TorchDynamo is switched off in its workers (``TORCHDYNAMO_DISABLE=1``
-    turns ``torch.compile`` into a no-op decorator) unless the environment says otherwise."""
-    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+    compiles nothing, so TorchDynamo is switched off in its workers (``torch.compile`` becomes a
+    no-op decorator) unless the environment says otherwise (``TORCHDYNAMO_DISABLE=0``).
+    TorchDynamo reads that variable once, when it is imported: a warm worker imported it before
+    this runs (rlsim preloads it), so its setting is made here too."""
+    if os.environ.setdefault("TORCHDYNAMO_DISABLE", "1") == "1":
+        import torch._dynamo
+
+        torch._dynamo.config.disable = True
 
 
 class DeepSpeedEngine:
