@@ -53,6 +53,27 @@ class ModelConfig(_Section):
     n_positions: int = Field(32, ge=8, le=65536, description="longest prompt + response")
 
 
+# A model on disk is Hugging Face's GPT-2 (trainer.model writes and reads it): its files, and what
+# its config.json must say for trainer.model to build it (checked here too, by the pre-flight,
+# before anything imports torch)
+HF_CONFIG = "config.json"
+HF_WEIGHTS = "model.safetensors"
+LN_EPS = 1e-5
+
+
+def hf_config_problem(hf: dict) -> str | None:
+    """Why a Hugging Face ``config.json`` is no model trainer.model can load, or None."""
+    if hf.get("model_type") != "gpt2":
+        return f"model_type is {hf.get('model_type')!r}; the reference trainer loads GPT-2 only"
+    wanted = {"activation_function": "gelu_new", "layer_norm_epsilon": LN_EPS}
+    for key, value in wanted.items():
+        if hf.get(key, value) != value:
+            return f"{key} is {hf[key]!r}; GPT-2 as built here uses {value!r}"
+    if hf.get("n_inner") not in (None, 4 * hf.get("n_embd", 0)):
+        return f"n_inner is {hf['n_inner']!r}; GPT-2 as built here uses 4 * n_embd"
+    return None
+
+
 class DataConfig(_Section):
     path: str = Field(str(PRESETS / "digits.jsonl"), description="prompt set (jsonl); default: "
                       "the digits set shipped with the package")

@@ -17,11 +17,15 @@ import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+import numpy as np
 
 from trainer.config import read_small_file
 from trainer.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_PROMPT_BYTES = 64 * 1024**2  # the prompt sets this trainer reads are kilobytes
 
@@ -100,13 +104,15 @@ def _prompt_row(line: str, where: str) -> list[int]:
     return encode(prompt)
 
 
-def load_prompts(path: str | Path) -> torch.Tensor:
-    """All prompts of a jsonl file as one (N, 7) token tensor (errors as :func:`read_prompts`)."""
-    return torch.tensor(read_prompts(path), dtype=torch.long)
+def load_prompts(path: str | Path) -> np.ndarray:
+    """All prompts of a jsonl file as one (N, 7) array of int64 token ids (errors as
+    :func:`read_prompts`): the driver holds arrays, the workers make tensors of them."""
+    return np.array(read_prompts(path), dtype=np.int64)
 
 
 def reward(prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
-    """Rule-based reward in [0, 1]: share of response tokens equal to the prompt's last digit."""
+    """Rule-based reward in [0, 1]: share of response tokens equal to the prompt's last digit.
+    Computed on a worker, with tensor methods only: this module imports no torch."""
     target = prompts[:, DIGITS - 1 : DIGITS]
     return (responses == target).float().mean(dim=1)
 

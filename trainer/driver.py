@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import ray
-import torch
 
 from rlsim.contract import HEAD_RESOURCE
 from rlsim.reach import gcs_refusal, gcs_silence, parse_address
@@ -33,7 +32,6 @@ from trainer.errors import (
     CheckpointWriteFailed,
     ClusterUnreachable,
     JobLost,
-    SimulatedCudaOOM,
     StepTimeout,
     TrainerError,
     first_line,
@@ -329,7 +327,7 @@ def run(cfg: TrainerConfig) -> int:
         return 0
     except (TrainerError, FileNotFoundError) as e:
         kind = getattr(e, "kind", "error")
-        if isinstance(e, (SimulatedCudaOOM, torch.OutOfMemoryError)):
+        if kind == "oom":  # the memory ledger's (trainer.oom), raised here or by a worker
             log.emit("oom", message=str(e), action="fatal")
         log.emit("error", kind=kind, message=str(e))
         log.emit("run_end", status="failed", step=step, seconds=round(time.monotonic() - t0, 3))

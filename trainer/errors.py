@@ -7,8 +7,6 @@ restart from the latest valid checkpoint while ``fault_tolerance.max_restarts`` 
 
 from __future__ import annotations
 
-import torch
-
 
 def first_line(e: BaseException, limit: int = 300) -> str:
     """The first line of an error's message (Ray's remote errors carry whole tracebacks)."""
@@ -118,14 +116,3 @@ class CheckpointNotShared(CheckpointError):
     node can resume from it. Names the nodes, example files and the fix."""
 
     kind = "checkpoint_not_shared"
-
-
-class SimulatedCudaOOM(torch.OutOfMemoryError, TrainerError):
-    """The fake-GPU memory ledger found a rank over its GPU's capacity.
-
-    Subclasses ``torch.OutOfMemoryError`` so code that handles a real CUDA OOM handles this one too;
-    the message follows torch's wording, then names role, node, GPU and the knob to turn.
-    """
-
-    kind = "oom"
-    knob = ""  # the config field that would fix it (set by the ledger)

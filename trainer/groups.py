@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import time
 
+import numpy as np
 import ray
-import torch
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -244,34 +244,42 @@ class Roles:
         if self.events is not None:
             self.events(type, **fields)
 
-    def generate(self, prompts: torch.Tensor, seeds: list[int]) -> torch.Tensor:
+    def generate(self, prompts: np.ndarray, seeds: list[int]) -> np.ndarray:
         n = self.plan.dp["rollout"]
-        ps = prompts.chunk(n)
+        ps = _chunk(prompts, n)
         ss = [seeds[i * len(seeds) // n : (i + 1) * len(seeds) // n] for i in range(n)]
         self._event("generation_started", engines=n, prompts=len(prompts))
-        out = torch.cat(self.call("rollout", "generate", list(zip(ps, ss, strict=True))))
+        out = np.concatenate(self.call("rollout", "generate", list(zip(ps, ss, strict=True))))
         self._event("generation_done", engines=n, rows=len(out))
         return out
 
-    def reward(self, prompts: torch.Tensor, seqs: torch.Tensor) -> torch.Tensor:
+    def reward(self, prompts: np.ndarray, seqs: np.ndarray) -> np.ndarray:
         role = "reward" if "reward" in self.plan.dp else "rollout"
         n = self.plan.dp[role]
-        return torch.cat(self.call(role, "reward", list(zip(prompts.chunk(n), seqs.chunk(n),
-                                                             strict=True))))
+        return np.concatenate(self.call(role, "reward", list(zip(
+            _chunk(prompts, n), _chunk(seqs, n), strict=True))))
 
-    def _split_call(self, role: str, method: str, seqs: torch.Tensor, *lead) -> torch.Tensor:
+    def _split_call(self, role: str, method: str, seqs: np.ndarray, *lead) -> np.ndarray:
         n = self.plan.dp[role]
-        return torch.cat(self.call(role, method, [(*lead, c) for c in seqs.chunk(n)]))
+        return np.concatenate(self.call(role, method, [(*lead, c) for c in _chunk(seqs, n)]))
 
-    def logprobs(self, role: str, seqs: torch.Tensor) -> torch.Tensor:
+    def logprobs(self, role: str, seqs: np.ndarray) -> np.ndarray:
         return self._split_call(role, "logprobs", seqs, role)
 
-    def values(self, seqs: torch.Tensor) -> torch.Tensor:
+    def values(self, seqs: np.ndarray) -> np.ndarray:
         return self._split_call("critic", "values", seqs)
 
-    def train(self, role: str, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    def compute(self, fn, *args):
+        """``fn(*args)`` on actor rank 0's worker: an algorithm's tensor math (``grpo.targets``),
+        in torch, where torch is; arrays in, arrays out (see :meth:`trainer.host.Host.compute`)."""
+        slot = self.plan.of("actor")[0]
+        ref = self.workers[slot.index].compute.remote(fn, *args)
+        return self._get([ref], time.monotonic() + self.ft.step_timeout_s,
+                         f"actor.compute ({fn.__name__})", owners=[slot.index])[0]
+
+    def train(self, role: str, batch: dict[str, np.ndarray]) -> dict[str, float]:
         n = self.plan.dp[role]
-        shards = [(role, {k: v.chunk(n)[i] for k, v in batch.items()}) for i in range(n)]
+        shards = [(role, {k: _chunk(v, n)[i] for k, v in batch.items()}) for i in range(n)]
         stats = self.call(role, "train", shards)
         return {k: sum(s[k] for s in stats) / n for k in stats[0]}
 
@@ -305,3 +313,10 @@ class Roles:
         refs = [getattr(w, method).remote(*args) for w in self.workers]
         return self._get(refs, time.monotonic() + self.ft.step_timeout_s, f"workers.{method}",
                          owners=list(range(len(self.workers))))
+
+
+def _chunk(rows: np.ndarray, n: int) -> list[np.ndarray]:
+    """``rows`` split as ``torch.chunk`` splits it (what the workers' shards always were): pieces
+    of ``ceil(len / n)`` rows, the last one shorter."""
+    size = -(-len(rows) // n)
+    return [rows[i : i + size] for i in range(0, len(rows), size)]

@@ -10,25 +10,26 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from trainer.config import TrainerConfig
 from trainer.data import PromptLoader, load_prompts
 from trainer.driver import ALGORITHMS, _mix
+from trainer.host import Host
 from trainer.memory import fit, gpu_capacity
 from trainer.placement import Plan, WorkerSlot
-from trainer.worker import Worker
 
 
 class InProcessRoles:
-    """``trainer.groups.Roles``'s interface over one in-process Worker hosting every role."""
+    """``trainer.groups.Roles``'s interface over one in-process Host of every role."""
 
     def __init__(self, cfg: TrainerConfig) -> None:
         roles = {r: 0 for r in cfg.roles()}
         slot = WorkerSlot(0, 0, (0,), roles)
         self.plan = Plan(1, 1, "colocated", (slot,), {r: 1 for r in roles})
         micro, _ = fit(cfg, self.plan, gpu_capacity(cfg))
-        self.w = Worker(cfg.model_dump(), self.plan, slot, micro, gpu_capacity(cfg))
+        self.w = Host(cfg.model_dump(), self.plan, slot, micro, gpu_capacity(cfg))
         # one world-size-1 process group for the life of the process: DeepSpeed caches its groups,
         # so a second run in the same process must reuse the first one's
         first = not torch.distributed.is_initialized()
@@ -46,6 +47,9 @@ class InProcessRoles:
     def values(self, seqs):
         return self.w.values(seqs)
 
+    def compute(self, fn, *args):
+        return self.w.compute(fn, *args)
+
     def train(self, role, batch):
         return self.w.train(role, batch)
 
@@ -54,7 +58,7 @@ class InProcessRoles:
 
 
 def run_inprocess(cfg: TrainerConfig, first_step: int = 0, load: Path | None = None,
-                  save: Path | None = None) -> tuple[list[dict], dict[str, torch.Tensor]]:
+                  save: Path | None = None) -> tuple[list[dict], dict[str, np.ndarray]]:
     """Train steps ``first_step`` .. ``cfg.total_steps`` in this process, optionally starting from
     a worker checkpoint ``load`` and writing one to ``save``; the metrics of every step and the
     actor's final weights."""

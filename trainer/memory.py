@@ -16,11 +16,14 @@ generation only when ``rollout.free_cache_after_generate`` is off.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rlsim.contract import RESERVE_FILE
 from trainer.config import TrainerConfig
-from trainer.errors import SimulatedCudaOOM
 from trainer.placement import Plan
+
+if TYPE_CHECKING:
+    from trainer.oom import SimulatedCudaOOM
 
 GIB = 1024**3
 
@@ -128,18 +131,34 @@ def phases(cfg: TrainerConfig, plan: Plan, gpu: int, micro: dict[str, int],
     return {"generate": gen, "score": score, "train": train}
 
 
-def check_gpu(cfg: TrainerConfig, plan: Plan, gpu: int, micro: dict[str, int],
-              capacity: float, reserve: float = 0.0) -> None:
-    """Raise :class:`SimulatedCudaOOM` if one of the GPU's phases does not fit ``capacity``."""
+def overflow(cfg: TrainerConfig, plan: Plan, gpu: int, micro: dict[str, int],
+             capacity: float, reserve: float = 0.0) -> tuple[str, str] | None:
+    """The first allocation on global GPU ``gpu`` that does not fit ``capacity`` in one of its
+    phases, as (CUDA's wording of the OOM, the knob that would fix it); None when all fit."""
     for phase, items in phases(cfg, plan, gpu, micro, capacity).items():
         used = reserve
         for n, item in enumerate(items):
             if used + item.nbytes > capacity:
-                oom = SimulatedCudaOOM(_message(cfg, plan, gpu, phase, items[:n], item,
-                                                used, capacity, reserve, micro))
-                oom.knob = item.knob
-                raise oom
+                return _message(cfg, plan, gpu, phase, items[:n], item, used, capacity, reserve,
+                                micro), item.knob
             used += item.nbytes
+    return None
+
+
+def check_gpu(cfg: TrainerConfig, plan: Plan, gpu: int, micro: dict[str, int],
+              capacity: float, reserve: float = 0.0) -> None:
+    """Raise :class:`trainer.oom.SimulatedCudaOOM` if one of the GPU's phases does not fit
+    ``capacity``."""
+    if found := overflow(cfg, plan, gpu, micro, capacity, reserve):
+        raise _oom(*found)
+
+
+def _oom(message: str, knob: str) -> SimulatedCudaOOM:
+    from trainer.oom import SimulatedCudaOOM  # torch: only once there is an OOM to raise
+
+    oom = SimulatedCudaOOM(message)
+    oom.knob = knob
+    return oom
 
 
 def _message(cfg, plan, gpu, phase, held, item, used, capacity, reserve, micro) -> str:
@@ -181,14 +200,13 @@ def fit(cfg: TrainerConfig, plan: Plan, capacity: float) -> tuple[dict[str, int]
     changes: list[str] = []
     gpus = sorted({g for w in plan.workers for g in w.gpus})
     while True:
-        try:
-            for g in gpus:
-                check_gpu(cfg, plan, g, micro, capacity, reserve)
+        found = next(filter(None, (overflow(cfg, plan, g, micro, capacity, reserve)
+                                   for g in gpus)), None)
+        if found is None:
             return micro, changes
-        except SimulatedCudaOOM as oom:
-            role, _, knob = oom.knob.partition(".")
-            if knob != "micro_batch_size" or not getattr(cfg, role).auto_micro_batch \
-                    or micro[role] == 1:
-                raise
-            changes.append(f"{role}.micro_batch_size {micro[role]} -> {micro[role] // 2}")
-            micro[role] //= 2
+        role, _, knob = found[1].partition(".")
+        if knob != "micro_batch_size" or not getattr(cfg, role).auto_micro_batch \
+                or micro[role] == 1:
+            raise _oom(*found)
+        changes.append(f"{role}.micro_batch_size {micro[role]} -> {micro[role] // 2}")
+        micro[role] //= 2

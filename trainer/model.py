@@ -21,12 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.config import ModelConfig
+from trainer.config import HF_CONFIG, HF_WEIGHTS, LN_EPS, ModelConfig, hf_config_problem
 
-HF_CONFIG = "config.json"
-HF_WEIGHTS = "model.safetensors"
 INIT_STD = 0.02  # GPT-2's initializer_range
-LN_EPS = 1e-5
 
 
 @dataclass
@@ -178,19 +175,6 @@ def _seeded(cls: type[_GPT2], mc: ModelConfig, seed: int) -> _GPT2:
         model = cls(mc)
         model.init_weights()
     return model
-
-
-def hf_config_problem(hf: dict) -> str | None:
-    """Why a Hugging Face ``config.json`` is no model this module can load, or None."""
-    if hf.get("model_type") != "gpt2":
-        return f"model_type is {hf.get('model_type')!r}; the reference trainer loads GPT-2 only"
-    wanted = {"activation_function": "gelu_new", "layer_norm_epsilon": LN_EPS}
-    for key, value in wanted.items():
-        if hf.get(key, value) != value:
-            return f"{key} is {hf[key]!r}; GPT-2 as built here uses {value!r}"
-    if hf.get("n_inner") not in (None, 4 * hf.get("n_embd", 0)):
-        return f"n_inner is {hf['n_inner']!r}; GPT-2 as built here uses 4 * n_embd"
-    return None
 
 
 def load_pretrained(path: str | Path) -> GPT2LMHead:

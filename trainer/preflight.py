@@ -17,10 +17,15 @@ import os
 from pathlib import Path
 
 from trainer import checkpoint as ckpt
-from trainer.config import TrainerConfig, read_small_file
+from trainer.config import (
+    HF_CONFIG,
+    HF_WEIGHTS,
+    TrainerConfig,
+    hf_config_problem,
+    read_small_file,
+)
 from trainer.data import read_prompts
 from trainer.errors import ConfigError, PlacementError
-from trainer.model import HF_CONFIG, HF_WEIGHTS, hf_config_problem
 from trainer.placement import plan_placement
 
 

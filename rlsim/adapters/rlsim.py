@@ -51,7 +51,7 @@ class RlsimAdapter(Adapter):
             return [], []
         engines = {cfg.actor.engine} | ({cfg.critic.engine} if cfg.algorithm == "ppo" else set())
         modules = ["torch", "torch._dynamo", *["deepspeed"] * ("deepspeed" in engines),
-                   "trainer.worker"]
+                   "trainer.host"]
         return modules, [len(plan.on_node(k)) for k in range(plan.nnodes)]
 
     def inputs(self, trainer) -> list[Path]:

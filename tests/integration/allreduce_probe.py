@@ -25,7 +25,7 @@ class Rank:
         import torch
         import torch.distributed as dist
 
-        from trainer.worker import _gloo_bound_to
+        from trainer.host import _gloo_bound_to
 
         store = getattr(self, "s", None) or dist.TCPStore(
             addr[0], addr[1], is_master=False, timeout=datetime.timedelta(seconds=20))

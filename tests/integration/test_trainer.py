@@ -119,6 +119,21 @@ def test_ppo_with_critic_and_ddp(cluster, tmp_path, placement):
         assert roles == [["actor", "critic", "ref", "rollout"]] * 2
 
 
+def test_the_driver_imports_no_torch(cluster, tmp_path):
+    """The driver holds arrays and hands the tensor math to the workers: a run with a checkpoint
+    and a weight push every step never imports torch in the driver's process (the most of a
+    launch's start it was, see trainer/worker.py)."""
+    code = ("import sys; from trainer.__main__ import main; rc = main(sys.argv[1:]); "
+            "print('torch in the driver:', 'torch' in sys.modules); sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code, "--config", str(GRPO), f"run_dir={tmp_path}",
+                          "total_steps=2", "save_freq=1"], cwd=ROOT,
+                         env={**os.environ, **cluster.driver_env()}, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "torch in the driver: False" in out.stdout, out.stdout
+    assert types(tmp_path).count("checkpoint_saved") == 2
+
+
 def test_gloo_group_crosses_node_addresses(cluster):
     """Two ranks on two nodes all-reduce; rank 1 holds a TCP connection to node 0's address."""
     script = ROOT / "tests" / "integration" / "allreduce_probe.py"

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from trainer.config import TrainerConfig
-from trainer.errors import SimulatedCudaOOM
 from trainer.memory import GIB, check_gpu, fit, param_count, role_items
+from trainer.oom import SimulatedCudaOOM
 from trainer.placement import plan_placement
 
 
