@@ -14,6 +14,7 @@ calling the vLLM worker's ``reload_weights`` with the weights as an iterator of 
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Protocol
@@ -64,6 +65,9 @@ class VLLMSampler:
         # the engine core in this process: one process to kill or freeze, none left behind
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        # vLLM configures its logger from that variable when imported: a warm worker imported
+        # it before (rlsim preloads vllm.entrypoints.llm)
+        logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"])
         try:
             from vllm import LLM, SamplingParams
         except ImportError as e:

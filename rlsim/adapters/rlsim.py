@@ -4,6 +4,7 @@ every event type the checks read, and per-step metrics for ``matches_baseline``.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -37,9 +38,10 @@ class RlsimAdapter(Adapter):
     def warm_workers(self, trainer) -> tuple[list[str], list[int]]:
         """What a worker of the reference trainer imports before its first step: torch,
         TorchDynamo (torch.use_deterministic_algorithms and DeepSpeed's ZeRO load it: 1.3-1.9 s
-        of an actor's set-up on two cores), DeepSpeed where a training role runs on it (0.4 s)
-        and the worker's module; the plan's workers per logical node (nothing where the config
-        does not load: the run says why)."""
+        of an actor's set-up on two cores) and the worker's module; on a host whose torch is a
+        CPU build, also DeepSpeed where a training role runs on it (0.4 s) and vLLM's engine
+        where the rollouts run on it (9.3 s). The plan's workers per logical node (nothing where
+        the config does not load: the run says why)."""
         from trainer.config import load_config
         from trainer.placement import plan_placement
 
@@ -49,9 +51,12 @@ class RlsimAdapter(Adapter):
                 plan = plan_placement(cfg)
         except Exception:  # noqa: BLE001 - a config that cannot run fails in its own words
             return [], []
-        engines = {cfg.actor.engine} | ({cfg.critic.engine} if cfg.algorithm == "ppo" else set())
-        modules = ["torch", "torch._dynamo", *["deepspeed"] * ("deepspeed" in engines),
-                   "trainer.host"]
+        modules = ["torch", "torch._dynamo", "trainer.host"]
+        if _torch_cpu_build():
+            engines = {cfg.actor.engine} | ({cfg.critic.engine} if cfg.algorithm == "ppo"
+                                            else set())
+            modules += ["deepspeed"] * ("deepspeed" in engines)
+            modules += ["vllm.entrypoints.llm"] * (cfg.rollout.engine == "vllm")
         return modules, [len(plan.on_node(k)) for k in range(plan.nnodes)]
 
     def inputs(self, trainer) -> list[Path]:
@@ -123,3 +128,16 @@ def overrides(trainer) -> list[str]:
     """The section's overrides as the trainer's ``key=value`` arguments. JSON is flow-style YAML:
     the trainer parses each value back with yaml.safe_load."""
     return [f"{k}={json.dumps(v)}" for k, v in trainer.overrides.items()]
+
+
+def _torch_cpu_build() -> bool:
+    """Whether the torch installed here has no GPU library beside it (libtorch_cuda, _hip).
+    DeepSpeed and vLLM ask CUDA for its devices when imported, which fixes the devices a process
+    sees: a worker that imported them before Ray gave it CUDA_VISIBLE_DEVICES would see every
+    GPU of a real host. Only with fake GPUs may a warm worker import them ahead."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return False
+    lib = Path(spec.origin).parent / "lib"
+    return lib.is_dir() and not any(lib.glob("libtorch_cuda*")) \
+        and not any(lib.glob("libtorch_hip*"))
