@@ -192,6 +192,19 @@ def fit(cfg: TrainerConfig, plan: Plan, capacity: float) -> tuple[dict[str, int]
 
     Returns the micro-batch sizes to use and what was changed; raises the OOM otherwise.
     """
+    micro, changes, found = _fit(cfg, plan, capacity)
+    if found:
+        raise _oom(*found)
+    return micro, changes
+
+
+def fits(cfg: TrainerConfig, plan: Plan, capacity: float) -> bool:
+    """Whether :func:`fit` would find room (it raises, and imports torch to, when not)."""
+    return _fit(cfg, plan, capacity)[2] is None
+
+
+def _fit(cfg: TrainerConfig, plan: Plan, capacity: float):
+    """The micro-batch sizes, the changes made, and the overflow that stopped it (or None)."""
     rows = cfg.data.prompts_per_step * cfg.rollout.n_samples
     micro = {r: min(getattr(cfg, r).micro_batch_size,
                     max(1, rows // (plan.dp.get(r, 1) * cfg.algo.mini_batches)))
@@ -203,10 +216,10 @@ def fit(cfg: TrainerConfig, plan: Plan, capacity: float) -> tuple[dict[str, int]
         found = next(filter(None, (overflow(cfg, plan, g, micro, capacity, reserve)
                                    for g in gpus)), None)
         if found is None:
-            return micro, changes
+            return micro, changes, None
         role, _, knob = found[1].partition(".")
         if knob != "micro_batch_size" or not getattr(cfg, role).auto_micro_batch \
                 or micro[role] == 1:
-            raise _oom(*found)
+            return micro, changes, found
         changes.append(f"{role}.micro_batch_size {micro[role]} -> {micro[role] // 2}")
         micro[role] //= 2

@@ -98,10 +98,12 @@ class Adapter:
         the scenario's ``folder``. Default: none (a command's own arguments are the command's,
         relative to where it runs)."""
 
-    def warm_workers(self, trainer) -> tuple[list[str], list[int]]:
+    def warm_workers(self, trainer, nodes: list | None = None) -> tuple[list[str], list[int]]:
         """What the trainer's actors import first, and how many of them it places on each node
         with GPUs (head first, then by address): the runner has that many workers started,
-        with those modules imported, before each launch. Default: none known."""
+        with those modules imported, before each launch. ``nodes``: the cluster's node shapes
+        (``ClusterSpec.node_shapes()``), where the count may say that nothing will be placed on
+        them (a run refused before its workers start). Default: none known."""
         return [], []
 
     def inputs(self, trainer) -> list[Path]:

@@ -35,13 +35,15 @@ class RlsimAdapter(Adapter):
         if trainer.config is not None and not is_preset(trainer.config):
             trainer.config = str(resolve(trainer.config, folder))
 
-    def warm_workers(self, trainer) -> tuple[list[str], list[int]]:
+    def warm_workers(self, trainer, nodes: list | None = None) -> tuple[list[str], list[int]]:
         """What a worker of the reference trainer imports before its first step: torch,
         TorchDynamo (torch.use_deterministic_algorithms and DeepSpeed's ZeRO load it: 1.3-1.9 s
         of an actor's set-up on two cores) and the worker's module; on a host whose torch is a
         CPU build, also DeepSpeed where a training role runs on it (0.4 s) and vLLM's engine
-        where the rollouts run on it (9.3 s). The plan's workers per logical node (nothing where
-        the config does not load: the run says why)."""
+        where the rollouts run on it (9.3 s). The plan's workers per logical node; none where
+        the config does not load, or where ``nodes`` cannot hold the plan (too few GPU nodes, or
+        GPUs the fake-GPU memory ledger finds too small): the run says why, before any worker
+        starts, and workers started for it would be imports no one uses."""
         from trainer.config import load_config
         from trainer.placement import plan_placement
 
@@ -57,7 +59,8 @@ class RlsimAdapter(Adapter):
                                             else set())
             modules += ["deepspeed"] * ("deepspeed" in engines)
             modules += ["vllm.entrypoints.llm"] * (cfg.rollout.engine == "vllm")
-        return modules, [len(plan.on_node(k)) for k in range(plan.nnodes)]
+        places = nodes is None or _places(cfg, plan, nodes)
+        return modules, [len(plan.on_node(k)) for k in range(plan.nnodes)] if places else []
 
     def inputs(self, trainer) -> list[Path]:
         """Its config file and the reference trainer's code."""
@@ -141,3 +144,14 @@ def _torch_cpu_build() -> bool:
     lib = Path(spec.origin).parent / "lib"
     return lib.is_dir() and not any(lib.glob("libtorch_cuda*")) \
         and not any(lib.glob("libtorch_hip*"))
+
+
+def _places(cfg, plan, nodes: list) -> bool:
+    """Whether the reference trainer would place its workers on nodes of these shapes: as many
+    nodes with the plan's GPUs as it asks for, and room on their GPUs by the fake-GPU memory
+    ledger (the trainer reads the first GPU node's memory, head first, as here)."""
+    from trainer.memory import fits, gpu_capacity
+
+    gpu_nodes = [n for n in nodes if n.gpus >= plan.gpus_per_node]
+    return len(gpu_nodes) >= plan.nnodes and \
+        fits(cfg, plan, gpu_capacity(cfg, gpu_nodes[0].gpu_memory_gb))

@@ -67,7 +67,8 @@ def warm_up(sc: Scenario, cluster, log: Recorder) -> None:
     twin starts (for the run after it) and before a relaunch."""
     if not (warm() and hasattr(cluster, "prestart_workers")):
         return
-    _, per_node = ADAPTERS[sc.trainer.adapter].warm_workers(sc.trainer)
+    _, per_node = ADAPTERS[sc.trainer.adapter].warm_workers(sc.trainer,
+                                                            cluster.spec.node_shapes())
     if per_node:
         log.emit("workers_prestarted", per_node=cluster.prestart_workers(per_node))
 

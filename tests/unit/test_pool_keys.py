@@ -67,3 +67,26 @@ def test_the_catalogue_runs_each_shape_in_a_row_node_killers_last():
         by_key.setdefault(scenario_key(sc), set()).add(shape_key(spec, "local"))
     assert all(len(pool_keys) == 1 for pool_keys in by_key.values())
     assert {"head_lost", "node_failure_mid_run"} <= {sc.name for sc in local if sc.may_down_node}
+
+
+def test_workers_are_warmed_only_for_a_run_that_will_place_them():
+    """The reference trainer's warm workers (one per worker slot, per logical node) are asked for
+    only where its plan fits the cluster: a run the memory ledger or a too-small cluster refuses
+    before any worker starts gets none (their imports would be CPU no one uses)."""
+    from rlsim.adapters import ADAPTERS
+    from rlsim.scenario.loader import load
+
+    adapter = ADAPTERS["rlsim"]
+
+    def counts(name: str) -> list[int]:
+        sc = load(PRESETS.parents[1] / "scenarios" / f"{name}.yaml")
+        nodes = ClusterSpec(name="x", **sc.cluster.shape()).node_shapes()
+        modules, per_node = adapter.warm_workers(sc.trainer, nodes)
+        assert modules[:2] == ["torch", "torch._dynamo"] and "trainer.host" in modules
+        return per_node
+
+    assert counts("node_failure_mid_run") == [1, 1]
+    assert counts("gpu_oom_at_start") == []  # the ledger refuses 1B params on 13 GiB GPUs
+    assert counts("vllm_engine_cannot_fit") == []  # the same for a vLLM engine's 90%
+    assert counts("too_few_gpus") == []  # 4 nodes asked of 3
+    assert counts("gpu_oom_micro_batch_halving") != []  # it fits once halved
