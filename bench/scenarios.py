@@ -1,7 +1,8 @@
 """The scenario catalogue's cost: wall time with xdist, harness overhead, detection, recovery.
 
     .venv/bin/python bench/scenarios.py [-n 2] [-k EXPR] [--compare-reuse] [--compare-warm]
-                                        [--against REV [--fixed NAME,...]] [--slow]
+                                        [--against REV [--fixed NAME,...] [--fixed-only]]
+                                        [--slow]
 
 Runs ``pytest scenarios -n N --rlsim-report DIR`` once, then reads each scenario's timeline:
 cluster bring-up, the fault-free twin (``matches_baseline``), the trainer's own wall time, and
@@ -205,18 +206,24 @@ def main() -> None:
                     help="with --against: the scenarios (names, comma-separated) whose fixed "
                          "cost is measured alone at both revisions (default: a set of the "
                          "reference trainer's and a vLLM story; --slow adds Ray Train, verl)")
+    ap.add_argument("--fixed-only", action="store_true",
+                    help="with --against: only the scenarios run alone, no catalogue")
     args = ap.parse_args()
     console = Console(width=190)
     slow = ["--rlsim-slow"] if args.slow else []
     results = {}
     if args.against:
         with checkout(args.against) as (tree, env):
+            names = args.fixed.split(",") if args.fixed else FIXED + FIXED_SLOW * args.slow
+            if args.fixed_only:
+                print_fixed(fixed_alone(console, args.against, tree, env, names, slow),
+                            args.against)
+                return
             wall, report, last, cpu = run_catalogue(args.n, args.k, slow, env, root=tree)
             results[args.against] = (wall, report, cpu)
             console.print(spans_table(report, f"scenario catalogue at {args.against}: pytest -n "
                                               f"{args.n}, wall {wall:.0f} s, CPU {cpu:.0f} s "
                                               f"({last})"))
-            names = args.fixed.split(",") if args.fixed else FIXED + FIXED_SLOW * args.slow
             alone = fixed_alone(console, args.against, tree, env, names, slow)
     runs = [("no reuse", ["--no-reuse"], {})] if args.compare_reuse else []
     runs += [("cold workers", [], {"RLSIM_WARM_WORKERS": "0"})] if args.compare_warm else []
@@ -295,6 +302,15 @@ def fixed_alone(console: Console, rev: str, tree: Path, env: dict[str, str], nam
     return found
 
 
+def print_fixed(alone: dict[str, tuple[dict, dict]], rev: str) -> None:
+    ratios = [_fixed(b) / _fixed(a) for a, b in alone.values() if _fixed(a) and _fixed(b)]
+    if ratios:
+        print(f"fixed cost alone, this checkout / {rev}, median over {len(ratios)} scenarios: "
+              f"{statistics.median(ratios):.2f} (target <= 0.50: "
+              f"{'met' if statistics.median(ratios) <= 0.5 else 'missed'}); each: "
+              + " ".join(f"{r:.2f}" for r in ratios))
+
+
 def _fixed(s: dict) -> float | None:
     parts = [s["bringup"], s["first_step"], s["teardown"]]
     return None if None in parts else sum(parts)
@@ -304,12 +320,7 @@ def print_against(console: Console, rev: str, before: tuple[float, Path, float],
                   now: tuple[float, Path, float], alone: dict[str, tuple[dict, dict]]) -> None:
     """The catalogue's wall and CPU at ``rev`` and in this checkout, the fixed costs of the
     scenarios run alone, and whether every verdict is the same."""
-    ratios = [_fixed(b) / _fixed(a) for a, b in alone.values() if _fixed(a) and _fixed(b)]
-    if ratios:
-        print(f"fixed cost alone, this checkout / {rev}, median over {len(ratios)} scenarios: "
-              f"{statistics.median(ratios):.2f} (target <= 0.50: "
-              f"{'met' if statistics.median(ratios) <= 0.5 else 'missed'}); each: "
-              + " ".join(f"{r:.2f}" for r in ratios))
+    print_fixed(alone, rev)
     print(f"catalogue wall, this checkout / {rev}: {now[0]:.0f} s / {before[0]:.0f} s = "
           f"{now[0] / before[0]:.2f}; CPU the machine spent: {now[2]:.0f} s / {before[2]:.0f} s "
           f"= {now[2] / before[2]:.2f}")
