@@ -81,3 +81,17 @@ def test_a_node_that_could_not_list_the_directory_is_a_probe_error_not_node_loca
     looks = {i: look() for i in range(3)}
     [f] = diagnose(EPS, looks, {0: [0, 1, 2], 1: [0, 1, 2]}, "/ckpt")
     assert (f.level, f.check) == ("error", "probe") and "node 2 (10.0.0.12)" in f.message
+
+
+def test_the_probe_finds_the_nccl_wheel_by_its_folder(tmp_path, monkeypatch):
+    """NCCL's wheel (nvidia-nccl-cu*) is found by its dist-info folder and its version read
+    from it, without reading every installed distribution's metadata."""
+    from rlsim.doctor.probe import cuda_and_nccl
+
+    assert cuda_and_nccl()["nccl"] is None  # none beside this CPU build
+    info = tmp_path / "nvidia_nccl_cu12-2.21.5.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-nccl-cu12\n"
+                                   "Version: 2.21.5\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cuda_and_nccl()["nccl"] == "2.21.5"
