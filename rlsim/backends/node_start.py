@@ -118,6 +118,8 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
     )
     if index == 0:
         kwargs.update(
+            # its log monitor forwards the head's actors' prints, as a worker node's does
+            include_log_monitor=spec.forward_logs,
             gcs_server_port=plan.gcs_port,
             include_dashboard=spec.dashboard,
             dashboard_host="127.0.0.1" if addresses else address,

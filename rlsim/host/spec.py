@@ -170,8 +170,9 @@ class ClusterSpec(ClusterShape):
     forward_logs: bool = Field(
         True, description="every node runs Ray's log monitor, which forwards the prints of the "
                           "node's actors to their drivers, as each machine of a real cluster "
-                          "does; off, only the head's actors' prints reach a driver, and each "
-                          "worker node is one process (~80 MB) lighter")
+                          "does; off, no node runs one: actors' prints stay in each node's "
+                          "worker logs, and each node is one process (~80 MB, 0.7 s of CPU to "
+                          "start) lighter")
     preload_modules: list[str] = Field(
         default_factory=list,
         description="Python modules every Ray worker of the cluster imports before it takes "
