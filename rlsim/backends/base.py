@@ -8,6 +8,8 @@ backend lacks is skipped (:class:`Unsupported`) with the reason, before anything
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -129,8 +131,9 @@ class Backend(Protocol):
         """Each node's ``index``, ``address`` and the ``ports`` (name -> port) other nodes must
         reach: what ``rlsim doctor`` probes."""
 
-    def run_probe(self, index: int, phase: str, args: dict) -> dict:
-        """Run a phase of :mod:`rlsim.doctor.probe` on node ``index``; its JSON answer."""
+    def probes(self) -> AbstractContextManager[Callable[[int, str, dict], dict]]:
+        """While inside, ``ask(index, phase, args)``: a phase of :mod:`rlsim.doctor.probe` run on
+        node ``index``, its JSON answer."""
 
     def stop(self) -> None:
         """Tear down everything this cluster created and nothing else. Safe twice."""

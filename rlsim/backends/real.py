@@ -33,7 +33,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -450,8 +450,10 @@ class RealCluster:
             out.append({"index": i, "address": self.ips[i], "ports": ports})
         return out
 
-    def run_probe(self, index: int, phase: str, args: dict) -> dict:
-        return self._call(index, "probe", phase, args)
+    @contextlib.contextmanager
+    def probes(self) -> Iterator[Callable[[int, str, dict], dict]]:
+        """Each phase asked of the node's agent actor, which runs it in its own process."""
+        yield lambda index, phase, args: self._call(index, "probe", phase, args)
 
     def kill_node(self, index: int) -> list[int]:
         pids = self._call(index, "kill_node", index == 0)

@@ -6,13 +6,16 @@ named ports and the network verbs live here once; a backend supplies ``_prepare`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rlsim.backends.base import NodeInfo
@@ -25,6 +28,8 @@ from rlsim.host.layout import named_ports
 from rlsim.host.links import LinkShape
 from rlsim.host.spec import ClusterSpec
 from rlsim.host.state import ClusterState
+
+PROBE_TIMEOUT_S = 60  # one doctor phase on one node: its answer, or the node is a finding
 
 
 class StartedCluster:
@@ -130,16 +135,52 @@ class StartedCluster:
             out.append({"index": node.index, "address": info.address, "ports": ports})
         return out
 
-    def run_probe(self, index: int, phase: str, args: dict) -> dict:
-        """Run a :mod:`rlsim.doctor.probe` phase as a process of node ``index``; its answer."""
-        python = self._st.spec.python.get(index, sys.executable)
-        cmd = self.node_command(index, [python, "-m", "rlsim.doctor.probe", phase,
-                                        json.dumps(args)])
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        if out.returncode:
-            raise RuntimeError(f"probe exited {out.returncode}: "
-                               f"{(out.stderr.strip() or out.stdout.strip())[-300:]}")
-        return json.loads(out.stdout.strip().splitlines()[-1])
+    @contextlib.contextmanager
+    def probes(self) -> Iterator[Callable[[int, str, dict], dict]]:
+        """While inside: ``ask(index, phase, args)`` runs a :mod:`rlsim.doctor.probe` phase on
+        node ``index`` and returns its answer, every phase of a node in one probe process (a
+        process of that node), started at its first question and ended on leaving."""
+        running: dict[int, subprocess.Popen] = {}
+        failed: dict[int, str] = {}  # a node that did not answer is not asked again
+
+        def ask(index: int, phase: str, args: dict) -> dict:
+            if index in failed:
+                raise RuntimeError(failed[index])
+            if index not in running:
+                python = self._st.spec.python.get(index, sys.executable)
+                running[index] = subprocess.Popen(
+                    self.node_command(index, [python, "-m", "rlsim.doctor.probe"]),
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True)
+            proc = running[index]
+            with contextlib.suppress(OSError):  # it ended: its status and stderr say why
+                proc.stdin.write(json.dumps({"phase": phase, "args": args}) + "\n")
+                proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], PROBE_TIMEOUT_S)
+            line = proc.stdout.readline() if ready else ""
+            if line.strip():
+                return json.loads(line)
+            if ready:
+                proc.wait(timeout=5)
+                said = proc.stderr.read().strip()[-300:]
+                failed[index] = f"probe exited {proc.returncode}: {said}"
+            else:
+                failed[index] = f"probe gave no answer to {phase} within {PROBE_TIMEOUT_S:g} s"
+            raise RuntimeError(failed[index])
+
+        try:
+            yield ask
+        finally:
+            for proc in running.values():
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                proc.stdout.close()
+                proc.stderr.close()
 
     # ---- waiting ---------------------------------------------------------------------------------
 

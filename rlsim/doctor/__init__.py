@@ -168,10 +168,10 @@ def examine(cluster, checkpoint_dir: str | None = None) -> Report:
     targets = plan_targets(report.endpoints)
     base = {"dir": checkpoint_dir, "nonce": uuid.uuid4().hex[:8]}
 
-    def each(phase: str, extra=lambda i: {}) -> dict[int, dict]:
+    def each(ask, phase: str, extra=lambda i: {}) -> dict[int, dict]:
         def one(i: int) -> dict:
             try:
-                return cluster.run_probe(i, phase, {**base, "index": i, **extra(i)})
+                return ask(i, phase, {**base, "index": i, **extra(i)})
             except Exception as e:  # noqa: BLE001 - a node that cannot answer is a finding
                 return {"error": str(e).strip().splitlines()[-1][:300] if str(e) else repr(e)}
 
@@ -179,10 +179,11 @@ def examine(cluster, checkpoint_dir: str | None = None) -> Report:
             return dict(zip(indices, pool.map(one, indices), strict=True))
 
     address = {ep["index"]: ep["address"] for ep in report.endpoints}
-    report.looks = each("look", lambda i: {"targets": targets[i], "address": address[i]})
-    if checkpoint_dir:
-        report.seen = {i: r["seen"] for i, r in each("seen").items() if "seen" in r}
-        each("clean")
+    with cluster.probes() as ask:
+        report.looks = each(ask, "look", lambda i: {"targets": targets[i], "address": address[i]})
+        if checkpoint_dir:
+            report.seen = {i: r["seen"] for i, r in each(ask, "seen").items() if "seen" in r}
+            each(ask, "clean")
     report.findings = diagnose(report.endpoints, report.looks, report.seen, checkpoint_dir)
     report.seconds = round(time.monotonic() - t0, 3)
     return report

@@ -3,7 +3,9 @@
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
+from rlsim.backends.started import StartedCluster
 from rlsim.doctor import diagnose, plan_targets
 from rlsim.doctor.probe import run
 
@@ -70,11 +72,41 @@ def test_probe_phases_write_see_and_clean_a_marker(tmp_path):
 
 def test_probe_runs_as_a_process_and_reports_a_refused_port():
     targets = [{"node": 0, "address": "127.0.0.1", "port": 9, "name": "discard"}]
-    out = subprocess.run([sys.executable, "-m", "rlsim.doctor.probe", "look",
-                          json.dumps({"targets": targets})], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-m", "rlsim.doctor.probe"],
+                         input=json.dumps({"phase": "look", "args": {"targets": targets}}) + "\n",
+                         capture_output=True, text=True, check=True)
     [r] = json.loads(out.stdout)["reach"]
     assert r["ok"] is False and r["error"]
+
+
+class _Nodes(StartedCluster):
+    """Just enough of a started cluster for its probes: node 1's probe cannot start."""
+
+    _st = SimpleNamespace(spec=SimpleNamespace(python={}))
+
+    def __init__(self, tmp_path):
+        self.started = tmp_path / "started"
+        self._endpoints = [{"index": i, "address": "127.0.0.1", "ports": {}} for i in (0, 1)]
+
+    def endpoints(self):
+        return self._endpoints
+
+    def node_command(self, index, cmd):
+        if index == 1:
+            return ["sh", "-c", "echo no such interpreter >&2; exit 3"]
+        return ["sh", "-c", f'echo {index} >> "{self.started}"; exec "$@"', "sh", *cmd]
+
+
+def test_every_phase_of_a_node_asks_one_probe_and_a_node_that_cannot_answer_is_a_finding(
+        tmp_path):
+    from rlsim import doctor
+
+    nodes = _Nodes(tmp_path)
+    report = doctor.examine(nodes, str(tmp_path / "ckpt"))
+    assert nodes.started.read_text().split() == ["0"]  # look, seen and clean: one process
+    assert report.seen == {0: [0]} and list((tmp_path / "ckpt").iterdir()) == []  # cleaned
+    [f] = [f for f in report.findings if f.check == "probe"]
+    assert "node 1" in f.message and "probe exited 3: no such interpreter" in f.message
 
 
 def test_a_node_that_could_not_list_the_directory_is_a_probe_error_not_node_local_storage():
