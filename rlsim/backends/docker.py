@@ -91,6 +91,18 @@ def addresses(slot: int, nodes: int) -> list[str]:
     return [f"{SUBNET_PREFIX}.{slot}.{10 + i}" for i in range(nodes)]
 
 
+def node_pythonpath(other_python: bool = False) -> str | None:
+    """A node container's PYTHONPATH: the folders this process imported rlsim and the trainer
+    from, where the venv alone would not find them (a checkout of another revision on
+    PYTHONPATH beside an editable install runs its own code on every node, as local nodes do by
+    inheriting the variable); with ``other_python`` (another interpreter over this
+    environment) this environment's site-packages after them."""
+    sites = site.getsitepackages()
+    roots = [str(r) for r in code_roots() if str(r) not in sites]
+    roots += sites if other_python else []
+    return os.pathsep.join(roots) or None
+
+
 class DockerCluster(StartedCluster):
     """A Ray cluster whose nodes are Docker containers on the cluster's own network."""
 
@@ -194,9 +206,8 @@ class DockerCluster(StartedCluster):
                                                self.spec.ray_version[index]))
             container.with_volume_mapping(str(fake), str(real), "ro")
         python = self.spec.python.get(index, sys.executable)
-        if index in self.spec.python:  # another interpreter over the same environment
-            env["PYTHONPATH"] = os.pathsep.join([*site.getsitepackages(),
-                                                 *map(str, code_roots())])
+        if path := node_pythonpath(other_python=index in self.spec.python):
+            env["PYTHONPATH"] = path
         for k, v in env.items():
             container.with_env(k, v)
         container.with_name(f"rlsim-{st.session}-n{index}")

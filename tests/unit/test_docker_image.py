@@ -4,6 +4,7 @@ import io
 import os
 import sys
 import tarfile
+from pathlib import Path
 
 from rlsim.backends.docker import interpreter_problem
 from rlsim.backends.docker_image import code_roots, host_mounts, image_tag, rootfs_tar
@@ -36,3 +37,19 @@ def test_tag_is_a_content_hash_stable_across_calls():
 def test_another_python_must_exist_differ_and_share_the_minor_version():
     assert "does not run here" in interpreter_problem("/nonexistent/python3")
     assert "the same Python as this environment" in interpreter_problem(sys.executable)
+
+
+def test_nodes_import_the_code_this_process_imported_not_the_venvs(monkeypatch, tmp_path):
+    """A checkout on PYTHONPATH (another revision beside an editable install) is put first on a
+    node container's path; code in site-packages needs nothing; another interpreter over this
+    environment gets its site-packages after it."""
+    import site
+
+    from rlsim.backends import docker
+
+    sites = site.getsitepackages()
+    monkeypatch.setattr(docker, "code_roots", lambda: [tmp_path, Path(sites[0])])
+    assert docker.node_pythonpath() == str(tmp_path)
+    assert docker.node_pythonpath(other_python=True).split(os.pathsep) == [str(tmp_path), *sites]
+    monkeypatch.setattr(docker, "code_roots", lambda: [Path(sites[0])])
+    assert docker.node_pythonpath() is None
