@@ -17,7 +17,9 @@ one shape: both walls, their ratio (target: reuse at most half), and whether eve
 outcomes are identical both ways (the reuse-equivalence check).
 
 Fixed cost, apart from each scenario's story: ``ready`` (scenario start to cluster ready: zero
-when a pooled cluster is reused), ``first step`` (the trainer's launch to its first step: the
+when a pooled cluster is reused), ``doctor`` (the pre-flight checks between ready and the trainer's
+launch: counted, since the warm workers import while it runs, and a shorter doctor only moves
+their wait into the first step), ``first step`` (the trainer's launch to its first step: the
 driver's imports, placement, the workers' start and set-up) and ``teardown`` (the trainer's exit to
 the scenario's end: heal, leak checks, giving the cluster back). With ``--compare-warm`` the
 catalogue runs twice in one go, first with ``RLSIM_WARM_WORKERS=0`` (workers forked cold when the
@@ -31,7 +33,10 @@ first, then this checkout's: both walls, the CPU the machine spent on each (``/p
 the verdicts are identical (every change to speed must leave them so). Between them, each
 scenario of ``--fixed`` runs alone on a cluster of its own, as ``rlsim run FILE`` runs it, at
 REV and then here, in turn: its fixed cost both ways (in the catalogue, with reuse and a second
-scenario on the other core, the fixed cost is mostly the other scenario's CPU).
+scenario on the other core, the fixed cost is mostly the other scenario's CPU). A docker node of a
+REV older than its PYTHONPATH (rlsim.backends.docker.node_pythonpath) imports this checkout's
+rlsim from the venv, not REV's: where node-side code changed between them (the doctor's probe),
+its docker scenarios differ by construction.
 
 Targets (measured here, not asserted in tests, whose limits are loose bounds against hangs): the
 catalogue in <= 10 min, overhead <= 10%, detection <= 2 s and recovery <= 15 s after a node kill.
@@ -276,7 +281,7 @@ def fixed_alone(console: Console, rev: str, tree: Path, env: dict[str, str], nam
     FILE`` pays), at ``rev`` then in this checkout, ``repeat`` times, one run after the other so
     that a slow spell of the machine falls on both: ``{name: (spans at rev, spans now)}``, each
     figure the median of its runs (skipped ones left out). Prints the table: the fixed cost
-    (ready + first step + teardown), the doctor and the whole scenario, both ways."""
+    (ready + doctor + first step + teardown) and the whole scenario, both ways."""
     found = {}
     for name in names:
         path = (f"scenarios/{name}.yaml",)
@@ -296,15 +301,15 @@ def fixed_alone(console: Console, rev: str, tree: Path, env: dict[str, str], nam
             else "verdicts DIFFER" if runs[0] and runs[1] else "not run both ways"
         print(f"alone: {name}: {last}; {same}")
     table = Table(title=f"fixed cost per scenario, each alone on a cluster of its own, {rev} vs "
-                        f"this checkout (seconds, median of {repeat}; fixed = ready + first step + "
-                        "teardown)")
-    for col in ("scenario", "ready", "first step", "teardown", "doctor", "fixed", "whole",
+                        f"this checkout (seconds, median of {repeat}; fixed = ready + doctor + "
+                        "first step + teardown)")
+    for col in ("scenario", "ready", "doctor", "first step", "teardown", "fixed", "whole",
                 "fixed now / before", "whole now / before"):
         table.add_column(col, justify="left" if col == "scenario" else "right")
     for name, (a, b) in found.items():
         fa, fb = _fixed(a), _fixed(b)
         table.add_row(name, *(f"{_opt(a[k])} -> {_opt(b[k])}" for k in
-                              ("bringup", "first_step", "teardown", "doctor")),
+                              ("bringup", "doctor", "first_step", "teardown")),
                       f"{_opt(fa)} -> {_opt(fb)}", f"{a['total']:.1f} -> {b['total']:.1f}",
                       f"{fb / fa:.2f}" if fa and fb else "",
                       f"{b['total'] / a['total']:.2f}")
@@ -334,7 +339,7 @@ def print_fixed(alone: dict[str, tuple[dict, dict]], rev: str) -> None:
 
 
 def _fixed(s: dict) -> float | None:
-    parts = [s["bringup"], s["first_step"], s["teardown"]]
+    parts = [s["bringup"], s["doctor"], s["first_step"], s["teardown"]]
     return None if None in parts else sum(parts)
 
 
