@@ -8,7 +8,11 @@ event types) and the clock.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
+from collections.abc import Iterator
 
 from rlsim.faults import FAULTS, Fault, FaultContext
 from rlsim.history import Recorder
@@ -75,16 +79,17 @@ class Nemesis:
     def _fire(self, i: int, entry: FaultEntry) -> None:
         fault = self.faults[i]
         self.fired.append(fault)
-        fired = time.time()  # detection is timed from the moment the fault starts
-        try:
-            did = fault.inject()
-        except Exception as e:  # noqa: BLE001 - a fault that cannot fire is part of the story
-            self.log.emit("fault_error", fault=entry.kind, index=i,
-                          message=str(e) or type(e).__name__)
-            return
-        self.log.emit("fault_injected", ts=round(fired, 4), **{
-            **did, **fault.meaning(did), "fault": entry.kind, "index": i,
-            "took_s": round(time.time() - fired, 3)})
+        with _signals_held():  # injected and recorded whole, or not at all
+            fired = time.time()  # detection is timed from the moment the fault starts
+            try:
+                did = fault.inject()
+            except Exception as e:  # noqa: BLE001 - a fault that cannot fire is part of the story
+                self.log.emit("fault_error", fault=entry.kind, index=i,
+                              message=str(e) or type(e).__name__)
+                return
+            self.log.emit("fault_injected", ts=round(fired, 4), **{
+                **did, **fault.meaning(did), "fault": entry.kind, "index": i,
+                "took_s": round(time.time() - fired, 3)})
         if self.on_progress:
             self.on_progress({"type": "fault_injected", "fault": entry.kind, **did})
         if entry.for_s:
@@ -114,3 +119,33 @@ class Nemesis:
                 self.log.emit(done, **{**result, "fault": fault.name, "index": index})
         except Exception as e:  # noqa: BLE001 - keep going with the others
             self.log.emit(failed, fault=fault.name, index=index, message=str(e))
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive inside wait for its end, then act as they would have (the
+    first of them; Python runs handlers in the main thread only, so elsewhere nothing is held).
+    A Ctrl-C that landed inside a fault's injection, after its rules were in force but before it
+    returned what it did, healed the rules through the cluster's teardown and left the timeline
+    without the fault or its heal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[tuple[int, object]] = []
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: h for s, h in old.items() if h is not None}  # None: not Python's to put back
+    for s in old:
+        signal.signal(s, lambda signum, frame: got.append((signum, frame)))
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        if got:
+            signum, frame = got[0]
+            handler = old[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)
+

@@ -79,3 +79,29 @@ def test_for_s_and_heal_at_together_are_refused():
     with pytest.raises(ValueError, match="give for_s or heal_at, not both"):
         FaultEntry.model_validate({"at": {"step": 2}, "pause_node": {"node": 2}, "for_s": 3,
                                    "heal_at": {"event": "resume"}})
+
+
+class Interrupted(Plain):
+    """Ctrl-C lands while it injects, after its effect is in force."""
+
+    def inject(self):
+        import os
+        import signal
+
+        self.held = {}
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler would have run here, before the return
+        return {"node": 2}
+
+
+def test_ctrl_c_inside_an_injection_waits_until_the_fault_is_recorded_then_heals_it(monkeypatch):
+    import pytest
+
+    monkeypatch.setitem(nem.FAULTS, "pause_node", Interrupted)
+    entry = FaultEntry.model_validate({"at": {"step": 1}, "pause_node": {"node": 2}})
+    outcome = Outcome(scenario=None, run_dir=Path("."))
+    n = nem.Nemesis([entry], FaultContext(None, Path("."), random.Random(0)), Recorder(outcome))
+    with pytest.raises(KeyboardInterrupt):
+        n.tick([{"type": "step_end", "step": 1}], 0.0)
+    n.heal_all()  # as the runner's finally does
+    assert [e["type"] for e in outcome.timeline] == ["fault_injected", "fault_healed"]
