@@ -100,7 +100,8 @@ def schema(
 
 def run(
     paths: Paths,
-    backend: str = typer.Option(DEFAULT, help=f"One of: {described()}."),
+    backend: str = typer.Option(None, help=f"One of: {described()}. Default: each scenario's "
+                                f"cluster.backend ({DEFAULT} unless it names one)."),
     ray_address: str = typer.Option(None, help="the real cluster's GCS address (--backend real)"),
     report: Annotated[Path | None, typer.Option(help="write timelines and summary.json")] = None,
     seed: int = typer.Option(None, help="override every scenario's seed (replay)"),
@@ -135,14 +136,17 @@ def run(
                           highlight=False)
         else:
             scenarios.append(sc.with_overrides(extra))
-    if problem := unknown(backend):
+    if backend is not None and (problem := unknown(backend)):
         console.print(problem, style="red", markup=False, highlight=False)
         raise typer.Exit(2)
-    owned = BACKENDS[backend].starts  # else the cluster is someone else's: harm it only if asked
-    harmful = {sc.name: h for sc in scenarios if not owned and not allow_disruptive
-               and (h := _harmful(sc, backend))}
+    # as the pytest plugin does: the option, else what the scenario's file names
+    where = {sc.name: backend or sc.cluster.backend for sc in scenarios}
+    # a backend that starts no cluster runs on someone else's: harm it only if asked
+    foreign = sorted({b for b in where.values() if not BACKENDS[b].starts})
+    harmful = {sc.name: h for sc in scenarios if not BACKENDS[where[sc.name]].starts
+               and not allow_disruptive and (h := _harmful(sc, where[sc.name]))}
     if dry_run:
-        _dry_run(scenarios, backend, harmful)
+        _dry_run(scenarios, where, harmful)
         return
     if harmful:  # before anything connects to the real cluster
         names = "; ".join(f"{n} ({', '.join(h)})" for n, h in harmful.items())
@@ -151,13 +155,13 @@ def run(
                       "on a cluster nobody else uses, or run the others", style="red",
                       markup=False, highlight=False)
         raise typer.Exit(2)
-    if not owned:  # one line now, not Ray's minutes of retries per scenario
+    for name in foreign:  # one line now, not Ray's minutes of retries per scenario
         import os
 
         address = ray_address or os.environ.get("RAY_ADDRESS")
-        problem = f"--backend {backend} needs the cluster's address: --ray-address HOST:PORT " \
+        problem = f"--backend {name} needs the cluster's address: --ray-address HOST:PORT " \
                   "(or RAY_ADDRESS)" if not address else \
-            cluster_class(backend).address_problem(address)
+            cluster_class(name).address_problem(address)
         if problem:
             console.print(problem, style="red", markup=False, highlight=False)
             raise typer.Exit(2)
@@ -167,7 +171,8 @@ def run(
     scenarios = hand_on_order(scenarios)
     try:
         for sc in scenarios:
-            if (result := _run_one(sc, root, seed, backend, ray_address, pool)) is not None:
+            if (result := _run_one(sc, root, seed, where[sc.name], ray_address,
+                                   pool)) is not None:
                 results.append(result)
     finally:
         leaks = pool.close()
@@ -193,13 +198,14 @@ def _harmful(sc, backend: str) -> list[str]:
     return harmful_on(sc, backend)
 
 
-def _dry_run(scenarios: list, backend: str, harmful: dict[str, list[str]]) -> None:
-    """Each scenario as it would go on ``backend``: RUN, SKIP with the reason, or REFUSED."""
+def _dry_run(scenarios: list, where: dict[str, str], harmful: dict[str, list[str]]) -> None:
+    """Each scenario as it would go on its backend (``where``, by name): RUN, SKIP with the
+    reason, or REFUSED."""
     from rlsim.scenario.runner import check_runnable
 
     for sc in scenarios:
         try:
-            check_runnable(sc, backend)
+            check_runnable(sc, where[sc.name])
         except Unsupported as e:
             console.print(f"SKIP     {sc.name}: {e}", markup=False, highlight=False)
             continue

@@ -63,3 +63,23 @@ def test_an_address_nobody_serves_is_one_line_in_seconds_not_minutes_of_retries(
     assert time.monotonic() - t0 < 10
     code, out = run("run", "scenarios/too_few_gpus.yaml", "--backend", "real")
     assert code == 2 and "--ray-address HOST:PORT" in out
+
+
+def test_without_backend_each_scenario_runs_on_the_backend_its_file_names(tmp_path):
+    """As the pytest plugin does: a file that names ``backend: docker`` is not skipped for want
+    of ``--backend docker``; ``--backend`` still decides for all of them."""
+    from rlsim.backends.base import Unsupported
+    from rlsim.scenario.loader import load
+    from rlsim.scenario.runner import check_runnable
+
+    sc = load("scenarios/checkpoint_node_local.yaml")
+    try:
+        check_runnable(sc, "docker")
+        expected = "RUN      checkpoint_node_local"
+    except Unsupported as e:  # no engine here: the docker backend's own reason, not the option's
+        expected = f"SKIP     checkpoint_node_local: {e}"
+    code, out = run("run", "scenarios/checkpoint_node_local.yaml", "--dry-run")
+    assert code == 0 and expected in out, out
+    code, out = run("run", "scenarios/checkpoint_node_local.yaml", "--dry-run", "--backend",
+                    "local")
+    assert code == 0 and "SKIP     checkpoint_node_local" in out and "--backend docker" in out
