@@ -41,6 +41,8 @@ GPU_ALIAS = "MOCK_GPU"
 ACCELERATOR_RESOURCE = "accelerator_type:"
 ACCELERATOR_LABEL = "ray.io/accelerator-type"
 OVERRIDE_LABELS_VAR = "RAY_OVERRIDE_LABELS"
+# What a raylet runs to start a worker: Ray's setup_worker.py without its imports (see there)
+WORKER_SETUP = str(Path(__file__).with_name("worker_setup.py"))
 
 
 def cluster_env(st: ClusterState) -> dict[str, str]:
@@ -115,6 +117,7 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
         metrics_export_port=p.metrics_export,
         min_worker_port=p.min_worker,
         max_worker_port=p.max_worker,
+        setup_worker_path=WORKER_SETUP,
     )
     if index == 0:
         kwargs.update(

@@ -1,0 +1,85 @@
+"""What a simulated node's raylet runs to start a Python worker, in place of Ray's
+``setup_worker.py`` (``RayParams.setup_worker_path``): ``python worker_setup.py
+--serialized-runtime-env-context=JSON --language=PYTHON [python flags] default_worker.py ARGS``.
+
+Ray's own script does one thing for a worker without a runtime environment: it execs ``python
+default_worker.py ARGS`` through ``bash -c``, with the context's environment variables set. To
+get there it imports Ray's services, logging and protobufs: 0.7 s of CPU per worker on this
+machine, paid again by every worker a node starts, before the worker's own imports. This script
+imports nothing beyond the standard library and execs the same command directly; a context it
+does not handle exactly as Ray would (a command prefix for conda or a container, another
+interpreter, another entry point, a language other than Python) goes to Ray's own script,
+unchanged.
+
+Must stay importable without rlsim or Ray on the path: the raylet runs it as a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+_VAR = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)  # what os.path.expandvars expands
+RAYS_OWN = "ray/_private/workers/setup_worker.py"  # under the directory holding the ray package
+
+
+def _option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
+    """The value of ``--name=VALUE`` or ``--name VALUE`` in ``argv`` (the first), and ``argv``
+    without it (what argparse's parse_known_args leaves for the worker)."""
+    rest, value, i = [], None, 0
+    while i < len(argv):
+        arg = argv[i]
+        if value is None and arg == f"--{name}" and i + 1 < len(argv):
+            value, i = argv[i + 1], i + 2
+            continue
+        if value is None and arg.startswith(f"--{name}="):
+            value, i = arg.split("=", 1)[1], i + 1
+            continue
+        rest.append(arg)
+        i += 1
+    return value, rest
+
+
+def plan(argv: list[str], environ: dict[str, str]) -> tuple[list[str], dict[str, str]] | None:
+    """The command to exec and its environment, or None when Ray's own script must decide."""
+    context_text, rest = _option(argv, "serialized-runtime-env-context")
+    language, rest = _option(rest, "language")
+    if language != "PYTHON":
+        return None
+    try:
+        context = json.loads(context_text or "{}")
+    except ValueError:
+        return None
+    if not isinstance(context, dict) or set(context) - {
+            "command_prefix", "env_vars", "py_executable", "override_worker_entrypoint",
+            "java_jars"}:
+        return None
+    if context.get("command_prefix") or context.get("override_worker_entrypoint"):
+        return None
+    python = context.get("py_executable") or sys.executable
+    if os.path.realpath(python) != os.path.realpath(sys.executable):
+        return None
+    env = dict(environ)
+    for key, value in (context.get("env_vars") or {}).items():
+        # as Ray's update_envs: $X and ${X} expand from the environment so far (os.path's
+        # expandvars), then unknown ones in braces become empty
+        expanded = _VAR.sub(lambda m: env.get(m.group(1).strip("{}"), m.group(0)), value)
+        env[key] = re.sub(r"\$\{[A-Z0-9_]+\}", "", expanded)
+    return [python, *rest], env
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    planned = plan(argv, dict(os.environ))
+    if planned is None:
+        import ray  # only here: the rare worker this script leaves to Ray
+        own = os.path.join(os.path.dirname(os.path.dirname(ray.__file__)), RAYS_OWN)
+        os.execv(sys.executable, [sys.executable, own, *argv])
+    command, env = planned
+    os.execve(command[0], command, env)
+
+
+if __name__ == "__main__":
+    main()
