@@ -324,8 +324,37 @@ def main(argv: list[str]) -> int:
         pid = start_node(st, indices[0], addresses)
         print(json.dumps({"index": indices[0], "raylet_pid": pid}), flush=True)
         _reap_forever()
+    start_zygote(st)
     start_nodes(st, indices)
     return 0
+
+
+def zygote_modules(st: ClusterState) -> list[str]:
+    """What the cluster's zygote imports for its workers: the preloaded modules, less the
+    trainer's own (a worker imports those itself, in its node's environment) and vLLM's (its
+    engine starts processes and threads of its own: not forked from a shared parent here)."""
+    return [m for m in st.spec.preload_modules if m.split(".")[0] not in ("trainer", "vllm")]
+
+
+def start_zygote(st: ClusterState) -> None:
+    """Have this cluster's workers forked from one process that imported their modules once
+    (:mod:`rlsim.backends.zygote`), where node cgroups exist (a forked worker is found by its
+    node's cgroup) and the workers preload something; started once per cluster, before any
+    node, outside every node's cgroup (a node kill must not end it). A node started later
+    (a restart) finds it by the variable."""
+    from rlsim.backends import zygote
+
+    modules = zygote_modules(st)
+    if not (st.cgroups and modules):
+        return
+    path = zygote.socket_path(st.root)
+    os.environ[zygote.SOCKET_VAR] = path
+    if zygote.answers(path):
+        return
+    with open(st.root / "zygote.log", "a") as log:
+        subprocess.Popen([sys.executable, "-m", "rlsim.backends.zygote", path, ",".join(modules)],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                         start_new_session=True)
 
 
 if __name__ == "__main__":

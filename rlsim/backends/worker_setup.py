@@ -11,17 +11,26 @@ does not handle exactly as Ray would (a command prefix for conda or a container,
 interpreter, another entry point, a language other than Python) goes to Ray's own script,
 unchanged.
 
+Where the cluster runs a zygote (``RLSIM_ZYGOTE``, :mod:`rlsim.backends.zygote`), a worker run as
+``python SCRIPT ARGS`` is forked from it instead of exec'd: this process hands over its streams
+and stays until the worker exits, with its status. No zygote answering: the exec, as above.
+
 Must stay importable without rlsim or Ray on the path: the raylet runs it as a file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
+import socket
 import sys
 
 _VAR = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)  # what os.path.expandvars expands
+ZYGOTE_VAR = "RLSIM_ZYGOTE"  # where the cluster's zygote listens (rlsim.backends.zygote)
+MAX_REQUEST = 1 << 20
 RAYS_OWN = "ray/_private/workers/setup_worker.py"  # under the directory holding the ray package
 
 
@@ -70,6 +79,36 @@ def plan(argv: list[str], environ: dict[str, str]) -> tuple[list[str], dict[str,
     return [python, *rest], env
 
 
+def run_forked(path: str, argv: list[str], env: dict[str, str]) -> int | None:
+    """Run ``python argv...`` as a child of the zygote listening at ``path``, with this
+    process's standard streams; its exit status (as a shell reports it), or None when no
+    zygote answers (the caller then execs the worker itself). Signals this process gets
+    (the raylet's SIGTERM) are passed on to the worker."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode()
+        socket.send_fds(sock, [len(request).to_bytes(4, "big") + request], [0, 1, 2])
+    except OSError:
+        sock.close()
+        return None
+    reader = sock.makefile("r")
+    first = reader.readline()
+    if not first:
+        return 1  # the zygote died before it forked: to the raylet, a worker that never came
+    pid = json.loads(first)["pid"]
+
+    def forward(signum, _frame):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, forward)
+    last = reader.readline()
+    status = json.loads(last)["status"] if last else 1
+    return status if status >= 0 else 128 - status
+
+
 def main() -> None:
     argv = sys.argv[1:]
     planned = plan(argv, dict(os.environ))
@@ -78,6 +117,12 @@ def main() -> None:
         own = os.path.join(os.path.dirname(os.path.dirname(ray.__file__)), RAYS_OWN)
         os.execv(sys.executable, [sys.executable, own, *argv])
     command, env = planned
+    zygote = env.get(ZYGOTE_VAR)
+    # a worker run as `python SCRIPT ARGS` (no interpreter flags) can be forked instead
+    if zygote and len(command) > 1 and command[1].endswith(".py"):
+        status = run_forked(zygote, command[1:], env)
+        if status is not None:
+            sys.exit(status)
     os.execve(command[0], command, env)
 
 

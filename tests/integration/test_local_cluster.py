@@ -256,3 +256,43 @@ def _connect(run_in_ns, host: str, port: int) -> str:
     code = (f"import socket\ntry:\n socket.create_connection(({host!r}, {port}), timeout=5)"
             ".close()\n print('connected')\nexcept OSError as e:\n print(type(e).__name__)")
     return run_in_ns([sys.executable, "-c", code]).stdout.strip()
+
+
+WHO_AM_I = """
+import json, os, ray
+ray.init()
+@ray.remote(num_cpus=0, resources={"rlsim_node_1": 0.01})
+class Who:
+    def me(self):
+        return {"pid": os.getpid(), "parent": os.getppid(), "node": os.environ.get("RLSIM_NODE"),
+                "job": os.environ.get("RAY_JOB_ID")}
+who = Who.options(name="who", lifetime="detached").remote()  # outlives this driver
+print(json.dumps(ray.get(who.me.remote(), timeout=120)))
+"""
+
+
+def test_workers_fork_from_the_zygote_into_their_nodes_cgroup(tmp_path):
+    """With preloaded modules and node cgroups, a worker is forked from the cluster's zygote
+    (rlsim.backends.zygote), carries the environment its raylet gave it, lives in its node's
+    cgroup (a node kill ends it) and nothing of it, or of the zygote, outlives the cluster."""
+    require(cgroups.available())
+    cluster = LocalCluster(ClusterSpec(name=f"zyg-{os.getpid()}", nodes=2, gpus_per_node=1,
+                                       preload_modules=["json"]))
+    with cluster:
+        st = cluster.state
+        out = subprocess.run([sys.executable, "-c", WHO_AM_I], capture_output=True, text=True,
+                             env={**os.environ, **cluster.driver_env(),
+                                  "RAY_ADDRESS": cluster.address}, timeout=180)
+        assert out.returncode == 0, out.stderr[-3000:]
+        me = json.loads(out.stdout.strip().splitlines()[-1])
+        parent = Path(f"/proc/{me['parent']}/cmdline").read_bytes().replace(b"\0", b" ")
+        assert b"rlsim.backends.zygote" in parent, parent
+        assert me["node"] == "1" and me["job"]  # the raylet's environment, not the zygote's
+        assert me["pid"] in cgroups.NodeGroup(st.session, 1).pids()
+        assert me["pid"] in procs.find(st.session)  # by the session's labels, as the reaper
+        cluster.kill_node(1)
+        wait_until(lambda: me["pid"] not in procs.find(st.session), 15,
+                   "the forked worker's end")
+    assert leftovers(st) == {
+        "procs": [], "cgroups": False, "chain": False, "state": False, "dir": False
+    }

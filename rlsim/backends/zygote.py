@@ -1,0 +1,255 @@
+"""One process per local cluster that imports a worker's heavy modules once and forks Ray's
+workers from there: ``python -m rlsim.backends.zygote SOCKET MODULE[,MODULE...]``.
+
+Why: every Python worker a raylet starts imports torch, TorchDynamo and DeepSpeed before
+the trainer's actor can use it, 5.6 s of CPU per worker on this machine. On two cores a
+scenario's first step waits for that CPU, once per worker: a 2-node scenario's two workers
+import 11 s of CPU between them. Forked from a process that imported them, a worker has them at
+once (PyTorch's own DataLoader forks its workers from a process with torch imported, the same
+way).
+
+How a worker gets here: a raylet runs :mod:`rlsim.backends.worker_setup` to start a worker; for
+a plain one (no runtime environment to apply) it connects to this server's socket, hands over
+its standard streams, its arguments, environment and working directory, and waits. The server
+forks; the child moves into the node's cgroups (the client's: a node kill, pause or network
+rule covers it as it covers a worker the raylet forked), takes over the streams, the
+environment, the working directory and ``sys.argv``, and runs ``default_worker.py`` as Python
+would run the script. The client prints the worker's pid, stays until the worker exits, and
+exits with its status: the process the raylet started lives as long as its worker. A worker
+registers with its own pid, which the raylet then signals (``ray.kill``) as any other.
+
+What the fork changes, and why it does not matter here:
+- ``/proc/PID/environ`` of a forked worker is this server's (fixed at exec): the cluster's labels
+  without ``RLSIM_NODE``. The server runs only where node cgroups exist, and there a node's
+  processes are found by their cgroup (:class:`rlsim.host.cgroups.NodeGroup`), the session's by
+  their labels.
+- Modules imported here read their environment here: the cluster's, which is a worker's less
+  what Ray sets per worker (its job id, its ports), read later. Nothing node-specific is
+  imported here; the trainer's own modules are imported by the worker itself.
+- If the client dies (the raylet gave up on a worker that did not register, a node kill), the
+  server kills the worker it forked for it.
+
+Serves until killed (with the cluster's other processes, by its session labels). Imports rlsim
+only for the cgroup move, after the fork.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+
+from rlsim.backends.worker_setup import MAX_REQUEST, ZYGOTE_VAR
+
+SOCKET_VAR = ZYGOTE_VAR
+# Never imported here: Ray's core library reads its configuration from the environment once,
+# when it loads (RAY_JOB_ID and the rest that the raylet sets per worker); loaded in this
+# process, every forked worker would start with this process's (no job: "GetProcessJobID" fails
+# its check). Each worker imports Ray itself, 0.5 s of CPU.
+NEVER_HERE = ("ray",)
+
+
+def socket_path(root) -> str:
+    """Where the zygote of the cluster whose run directory is ``root`` listens."""
+    return os.path.join(str(root), "zygote.sock")
+
+
+def answers(path: str) -> bool:
+    """Whether a zygote listens at ``path`` (a connection that sends nothing asks for no
+    worker)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(path)
+        except OSError:
+            return False
+    return True
+
+
+# ---- the server side ----------------------------------------------------------------------
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]] | None:
+    """One request: its JSON and the three stream fds; None if the client went away."""
+    head, fds, _, _ = socket.recv_fds(conn, 4, 3)
+    if len(head) < 4:
+        for fd in fds:
+            os.close(fd)
+        return None
+    size = int.from_bytes(head, "big")
+    if size > MAX_REQUEST:
+        return None
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return json.loads(data), fds
+
+
+def _become_worker(request: dict, fds: list[int]) -> None:
+    """In the forked child: take the client's place and run the script as ``python SCRIPT``
+    would. Never returns: the script's end (or its SystemExit, or an uncaught error) unwinds
+    out of the server's loop and the interpreter exits as the worker's would, atexit handlers
+    and all."""
+    try:
+        # A group of its own, as the raylet gives each worker it starts: the raylet ends a
+        # worker by signalling its process group, which would otherwise be this server's, and
+        # with it every worker forked here
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        env = request["env"]
+        _enter_node_groups(env)
+        for target, fd in zip((0, 1, 2), fds, strict=True):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(request["cwd"])
+        script, *args = request["argv"]
+        sys.argv = [script, *args]
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+    except BaseException:  # noqa: BLE001 - never back into the server's loop
+        import traceback
+        traceback.print_exc()
+        os._exit(1)
+    import runpy
+    runpy.run_path(script, run_name="__main__")
+    raise SystemExit(0)
+
+
+def _enter_node_groups(env: dict[str, str]) -> None:
+    """Move this process into the cgroups of the node the client belongs to."""
+    from rlsim.host import cgroups, procs
+    session, node = env.get(procs.SESSION_VAR), env.get(procs.NODE_VAR)
+    if session and node is not None:
+        cgroups.NodeGroup(session, int(node)).enter()
+
+
+class Zygote:
+    """The server: accepts worker requests on ``path``, forks, reports each child's pid and
+    exit status to its client."""
+
+    def __init__(self, path: str) -> None:
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        self.listener.bind(path)
+        self.listener.listen(64)
+        self.selector = selectors.DefaultSelector()
+        self.children: dict[int, socket.socket] = {}  # pid -> its client's connection
+        self.clients: dict[socket.socket, int] = {}
+        self.wake: tuple[int, int] = (-1, -1)
+
+    def preload(self, modules: list[str]) -> list[str]:
+        """Import ``modules``; the ones that failed (or are never imported here), left to the
+        workers to import (and fail at) themselves."""
+        failed = []
+        for name in modules:
+            if name.split(".")[0] in NEVER_HERE:
+                failed.append(name)
+                continue
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the worker meets the same error in its own words
+                failed.append(name)
+        return failed
+
+    def serve(self) -> None:
+        wake_r, wake_w = self.wake = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        self.selector.register(wake_r, selectors.EVENT_READ, "child")
+        while True:
+            for key, _ in self.selector.select():
+                if key.data == "accept":
+                    self._accept()
+                elif key.data == "child":
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake_r, 512)
+                    self._reap()
+                else:
+                    self._client_event(key.fileobj)
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        try:
+            got = _receive(conn)
+        except (OSError, ValueError):
+            got = None
+        if got is None:
+            conn.close()
+            return
+        request, fds = got
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            self.selector.close()
+            self.listener.close()
+            conn.close()
+            for other in list(self.clients):
+                other.close()
+            for fd in self.wake:
+                os.close(fd)
+            _become_worker(request, fds)
+        for fd in fds:
+            os.close(fd)
+        self.children[pid] = conn
+        self.clients[conn] = pid
+        with contextlib.suppress(OSError):
+            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        self.selector.register(conn, selectors.EVENT_READ, "client")
+
+    def _client_event(self, conn: socket.socket) -> None:
+        """A client's connection became readable: it sends nothing more, so it went away (the
+        raylet or a node kill ended it): its worker goes too."""
+        with contextlib.suppress(OSError):
+            if conn.recv(1):
+                return
+        pid = self.clients.pop(conn, None)
+        self.selector.unregister(conn)
+        conn.close()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.children.pop(pid, None)
+            if conn is None or self.clients.pop(conn, None) is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            with contextlib.suppress(OSError):
+                conn.sendall(json.dumps({"status": code}).encode() + b"\n")
+            self.selector.unregister(conn)
+            conn.close()
+
+
+def main(argv: list[str]) -> None:
+    path, modules = argv[0], [m for m in (argv[1] if len(argv) > 1 else "").split(",") if m]
+    zygote = Zygote(path)  # bound first: a worker that asks meanwhile waits for the imports
+    failed = zygote.preload(modules)
+    if failed:
+        print(f"rlsim zygote: left to the workers: {', '.join(failed)}", file=sys.stderr)
+    zygote.serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,86 @@
+"""rlsim.backends.zygote with rlsim.backends.worker_setup's client: a worker forked as Python
+would run it, its exit status, signals passed on, a client's death ending its worker."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlsim.backends import zygote
+
+CLIENT = """
+import os, sys
+from rlsim.backends.worker_setup import run_forked
+status = run_forked(sys.argv[1], sys.argv[2:], dict(os.environ))
+sys.exit(200 if status is None else status)
+"""
+WORKER = """
+import json, os, sys, time
+print(json.dumps({"pid": os.getpid(), "argv": sys.argv, "cwd": os.getcwd(),
+                  "tag": os.environ.get("TAG"), "path0": sys.path[0],
+                  "preloaded": "colorsys" in sys.modules}), flush=True)
+if sys.argv[1] == "sleep":
+    time.sleep(600)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def server(tmp_path):
+    path = str(tmp_path / "z.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "rlsim.backends.zygote", path, "colorsys"])
+    deadline = time.monotonic() + 30
+    while not zygote.answers(path):
+        assert time.monotonic() < deadline and proc.poll() is None, "no zygote"
+        time.sleep(0.02)
+    yield path
+    proc.kill()
+    proc.wait()
+
+
+def client(path, tmp_path, *args, **popen):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    return subprocess.Popen([sys.executable, "-c", CLIENT, path, str(script), *args],
+                            cwd=tmp_path, env={**os.environ, "TAG": "mine"},
+                            stdout=subprocess.PIPE, text=True, **popen)
+
+
+def test_the_worker_runs_as_python_would_run_it_with_the_clients_streams_and_env(server,
+                                                                                 tmp_path):
+    proc = client(server, tmp_path, "3")
+    out, _ = proc.communicate(timeout=60)
+    seen = json.loads(out)
+    assert proc.returncode == 3
+    assert seen["argv"] == [str(tmp_path / "worker.py"), "3"]
+    assert (seen["cwd"], seen["tag"], seen["path0"]) == (str(tmp_path), "mine", str(tmp_path))
+    assert seen["preloaded"] and seen["pid"] != proc.pid
+
+
+def test_signals_reach_the_worker_and_its_death_by_signal_is_reported(server, tmp_path):
+    proc = client(server, tmp_path, "sleep")
+    json.loads(proc.stdout.readline())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+
+
+def test_a_dead_client_takes_its_worker_with_it(server, tmp_path):
+    proc = client(server, tmp_path, "sleep")
+    pid = json.loads(proc.stdout.readline())["pid"]
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists():  # reaped by the zygote once dead
+        assert time.monotonic() < deadline, "the worker outlived its client"
+        time.sleep(0.02)
+
+
+def test_without_a_zygote_the_client_says_so(tmp_path):
+    proc = client(str(tmp_path / "none.sock"), tmp_path, "0")
+    proc.communicate(timeout=60)
+    assert proc.returncode == 200
