@@ -95,7 +95,7 @@ def run_forked(path: str, argv: list[str], env: dict[str, str]) -> int | None:
     reader = sock.makefile("r")
     first = reader.readline()
     if not first:
-        return 1  # the zygote died before it forked: to the raylet, a worker that never came
+        return None  # the zygote forked nothing (it failed to, or died): nothing started yet
     pid = json.loads(first)["pid"]
 
     def forward(signum, _frame):

@@ -193,7 +193,14 @@ class Zygote:
         request, fds = got
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as e:  # no worker started: the client execs one itself
+            print(f"rlsim zygote: fork failed: {e}", file=sys.stderr)
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+            return
         if pid == 0:
             self.selector.close()
             self.listener.close()

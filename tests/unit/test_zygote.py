@@ -84,3 +84,22 @@ def test_without_a_zygote_the_client_says_so(tmp_path):
     proc = client(str(tmp_path / "none.sock"), tmp_path, "0")
     proc.communicate(timeout=60)
     assert proc.returncode == 200
+
+
+def test_a_zygote_that_forks_nothing_leaves_the_start_to_the_client(tmp_path):
+    import socket
+    import threading
+    path = str(tmp_path / "closing.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+
+    def close_at_once():
+        conn, _ = listener.accept()
+        conn.close()
+
+    threading.Thread(target=close_at_once, daemon=True).start()
+    proc = client(path, tmp_path, "0")
+    proc.communicate(timeout=60)
+    listener.close()
+    assert proc.returncode == 200
