@@ -93,7 +93,10 @@ def run_forked(path: str, argv: list[str], env: dict[str, str]) -> int | None:
         sock.close()
         return None
     reader = sock.makefile("r")
-    first = reader.readline()
+    try:
+        first = reader.readline()
+    except OSError:
+        first = ""
     if not first:
         return None  # the zygote forked nothing (it failed to, or died): nothing started yet
     pid = json.loads(first)["pid"]
