@@ -316,8 +316,12 @@ class LocalCluster(StartedCluster):
         return disk.mount_device(path, mb, self._st.session, self._st.root)
 
     def throttle_disk(self, path: Path, write_mbps: float | None) -> list[str]:
-        """The device's write cap in the I/O cgroups the nodes' processes write from."""
-        groups = cgroups.io_groups_of(procs.find(self._st.session))
+        """The device's write cap in the I/O cgroups the nodes' processes write from: the
+        nodes' only, never the cgroup of a process of the session that belongs to no node (the
+        zygote, a link's delayer: they live in the harness's group, whose writes would be
+        capped too)."""
+        pids = [pid for index in range(self.spec.nodes) for pid in self._pids(index)]
+        groups = cgroups.io_groups_of(pids)
         return cgroups.throttle_writes(disk.device_of(path), cgroups.bytes_per_s(write_mbps),
                                        groups)
 

@@ -97,11 +97,18 @@ class Interrupted(Plain):
 def test_ctrl_c_inside_an_injection_waits_until_the_fault_is_recorded_then_heals_it(monkeypatch):
     import pytest
 
+    import signal
+
     monkeypatch.setitem(nem.FAULTS, "pause_node", Interrupted)
+    # Python's own Ctrl-C, whatever a test or the runner's worker left installed before
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     entry = FaultEntry.model_validate({"at": {"step": 1}, "pause_node": {"node": 2}})
     outcome = Outcome(scenario=None, run_dir=Path("."))
     n = nem.Nemesis([entry], FaultContext(None, Path("."), random.Random(0)), Recorder(outcome))
-    with pytest.raises(KeyboardInterrupt):
-        n.tick([{"type": "step_end", "step": 1}], 0.0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            n.tick([{"type": "step_end", "step": 1}], 0.0)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     n.heal_all()  # as the runner's finally does
     assert [e["type"] for e in outcome.timeline] == ["fault_injected", "fault_healed"]
