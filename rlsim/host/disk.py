@@ -11,6 +11,7 @@ written there:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -50,7 +51,14 @@ def mount_device(path: Path, mb: int, session: str, images: Path) -> str:
             raise OSError(f"cannot put a {mb} MiB ext4 device at {path} ({cmd[0]}): "
                           f"{out.stderr.strip()}")
     (path / "lost+found").rmdir()  # the trainer's folder holds what the trainer writes only
-    return device_of(path)
+    device = device_of(path)
+    # A v1 blkio cap outlives its loop device (it is kept by device number in the hierarchy's
+    # top group): one left by a run killed before it healed would cap this new device from its
+    # first write. Lifted here, where the device is born and no cap of ours can hold yet.
+    from rlsim.host import cgroups
+    with contextlib.suppress(OSError, RuntimeError):
+        cgroups.throttle_writes(device, None, cgroups.io_groups_of([]))
+    return device
 
 
 def device_of(path: Path) -> str:

@@ -140,7 +140,12 @@ def test_a_gray_failure_in_force_is_healed_when_the_run_is_stopped(
         assert run.poll() is None, run.communicate()[0]
         session = state.load(cluster).session
         run.send_signal(signum)
-        out, _ = run.communicate(timeout=90)
+        try:
+            out, _ = run.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            raise AssertionError(f"still running 90 s after the signal; it printed:\n"
+                                 f"{run.communicate()[0][-4000:]}") from None
     finally:
         if run.poll() is None:
             run.kill()

@@ -80,3 +80,30 @@ def test_an_interrupted_runs_device_is_swept_with_its_loop_device(tmp_path):
     assert loops == [tmp_path / "d"]
     disk.unmount_all("test-session-devsweep")
     assert disk.mounted("test-session-devsweep") == []
+
+
+def test_a_cap_left_on_a_loop_device_number_does_not_hold_a_new_device(tmp_path):
+    """A run killed before it healed leaves its v1 blkio cap in the top group, kept by device
+    number: the next device on that loop device starts uncapped."""
+    import subprocess
+
+    from rlsim.host import cgroups
+
+    top = cgroups.io_groups_of([])
+    if top == []:
+        pytest.skip("no v1 blkio hierarchy here to throttle the device in")
+    free = subprocess.run(["losetup", "-f"], capture_output=True, text=True).stdout.strip()
+    stale = f"{os.major(os.stat(free).st_rdev)}:{os.minor(os.stat(free).st_rdev)}" \
+        if os.path.exists(free) else "7:0"
+    cgroups.throttle_writes(stale, 200_000, top)
+    where = tmp_path / "d"
+    where.mkdir()
+    try:
+        dev = disk.mount_device(where, 16, "test-session-stale", tmp_path / "images")
+        if dev != stale:  # another process took that loop device meanwhile
+            cgroups.throttle_writes(stale, None, top)
+        assert cgroups.write_limit(dev, top[0]) is None
+        assert cgroups.write_limit(stale, top[0]) is None
+    finally:
+        cgroups.throttle_writes(stale, None, top)
+        disk.unmount_all("test-session-stale")

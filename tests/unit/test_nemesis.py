@@ -95,9 +95,9 @@ class Interrupted(Plain):
 
 
 def test_ctrl_c_inside_an_injection_waits_until_the_fault_is_recorded_then_heals_it(monkeypatch):
-    import pytest
-
     import signal
+
+    import pytest
 
     monkeypatch.setitem(nem.FAULTS, "pause_node", Interrupted)
     # Python's own Ctrl-C, whatever a test or the runner's worker left installed before
