@@ -101,10 +101,14 @@ class Nemesis:
         """Heal one fault (safe twice), logging what was undone or why it could not be."""
         self._guarded(fault, fault.heal, "fault_healed", "fault_heal_error")
 
-    def heal_all(self) -> None:
-        """Heal every fault, last fired first, then tear down what ``setup`` prepared."""
+    def heal_fired(self) -> None:
+        """Heal every fault that fired, last fired first."""
         for fault in reversed(self.fired):
             self.heal(fault)
+
+    def heal_all(self) -> None:
+        """Heal every fault, last fired first, then tear down what ``setup`` prepared."""
+        self.heal_fired()
         for fault in reversed(self.faults.values()):
             self._guarded(fault, fault.teardown, "fault_torn_down", "fault_teardown_error")
 

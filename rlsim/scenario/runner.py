@@ -287,7 +287,7 @@ def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -
             finally:
                 if proc.poll() is None:
                     proc.kill()
-                proc.wait()
+                _wait_killed(proc, nemesis)
                 outcome.output += read_file(output, MAX_HISTORY).decode(errors="replace")
                 outcome.returncode = proc.returncode
                 for e in tail.poll() + tail.exited(attempt, proc.returncode):
@@ -393,6 +393,23 @@ def _preflight(cluster, out_dir: Path, log) -> None:
         log.emit("doctor_error", message=str(e)[:500])
         return
     log.emit("doctor", seconds=report.seconds, findings=[f.line() for f in report.findings])
+
+
+STOP_WAIT_S = 5.0
+
+
+def _wait_killed(proc: subprocess.Popen, nemesis: Nemesis) -> None:
+    """Wait for the killed trainer. A process blocked by a fault still in force dies only once
+    that fault is lifted: a write to a capped device (slow_storage: the kernel finishes the write
+    first, at the cap), a node frozen by pause_node. Seen: a SIGKILLed trainer took 106 s to exit
+    while its checkpoint writes ran at a 0.01 MB/s cap, and a Ctrl-C at 0.2 MB/s outlasted 90 s.
+    So when it is not gone in a few seconds, the faults that fired are healed first (healing is
+    safe twice: the scenario's teardown heals them again, finding nothing left)."""
+    try:
+        proc.wait(timeout=STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        nemesis.heal_fired()
+        proc.wait()
 
 
 def _baseline(sc: Scenario, cluster, run_dir: Path, log, pool: Pool, backend: str) -> Path:

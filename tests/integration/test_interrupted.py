@@ -6,6 +6,7 @@ next command's reaping."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -131,7 +132,8 @@ def test_a_gray_failure_in_force_is_healed_when_the_run_is_stopped(
     path.write_text(GRAY.format(name=name, fault=fault))
     rlsim = str(Path(sys.executable).parent / "rlsim")
     run = subprocess.Popen([rlsim, "run", str(path), "--report", str(tmp_path / "out")],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"})  # kept if killed
     cluster = f"sc{run.pid}-0"
     try:
         wait_until(lambda: run.poll() is not None or (

@@ -112,3 +112,26 @@ def test_ctrl_c_inside_an_injection_waits_until_the_fault_is_recorded_then_heals
         signal.signal(signal.SIGINT, previous)
     n.heal_all()  # as the runner's finally does
     assert [e["type"] for e in outcome.timeline] == ["fault_injected", "fault_healed"]
+
+
+def test_a_killed_trainer_that_does_not_exit_has_the_fired_faults_healed_first():
+    """A trainer blocked by a fault in force (writes to a capped device, a frozen node) dies
+    only once it is lifted: the runner heals what fired, then waits again."""
+    import subprocess
+
+    from rlsim.scenario import runner
+
+    calls = []
+
+    class Blocked:
+        def wait(self, timeout=None):
+            calls.append(("wait", timeout))
+            if timeout is not None:
+                raise subprocess.TimeoutExpired("trainer", timeout)
+
+    class Healer:
+        def heal_fired(self):
+            calls.append(("heal_fired",))
+
+    runner._wait_killed(Blocked(), Healer())
+    assert calls == [("wait", runner.STOP_WAIT_S), ("heal_fired",), ("wait", None)]
