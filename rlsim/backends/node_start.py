@@ -343,12 +343,13 @@ def start_zygote(st: ClusterState) -> None:
     node, outside every node's cgroup (a node kill must not end it). A node started later
     (a restart) finds it by the variable."""
     from rlsim.backends import zygote
+    from rlsim.backends.worker_setup import ZYGOTE_VAR
 
     modules = zygote_modules(st)
     if not (st.cgroups and modules):
         return
     path = zygote.socket_path(st.root)
-    os.environ[zygote.SOCKET_VAR] = path
+    os.environ[ZYGOTE_VAR] = path
     if zygote.answers(path):
         return
     with open(st.root / "zygote.log", "a") as log:

@@ -14,7 +14,7 @@ its standard streams, its arguments, environment and working directory, and wait
 forks; the child moves into the node's cgroups (the client's: a node kill, pause or network
 rule covers it as it covers a worker the raylet forked), takes over the streams, the
 environment, the working directory and ``sys.argv``, and runs ``default_worker.py`` as Python
-would run the script. The client prints the worker's pid, stays until the worker exits, and
+would run the script. The client is told the worker's pid, stays until the worker exits, and
 exits with its status: the process the raylet started lives as long as its worker. A worker
 registers with its own pid, which the raylet then signals (``ray.kill``) as any other.
 
@@ -29,8 +29,8 @@ What the fork changes, and why it does not matter here:
 - If the client dies (the raylet gave up on a worker that did not register, a node kill), the
   server kills the worker it forked for it.
 
-Serves until killed (with the cluster's other processes, by its session labels). Imports rlsim
-only for the cgroup move, after the fork.
+Serves until killed (with the cluster's other processes, by its session labels). Imports of
+rlsim: worker_setup's protocol limit, and the cgroup move, after the fork.
 """
 
 from __future__ import annotations
@@ -44,9 +44,8 @@ import signal
 import socket
 import sys
 
-from rlsim.backends.worker_setup import MAX_REQUEST, ZYGOTE_VAR
+from rlsim.backends.worker_setup import MAX_REQUEST
 
-SOCKET_VAR = ZYGOTE_VAR
 # Never imported here: Ray's core library reads its configuration from the environment once,
 # when it loads (RAY_JOB_ID and the rest that the raylet sets per worker); loaded in this
 # process, every forked worker would start with this process's (no job: "GetProcessJobID" fails
@@ -76,20 +75,21 @@ def answers(path: str) -> bool:
 def _receive(conn: socket.socket) -> tuple[dict, list[int]] | None:
     """One request: its JSON and the three stream fds; None if the client went away."""
     head, fds, _, _ = socket.recv_fds(conn, 4, 3)
-    if len(head) < 4:
-        for fd in fds:
-            os.close(fd)
-        return None
-    size = int.from_bytes(head, "big")
-    if size > MAX_REQUEST:
-        return None
+    size = int.from_bytes(head, "big") if len(head) == 4 else MAX_REQUEST + 1
     data = b""
-    while len(data) < size:
+    while size <= MAX_REQUEST and len(data) < size:
         chunk = conn.recv(size - len(data))
         if not chunk:
-            return None
+            break
         data += chunk
-    return json.loads(data), fds
+    try:
+        if len(data) == size and len(fds) == 3:
+            return json.loads(data), fds
+    except ValueError:
+        pass
+    for fd in fds:  # cut short or malformed: none of its fds is kept
+        os.close(fd)
+    return None
 
 
 def _become_worker(request: dict, fds: list[int]) -> None:
