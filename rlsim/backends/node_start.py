@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from rlsim.backends import redis_store
+from rlsim.backends.worker_setup import AGENT_FLAG, AGENT_ZYGOTE_VAR, ZYGOTE_VAR
 from rlsim.contract import MEMORY_LABEL
 from rlsim.host import cgroups, procs, state
 from rlsim.host.home import auth_token_path
@@ -202,41 +203,55 @@ def _node_class():
     return Node
 
 
-AGENT_FLAG = "--dashboard_agent_command="
+DASHBOARD_AGENT_FLAG = "--dashboard_agent_command="
+RUNTIME_ENV_AGENT_FLAG = "--runtime_env_agent_command="
 
 
-def _lean_agents() -> None:
-    """Have every raylet this launcher starts run its dashboard agent through
-    :mod:`rlsim.backends.node_agent` (no dashboard modules), for a cluster without the dashboard.
+def _agent_commands(lean: bool, forked: bool) -> None:
+    """Rewrite the agent commands of every raylet this launcher starts. ``lean``: the dashboard
+    agent runs through :mod:`rlsim.backends.node_agent` (no dashboard modules), for a cluster
+    without the dashboard. ``forked``: both agents start through
+    :mod:`rlsim.backends.worker_setup`, forked from the cluster's agent zygote.
 
-    Ray builds the agent's command inside ``services.start_raylet`` and hands the raylet a
-    ``--dashboard_agent_command``; the raylet's command is rewritten on its way to
-    ``start_ray_process``, Ray's agent script replaced by the module. This process exists only to
-    start nodes: the wrapper lives and dies with it.
+    Ray builds the agents' commands inside ``services.start_raylet`` and hands the raylet a
+    ``--dashboard_agent_command`` and a ``--runtime_env_agent_command``; the raylet's command is
+    rewritten on its way to ``start_ray_process``. This process exists only to start nodes: the
+    wrapper lives and dies with it.
     """
     import ray
     import ray._private.ray_constants as ray_constants
     import ray._private.services as services
     import ray._private.utils
 
-    if getattr(services.start_ray_process, "rlsim_lean", False):
+    if getattr(services.start_ray_process, "rlsim_agents", False):
         return
-    # Ray decides whether an agent runs "--minimal" by importing the dashboard's dependencies
-    # (aiohttp, opentelemetry, prometheus: 0.86 s of this launcher's CPU, before the head's
-    # raylet starts); the agents of this cluster run minimal whatever is installed
-    ray._private.utils.get_dashboard_dependency_error = lambda: ImportError(
-        "rlsim: this cluster runs no dashboard")
+    if lean:
+        # Ray decides whether an agent runs "--minimal" by importing the dashboard's
+        # dependencies (aiohttp, opentelemetry, prometheus: 0.86 s of this launcher's CPU, before
+        # the head's raylet starts); the agents of this cluster run minimal whatever is installed
+        ray._private.utils.get_dashboard_dependency_error = lambda: ImportError(
+            "rlsim: this cluster runs no dashboard")
     start = services.start_ray_process
     script = subprocess.list2cmdline([str(Path(ray.__file__).parent / "dashboard" / "agent.py")])
+    # what Ray runs an agent with (a memory profiler's command instead is left alone)
+    python_u = subprocess.list2cmdline([sys.executable, "-u"]) + " "
+    fork = subprocess.list2cmdline([sys.executable, WORKER_SETUP, AGENT_FLAG, "-u"]) + " "
 
-    def start_lean(command, process_type, *args, **kwargs):
+    def rewrite(arg: str) -> str:
+        if lean and arg.startswith(DASHBOARD_AGENT_FLAG):
+            arg = arg.replace(script, "-m rlsim.backends.node_agent", 1)
+        for flag in (DASHBOARD_AGENT_FLAG, RUNTIME_ENV_AGENT_FLAG):
+            if forked and arg.startswith(flag + python_u):
+                arg = flag + fork + arg[len(flag + python_u):]
+        return arg
+
+    def start_agents(command, process_type, *args, **kwargs):
         if process_type == ray_constants.PROCESS_TYPE_RAYLET:
-            command = [arg.replace(script, "-m rlsim.backends.node_agent", 1)
-                       if arg.startswith(AGENT_FLAG) else arg for arg in command]
+            command = [rewrite(arg) for arg in command]
         return start(command, process_type, *args, **kwargs)
 
-    start_lean.rlsim_lean = True
-    services.start_ray_process = start_lean
+    start_agents.rlsim_agents = True
+    services.start_ray_process = start_agents
 
 
 # Ray's Node() reads this process's environment and its processes are born in this process's
@@ -252,8 +267,7 @@ def start_node(st: ClusterState, index: int, addresses: list[str] | None = None)
     import ray._private.utils
 
     _poll_registration_often()
-    if not st.spec.dashboard:
-        _lean_agents()
+    _agent_commands(lean=not st.spec.dashboard, forked=AGENT_ZYGOTE_VAR in os.environ)
     accelerator = st.spec.node_shapes()[index].accelerator
     with _SPAWN_LOCK:
         os.environ[procs.NODE_VAR] = str(index)
@@ -324,36 +338,65 @@ def main(argv: list[str]) -> int:
         pid = start_node(st, indices[0], addresses)
         print(json.dumps({"index": indices[0], "raylet_pid": pid}), flush=True)
         _reap_forever()
-    start_zygote(st)
+    start_zygotes(st)
     start_nodes(st, indices)
     return 0
+
+
+# What `import ray` imports from outside Ray (measured with torch already imported: 0.17 of
+# its 0.28 s of CPU here). None of them reads Ray's per-worker settings, so the zygote imports
+# them for every worker; Ray itself each worker imports (rlsim.backends.zygote.NEVER_HERE). One
+# that is not installed (another Ray release) only leaves its import to the workers.
+RAY_DEPENDENCIES = ["google.protobuf.message_factory", "google.protobuf.internal.builder",
+                    "grpc", "requests", "jsonschema", "yaml", "psutil", "msgpack", "filelock",
+                    "attrs", "packaging.version", "uvloop", "tqdm", "pdb"]
 
 
 def zygote_modules(st: ClusterState) -> list[str]:
     """What the cluster's zygote imports for its workers: the preloaded modules, less the
     trainer's own (a worker imports those itself, in its node's environment) and vLLM's (its
-    engine starts processes and threads of its own: not forked from a shared parent here)."""
-    return [m for m in st.spec.preload_modules if m.split(".")[0] not in ("trainer", "vllm")]
+    engine starts processes and threads of its own: not forked from a shared parent here),
+    then Ray's dependencies; nothing where the workers preload nothing."""
+    modules = [m for m in st.spec.preload_modules if m.split(".")[0] not in ("trainer", "vllm")]
+    return [*modules, *RAY_DEPENDENCIES] if modules else []
 
 
-def start_zygote(st: ClusterState) -> None:
-    """Have this cluster's workers forked from one process that imported their modules once
-    (:mod:`rlsim.backends.zygote`), where node cgroups exist (a forked worker is found by its
-    node's cgroup) and the workers preload something; started once per cluster, before any
-    node, outside every node's cgroup (a node kill must not end it). A node started later
-    (a restart) finds it by the variable."""
-    from rlsim.backends import zygote
-    from rlsim.backends.worker_setup import ZYGOTE_VAR
+# What a node's agents import before they serve: forked from one process that imported them
+# (each agent imported them itself, 0.5 s of CPU apiece, two agents a node, before its raylet
+# registers)
+AGENT_MODULES = ["ray.dashboard.agent", "ray._private.runtime_env.agent.main"]
+# An agent forked from the agent zygote has the zygote for its parent. Ray's default watch on
+# the raylet compares the agent's parent with RAY_RAYLET_PID and ends an agent whose parent
+# differs (five checks, 2 s); with the pipe check the raylet hands each agent a pipe on stdin,
+# which the client passes on, and the agent ends when it reads the end of it: the raylet gone.
+PIPE_CHECK_VAR = "RAY_enable_pipe_based_agent_to_parent_health_check"
 
-    modules = zygote_modules(st)
-    if not (st.cgroups and modules):
+
+def start_zygotes(st: ClusterState) -> None:
+    """Where node cgroups exist (a forked process is found by its node's cgroup): one zygote
+    forks the nodes' agents (:data:`AGENT_MODULES`), and, where the workers preload something,
+    another forks the workers (:mod:`rlsim.backends.zygote`). Started once per cluster, before
+    any node, outside every node's cgroup (a node kill must not end them); a node started later
+    (a restart) finds them by their variables, set in this process's environment."""
+    if not st.cgroups:
         return
-    path = zygote.socket_path(st.root)
-    os.environ[ZYGOTE_VAR] = path
+    os.environ[PIPE_CHECK_VAR] = "1"  # before the agent zygote imports Ray's dashboard constants
+    _start_zygote(st, "agents", AGENT_ZYGOTE_VAR, AGENT_MODULES, agents=True)
+    if modules := zygote_modules(st):
+        _start_zygote(st, "zygote", ZYGOTE_VAR, modules)
+
+
+def _start_zygote(st: ClusterState, name: str, var: str, modules: list[str],
+                  agents: bool = False) -> None:
+    from rlsim.backends import zygote
+
+    path = zygote.socket_path(st.root, name)
+    os.environ[var] = path
     if zygote.answers(path):
         return
-    with open(st.root / "zygote.log", "a") as log:
-        subprocess.Popen([sys.executable, "-m", "rlsim.backends.zygote", path, ",".join(modules)],
+    with open(st.root / f"{name}.log", "a") as log:
+        subprocess.Popen([sys.executable, "-m", "rlsim.backends.zygote", path, ",".join(modules),
+                          *(["--agents"] if agents else [])],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                          start_new_session=True)
 

@@ -15,6 +15,11 @@ Where the cluster runs a zygote (``RLSIM_ZYGOTE``, :mod:`rlsim.backends.zygote`)
 ``python SCRIPT ARGS`` is forked from it instead of exec'd: this process hands over its streams
 and stays until the worker exits, with its status. No zygote answering: the exec, as above.
 
+A node's agents start here too: ``python worker_setup.py --rlsim-agent -u SCRIPT ARGS`` (or ``-u
+-m MODULE ARGS``), the raylet's ``--dashboard_agent_command`` and ``--runtime_env_agent_command``
+as :mod:`rlsim.backends.node_start` rewrites them. The agent is forked from the cluster's agent
+zygote (``RLSIM_AGENT_ZYGOTE``) the same way, or exec'd as ``python -u ...`` where none answers.
+
 Must stay importable without rlsim or Ray on the path: the raylet runs it as a file.
 """
 
@@ -30,6 +35,8 @@ import sys
 
 _VAR = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)  # what os.path.expandvars expands
 ZYGOTE_VAR = "RLSIM_ZYGOTE"  # where the cluster's zygote listens (rlsim.backends.zygote)
+AGENT_ZYGOTE_VAR = "RLSIM_AGENT_ZYGOTE"  # where the one forking the nodes' agents listens
+AGENT_FLAG = "--rlsim-agent"
 MAX_REQUEST = 1 << 20
 RAYS_OWN = "ray/_private/workers/setup_worker.py"  # under the directory holding the ray package
 
@@ -112,8 +119,22 @@ def run_forked(path: str, argv: list[str], env: dict[str, str]) -> int | None:
     return status if status >= 0 else 128 - status
 
 
+def run_agent(args: list[str]) -> None:
+    """Run a node's agent, ``python ARGS`` (``-u SCRIPT ...`` or ``-u -m MODULE ...``): forked
+    from the agent zygote, this process staying as the raylet's child until the agent exits,
+    or exec'd where no agent zygote answers."""
+    path = os.environ.get(AGENT_ZYGOTE_VAR)
+    if path:
+        status = run_forked(path, args, dict(os.environ))
+        if status is not None:
+            sys.exit(status)
+    os.execv(sys.executable, [sys.executable, *args])
+
+
 def main() -> None:
     argv = sys.argv[1:]
+    if argv[:1] == [AGENT_FLAG]:
+        run_agent(argv[1:])
     planned = plan(argv, dict(os.environ))
     if planned is None:
         import ray  # only here: the rare worker this script leaves to Ray

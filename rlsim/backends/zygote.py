@@ -29,6 +29,11 @@ What the fork changes, and why it does not matter here:
 - If the client dies (the raylet gave up on a worker that did not register, a node kill), the
   server kills the worker it forked for it.
 
+The same server forks the nodes' agents (``--agents``: Ray's dashboard and runtime env agents,
+which the raylet starts through worker_setup's ``--rlsim-agent``): each agent imported Ray and
+its own modules for 0.5 s of CPU, two a node, before its raylet could register. An agent takes
+its node and ports from its arguments, so Ray may be loaded here before the fork.
+
 Serves until killed (with the cluster's other processes, by its session labels). Imports of
 rlsim: worker_setup's protocol limit, and the cgroup move, after the fork.
 """
@@ -43,6 +48,7 @@ import selectors
 import signal
 import socket
 import sys
+import time
 
 from rlsim.backends.worker_setup import MAX_REQUEST
 
@@ -53,9 +59,10 @@ from rlsim.backends.worker_setup import MAX_REQUEST
 NEVER_HERE = ("ray",)
 
 
-def socket_path(root) -> str:
-    """Where the zygote of the cluster whose run directory is ``root`` listens."""
-    return os.path.join(str(root), "zygote.sock")
+def socket_path(root, name: str = "zygote") -> str:
+    """Where the zygote ``name`` (``zygote`` for workers, ``agents``) of the cluster whose run
+    directory is ``root`` listens."""
+    return os.path.join(str(root), f"{name}.sock")
 
 
 def answers(path: str) -> bool:
@@ -114,16 +121,49 @@ def _become_worker(request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(env)
         os.chdir(request["cwd"])
-        script, *args = request["argv"]
-        sys.argv = [script, *args]
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        unbuffered, module, args = _python_options(request["argv"])
+        if unbuffered:
+            _unbuffer()
+        if module is None:
+            sys.argv = args
+            sys.path[0] = os.path.dirname(os.path.abspath(args[0]))
+        else:
+            sys.argv = [module, *args]
+            sys.path[0] = os.getcwd()
     except BaseException:  # noqa: BLE001 - never back into the server's loop
         import traceback
         traceback.print_exc()
         os._exit(1)
     import runpy
-    runpy.run_path(script, run_name="__main__")
+    if module is None:
+        runpy.run_path(args[0], run_name="__main__")
+    else:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     raise SystemExit(0)
+
+
+def _python_options(argv: list[str]) -> tuple[bool, str | None, list[str]]:
+    """What of Python's own command line a request may carry, as ``python [-u] SCRIPT ARGS`` or
+    ``python [-u] -m MODULE ARGS``: whether ``-u`` was given, the module (None for a script)
+    and the rest (the script and its arguments, or the module's arguments)."""
+    unbuffered = False
+    while argv[:1] == ["-u"]:
+        unbuffered, argv = True, argv[1:]
+    if argv[:1] == ["-m"] and len(argv) > 1:
+        return unbuffered, argv[1], argv[2:]
+    if not argv or argv[0].startswith("-"):
+        raise ValueError(f"rlsim zygote: cannot run {argv!r} (python [-u] SCRIPT or -m MODULE)")
+    return unbuffered, None, argv
+
+
+def _unbuffer() -> None:
+    """``python -u``: stdout and stderr written through to their fds at once."""
+    import io
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False),
+                                            encoding=old.encoding, errors=old.errors,
+                                            write_through=True))
 
 
 def _enter_node_groups(env: dict[str, str]) -> None:
@@ -149,12 +189,12 @@ class Zygote:
         self.clients: dict[socket.socket, int] = {}
         self.wake: tuple[int, int] = (-1, -1)
 
-    def preload(self, modules: list[str]) -> list[str]:
+    def preload(self, modules: list[str], never: tuple[str, ...] = NEVER_HERE) -> list[str]:
         """Import ``modules``; the ones that failed (or are never imported here), left to the
         workers to import (and fail at) themselves."""
         failed = []
         for name in modules:
-            if name.split(".")[0] in NEVER_HERE:
+            if name.split(".")[0] in never:
                 failed.append(name)
                 continue
             try:
@@ -252,9 +292,15 @@ class Zygote:
 def main(argv: list[str]) -> None:
     path, modules = argv[0], [m for m in (argv[1] if len(argv) > 1 else "").split(",") if m]
     zygote = Zygote(path)  # bound first: a worker that asks meanwhile waits for the imports
-    failed = zygote.preload(modules)
+    # --agents: this one forks the nodes' agents, which may have Ray loaded before the fork:
+    # each takes its node and ports from its arguments, none from what Ray sets per worker
+    started = time.monotonic()
+    failed = zygote.preload(modules, never=() if "--agents" in argv[2:] else NEVER_HERE)
     if failed:
         print(f"rlsim zygote: left to the workers: {', '.join(failed)}", file=sys.stderr)
+    # when the first fork could happen: a worker asking earlier waited this long at most
+    print(f"rlsim zygote: imported {len(modules) - len(failed)} modules in "
+          f"{time.monotonic() - started:.2f} s", file=sys.stderr, flush=True)
     zygote.serve()
 
 

@@ -296,3 +296,52 @@ def test_workers_fork_from_the_zygote_into_their_nodes_cgroup(tmp_path):
     assert leftovers(st) == {
         "procs": [], "cgroups": False, "chain": False, "state": False, "dir": False
     }
+
+
+ENV_VAR_TASK = """
+import os, ray
+ray.init()
+@ray.remote(num_cpus=0, resources={"rlsim_node_1": 0.01}, runtime_env={"env_vars": {"X": "set"}})
+def x():
+    return os.environ.get("X")
+print(ray.get(x.remote(), timeout=120))
+"""
+
+
+def _agents(st: state.ClusterState, index: int) -> dict[int, int]:
+    """Node ``index``'s agents (pid -> parent pid), found by its cgroup."""
+    found = {}
+    for pid in cgroups.NodeGroup(st.session, index).pids():
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(
+                    (b"ray::DashboardAgent", b"ray::RuntimeEnvAgent")):
+                found[pid] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return found
+
+
+def test_agents_fork_from_the_agent_zygote_and_live_and_die_with_their_node(tmp_path):
+    """With node cgroups, each node's two agents are forked from the cluster's agent zygote, in
+    the node's cgroup: a runtime environment is still set up on that node (the runtime env
+    agent serves it), a node kill ends them, a restarted node gets new ones, and nothing
+    outlives the cluster."""
+    require(cgroups.available())
+    cluster = LocalCluster(ClusterSpec(name=f"agz-{os.getpid()}", nodes=2, gpus_per_node=1))
+    with cluster:
+        st = cluster.state
+        agents = _agents(st, 1)
+        assert len(agents) == 2, agents
+        for parent in set(agents.values()):
+            cmd = Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")
+            assert b"rlsim.backends.zygote" in cmd and b"--agents" in cmd, cmd
+        out = subprocess.run([sys.executable, "-c", ENV_VAR_TASK], capture_output=True, text=True,
+                             env={**os.environ, **cluster.driver_env(),
+                                  "RAY_ADDRESS": cluster.address}, timeout=180)
+        assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "set", out.stderr
+        cluster.kill_node(1)
+        wait_until(lambda: not set(agents) & set(procs.find(st.session)), 15, "the agents' end")
+        cluster.restart_node(1)
+        again = _agents(st, 1)
+        assert len(again) == 2 and not set(again) & set(agents), again
+    assert leftovers(st) == {
+        "procs": [], "cgroups": False, "chain": False, "state": False, "dir": False
+    }

@@ -103,3 +103,53 @@ def test_a_zygote_that_forks_nothing_leaves_the_start_to_the_client(tmp_path):
     proc.communicate(timeout=60)
     listener.close()
     assert proc.returncode == 200
+
+
+AGENT = """
+import json, os, sys
+print(json.dumps({"pid": os.getpid(), "parent": os.getppid(), "argv": sys.argv,
+                  "path0": sys.path[0], "unbuffered": sys.stdout.write_through,
+                  "name": __name__}))
+sys.exit(int(sys.argv[1]))
+"""
+SETUP = str(Path(zygote.__file__).with_name("worker_setup.py"))
+
+
+def agent(tmp_path, env):
+    """A node's agent as the rewritten raylet command starts it: ``python worker_setup.py
+    --rlsim-agent -u -m MODULE ARGS``; what it printed and the client."""
+    (tmp_path / "agentmod.py").write_text(AGENT)
+    proc = subprocess.Popen([sys.executable, SETUP, "--rlsim-agent", "-u", "-m", "agentmod", "4"],
+                            cwd=tmp_path, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            text=True)
+    out, _ = proc.communicate(timeout=60)
+    return json.loads(out), proc
+
+
+def test_an_agent_is_forked_and_runs_its_module_as_python_u_m_would(server, tmp_path):
+    seen, proc = agent(tmp_path, {"RLSIM_AGENT_ZYGOTE": server})
+    assert proc.returncode == 4
+    assert seen["parent"] != proc.pid and seen["pid"] != proc.pid  # the zygote's child
+    assert seen["argv"] == [str(tmp_path / "agentmod.py"), "4"] and seen["name"] == "__main__"
+    assert seen["path0"] == str(tmp_path) and seen["unbuffered"]
+
+
+def test_without_an_agent_zygote_the_agent_is_execd(tmp_path):
+    seen, proc = agent(tmp_path, {"RLSIM_AGENT_ZYGOTE": str(tmp_path / "none.sock")})
+    assert proc.returncode == 4 and seen["pid"] == proc.pid
+    assert seen["argv"] == [str(tmp_path / "agentmod.py"), "4"] and seen["unbuffered"]
+
+
+@pytest.mark.parametrize("argv, parsed", [
+    (["s.py", "a"], (False, None, ["s.py", "a"])),
+    (["-u", "s.py"], (True, None, ["s.py"])),
+    (["-u", "-m", "pkg.mod", "--x=1"], (True, "pkg.mod", ["--x=1"])),
+])
+def test_python_options_a_request_may_carry(argv, parsed):
+    assert zygote._python_options(argv) == parsed
+
+
+@pytest.mark.parametrize("argv", [["-c", "print(1)"], ["-u"], [], ["-m"]])
+def test_other_python_command_lines_are_refused(argv):
+    with pytest.raises(ValueError, match="cannot run"):
+        zygote._python_options(argv)
