@@ -65,6 +65,12 @@ def socket_path(root, name: str = "zygote") -> str:
     return os.path.join(str(root), f"{name}.sock")
 
 
+def ready_path(path: str) -> str:
+    """The file the zygote listening at ``path`` writes once its imports are done: from then
+    on a worker that asks is forked at once."""
+    return os.path.splitext(path)[0] + ".ready"
+
+
 def answers(path: str) -> bool:
     """Whether a zygote listens at ``path`` (a connection that sends nothing asks for no
     worker)."""
@@ -301,6 +307,8 @@ def main(argv: list[str]) -> None:
     # when the first fork could happen: a worker asking earlier waited this long at most
     print(f"rlsim zygote: imported {len(modules) - len(failed)} modules in "
           f"{time.monotonic() - started:.2f} s", file=sys.stderr, flush=True)
+    with open(ready_path(path), "w"):
+        pass
     zygote.serve()
 
 

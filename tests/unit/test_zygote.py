@@ -51,6 +51,16 @@ def client(path, tmp_path, *args, **popen):
                             stdout=subprocess.PIPE, text=True, **popen)
 
 
+def test_the_zygote_says_when_its_imports_are_done(server):
+    """Until then a worker that asks waits: the cluster starts no worker ahead of a trainer
+    (StartedCluster.prestart_workers) before this file exists."""
+    deadline = time.monotonic() + 30
+    while not os.path.exists(zygote.ready_path(server)):
+        assert time.monotonic() < deadline, "no ready file"
+        time.sleep(0.02)
+    assert zygote.ready_path(server).endswith("z.ready")
+
+
 def test_the_worker_runs_as_python_would_run_it_with_the_clients_streams_and_env(server,
                                                                                  tmp_path):
     proc = client(server, tmp_path, "3")
