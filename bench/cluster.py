@@ -36,7 +36,7 @@ from rich.table import Table
 
 from rlsim.backends.local import LocalCluster
 from rlsim.backends.ray_state import node_table
-from rlsim.host import cgroups
+from rlsim.host import cgroups, procs
 from rlsim.host.spec import ClusterSpec, HealthChecks
 
 RAY_DEFAULTS = HealthChecks(initial_delay_ms=5000, period_ms=3000, timeout_ms=10000,
@@ -75,10 +75,16 @@ def time_rlsim(nodes: int, gpus: int, dashboard: bool = True,
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         launcher = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
         by_kind = {"launcher (rlsim.backends.node_start)": launcher}
+        on_nodes = set()
         for n in c.nodes():
             for pid in n.pids:
                 kind = _process_name(pid)
                 by_kind[kind] = by_kind.get(kind, 0.0) + _own_cpu_s(pid)
+                on_nodes.add(pid)
+        # the cluster's processes of no node: the zygote the nodes' agents are forked from
+        for pid in set(procs.find(c.state.session)) - on_nodes:
+            kind = _process_name(pid)
+            by_kind[kind] = by_kind.get(kind, 0.0) + _own_cpu_s(pid)
         cpu = sum(by_kind.values())
         time.sleep(3)  # let agents settle before measuring memory
         infos = c.nodes()
@@ -193,13 +199,15 @@ def scale_row(nodes: int, gpus: int) -> dict[str, float]:
 
 
 def _process_name(pid: int) -> str:
-    """A node process by what it is: Ray's title for its agents, the script for a plain Python
-    process (the log monitor), else the executable."""
+    """A node process by what it is: Ray's title for its agents, the module or script of a plain
+    Python process (the zygote, the log monitor), else the executable."""
     with contextlib.suppress(psutil.Error):
         p = psutil.Process(pid)
         args = p.cmdline()
         if p.name().startswith("ray::") or not args:
             return p.name()
+        if "-m" in args[1:-1]:  # python -m MODULE (the agents' zygote)
+            return args[args.index("-m") + 1]
         script = next((a for a in args[1:] if a.endswith(".py")), args[0])
         return Path(script).name
     return str(pid)
