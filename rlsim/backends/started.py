@@ -255,7 +255,7 @@ class StartedCluster:
         reference trainer does). With ``preload_modules`` they import those first, so an actor
         that takes one starts warm. Returns how many each node index got.
 
-        None while the cluster's zygote is still importing (a fresh cluster: 3.7 s of torch,
+        Starts none while the cluster's zygote is still importing (a fresh cluster: 3.7 s of torch,
         TorchDynamo and DeepSpeed here). Workers asked for then are forked only once it is done,
         and until then they have not registered with their raylet: a trainer that asks for its
         actors meanwhile gets new workers started beside them, as Ray does not hand out
