@@ -19,7 +19,7 @@ from rich.table import Table
 
 from rlsim.backends.docker import DockerCluster, engine_problem
 from rlsim.backends.local import LocalCluster
-from rlsim.backends.ray_state import export_auth_env
+from rlsim.backends.ray_internals import export_auth_env
 from rlsim.host.spec import ClusterSpec
 
 

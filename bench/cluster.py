@@ -326,7 +326,8 @@ def main() -> None:
               "<= 250 MB")
     con.print(t)
     where = Table(title=f"where the scenarios' {shape} bring-up spends its CPU (the median run; "
-                        "each node's dashboard agent runs minimal, rlsim.backends.node_agent)")
+                        "each node's dashboard agent runs minimal: "
+                        "rlsim.backends.ray_internals.node_agent)")
     for col in ("process", "CPU s (all nodes)", "share"):
         where.add_column(col)
     for kind, secs in sorted(bare_mem["cpu_by_kind"].items(), key=lambda kv: -kv[1]):

@@ -28,8 +28,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # read by Ray when it is imported: a driver whose head (GCS) is gone exits after this long
     # instead of Ray's 60 s default
-    os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s",
-                          str(int(cfg.fault_tolerance.gcs_reconnect_timeout_s)))
+    from rlsim.backends.ray_internals import driver_env
+
+    for key, value in driver_env(cfg.fault_tolerance.gcs_reconnect_timeout_s).items():
+        os.environ.setdefault(key, value)
     from trainer.driver import run  # imports ray and torch: only once the config is sound
 
     return run(cfg)

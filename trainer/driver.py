@@ -19,8 +19,10 @@ from pathlib import Path
 
 import ray
 
+from rlsim.backends.ray_internals.gcs import draining_nodes
+from rlsim.backends.ray_internals.gcs import refusal as gcs_refusal
 from rlsim.contract import HEAD_RESOURCE
-from rlsim.reach import gcs_refusal, gcs_silence, parse_address
+from rlsim.reach import gcs_silence, parse_address
 from trainer import checkpoint as ckpt
 from trainer import grpo, ppo
 from trainer.config import TrainerConfig, preflight
@@ -193,7 +195,7 @@ class Run:
         after the node is gone resumes from this step rather than from the last periodic save.
         A GCS that does not answer is asked again next step."""
         try:
-            draining = ray._private.state.state.get_draining_nodes()
+            draining = draining_nodes()
         except Exception:  # noqa: BLE001 - a notice is advice: never fail a step over it
             return
         mine = {n["NodeID"]: n for n in self.nodes}

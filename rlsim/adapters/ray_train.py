@@ -5,11 +5,18 @@ its documented way of adding callbacks without touching the script. The callback
 
 Ray Train restarts a failed worker group itself (``FailureConfig``), so a relaunch is rarely
 needed; a relaunched job that resumes from its storage path is not reported as a resume.
+
+The callback hooks exist in Ray Train V2 only. Ray 2.48-2.50 run Train V1 unless
+``RAY_TRAIN_V2_ENABLED=1``: there the adapter sets it (V1 has no hook rlsim could use, so the job
+runs the V2 trainer its Ray ships), unless the scenario's ``trainer.env`` sets it itself; a
+scenario that turns V2 off is refused, as is a Ray without the hooks.
 """
 
 from __future__ import annotations
 
-from rlsim.adapters.base import Adapter, TrainerLaunch
+from rlsim.adapters.base import Adapter, TrainerLaunch, TrainerProblem
+from rlsim.backends import ray_internals
+from rlsim.backends.ray_internals import train
 
 CALLBACK = "rlsim.adapters.ray_train_callback.RlsimCallback"
 CALLBACKS_VAR = "RAY_TRAIN_CALLBACKS"
@@ -21,6 +28,22 @@ class RayTrainAdapter(Adapter):
                           "error", "run_end"})
 
     def env(self, trainer, launch: TrainerLaunch) -> dict[str, str]:
-        """The user's own RAY_TRAIN_CALLBACKS (scenario env) are kept, rlsim's is added."""
+        """The user's own RAY_TRAIN_CALLBACKS (scenario env) are kept, rlsim's is added; Train V2
+        turned on where this Ray's default is V1 and the scenario does not say."""
         own = trainer.env.get(CALLBACKS_VAR, "")
-        return {CALLBACKS_VAR: ",".join(c for c in (own, CALLBACK) if c)}
+        v2 = {} if train.v2_by_default() or train.V2_VAR in trainer.env else {train.V2_VAR: "1"}
+        return {CALLBACKS_VAR: ",".join(c for c in (own, CALLBACK) if c), **v2}
+
+    def facts(self, trainer, refusals: list[str]):
+        where = ("trainer", "adapter")
+        if not (hooks := ray_internals.status("train_callbacks")).available:
+            raise TrainerProblem(where, "trainer.adapter", f"the ray_train adapter cannot see "
+                                 f"this Ray's Train jobs (Ray {ray_internals.ray_version()}: "
+                                 f"{hooks.why}); fix: use Ray {ray_internals.SUPPORTED_TEXT}, "
+                                 "or adapter: events with a job that writes events.jsonl")
+        if trainer.env.get(train.V2_VAR, "1").strip().lower() in ("0", "false", "no"):
+            raise TrainerProblem(("trainer", "env"), f"trainer.env.{train.V2_VAR}",
+                                 f"{train.V2_VAR}={trainer.env[train.V2_VAR]} runs Ray Train V1, "
+                                 "whose controller the ray_train adapter cannot hook; fix: drop "
+                                 "it (the adapter runs Train V2), or use adapter: events")
+        return super().facts(trainer, refusals)

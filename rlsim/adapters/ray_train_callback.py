@@ -1,10 +1,11 @@
 """The callback the ``ray_train`` adapter puts into an unmodified Ray Train (V2) job.
 
 Ray Train builds the callbacks named in ``RAY_TRAIN_CALLBACKS`` in the driver, inside
-``DataParallelTrainer.fit`` (``ray/train/v2/_internal/callbacks/env_callback.py``), and hands them
-to its controller actor, where the hooks below run. The callback is built where ``RLSIM_RUN_DIR``
-is set (the driver) and carries the event log's path with it; the controller's node sees the run
-directory too (the same filesystem on local nodes, a mount on docker nodes).
+``DataParallelTrainer.fit``, and hands them to its controller actor, where the hooks below run
+(their classes and arguments differ by Ray release: :mod:`rlsim.backends.ray_internals.train`).
+The callback is built where ``RLSIM_RUN_DIR`` is set (the driver) and carries the event log's
+path with it; the controller's node sees the run directory too (the same filesystem on local
+nodes, a mount on docker nodes).
 
 What each hook writes to ``<run_dir>/events.jsonl`` (:mod:`rlsim.events`):
 
@@ -25,18 +26,7 @@ from __future__ import annotations
 import logging
 import numbers
 
-from ray.train.v2._internal.execution.callback import (
-    ControllerCallback,
-    ReportCallback,
-    WorkerGroupCallback,
-)
-from ray.train.v2._internal.execution.controller.state import (
-    ErroredState,
-    FinishedState,
-    ReschedulingState,
-    RestartingState,
-)
-
+from rlsim.backends.ray_internals import train
 from rlsim.events import EventLog
 
 # metric names read as the step, in this order (what Ray Train examples report)
@@ -45,7 +35,7 @@ STEP_KEYS = ("step", "global_step", "training_iteration", "iteration", "epoch")
 log = logging.getLogger(__name__)
 
 
-class RlsimCallback(ControllerCallback, WorkerGroupCallback, ReportCallback):
+class RlsimCallback(*train.callback_bases()):
     """Ray Train's controller, reported as rlsim events. Never fails the job: a write that
     fails is logged as a warning and the training goes on."""
 
@@ -63,7 +53,8 @@ class RlsimCallback(ControllerCallback, WorkerGroupCallback, ReportCallback):
         except OSError as e:
             log.warning("rlsim: could not write the %s event to %s: %s", type, self.log.path, e)
 
-    def after_report(self, training_report, metrics: list[dict]) -> None:
+    def after_report(self, *args, **kwargs) -> None:
+        metrics, checkpoint = train.report(args, kwargs)
         self.reports += 1
         rank0 = metrics[0] if metrics else {}
         self.step = next((int(rank0[k]) for k in STEP_KEYS if isinstance(
@@ -71,9 +62,9 @@ class RlsimCallback(ControllerCallback, WorkerGroupCallback, ReportCallback):
         numeric = {k: v for k, v in rank0.items()
                    if isinstance(v, numbers.Real) and not isinstance(v, bool)}
         self._emit("step_end", step=self.step, metrics=numeric)
-        if training_report.checkpoint is not None:
+        if checkpoint is not None:
             self.checkpoint_step = self.step
-            self._emit("checkpoint_saved", step=self.step, path=training_report.checkpoint.path)
+            self._emit("checkpoint_saved", step=self.step, path=checkpoint.path)
 
     def after_worker_group_start(self, worker_group) -> None:
         self.groups += 1
@@ -81,14 +72,17 @@ class RlsimCallback(ControllerCallback, WorkerGroupCallback, ReportCallback):
             self._emit("resume", from_step=self.checkpoint_step)
 
     def after_controller_state_update(self, previous_state, current_state) -> None:
-        if isinstance(current_state, (RestartingState, ReschedulingState)):
+        seen = train.state(current_state)
+        if seen is None:
+            return
+        kind, err = seen
+        cause = type(err).__name__ if err is not None else "unknown"
+        if kind == "restarting":
             self.restarts += 1
-            err = current_state.training_failed_error
-            self._emit("worker_died", cause=type(err).__name__, message=str(err)[:2000])
-            self._emit("restart", restart=self.restarts, cause=type(err).__name__)
-        elif isinstance(current_state, ErroredState):
-            err = current_state.training_failed_error
-            self._emit("error", kind=type(err).__name__, message=str(err)[:2000])
+            self._emit("worker_died", cause=cause, message=str(err or "")[:2000])
+            self._emit("restart", restart=self.restarts, cause=cause)
+        elif kind == "errored":
+            self._emit("error", kind=cause, message=str(err or "")[:2000])
             self._emit("run_end", status="failed", step=self.step)
-        elif isinstance(current_state, FinishedState):
+        else:
             self._emit("run_end", status="completed", step=self.step)

@@ -19,6 +19,9 @@ from rlsim.host.iptables import Drop
 from rlsim.host.shape import describe
 from rlsim.host.spec import ClusterShape, ClusterSpec
 
+# The doctor's probe: a program each node runs (``python -m``), never imported by a backend
+PROBE_MODULE = "rlsim.doctor.probe"
+
 
 @dataclass
 class NodeInfo:

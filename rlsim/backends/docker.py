@@ -39,6 +39,7 @@ import sys
 import time
 from pathlib import Path
 
+from rlsim.backends import ray_internals
 from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported
 from rlsim.backends.docker_engine import (
     LABEL,
@@ -50,7 +51,9 @@ from rlsim.backends.docker_engine import (
 )
 from rlsim.backends.docker_image import code_roots, host_mounts
 from rlsim.backends.node_start import ADDRESSES_VAR, cluster_env
-from rlsim.backends.ray_state import alive_nodes, connect_env
+from rlsim.backends.ray_internals import connect_env
+from rlsim.backends.ray_internals.launch import version_stamp
+from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.reaper import reap_docker, reap_docker_orphans
 from rlsim.backends.started import StartedCluster
 from rlsim.files import write_file
@@ -141,6 +144,9 @@ class DockerCluster(StartedCluster):
             (p for path in shape.python.values() if (p := interpreter_problem(path))), None)
         if problem:
             return Unsupported(f"--backend docker: {problem}", missing_part=True)
+        if shape.ray_version and not (stamp := ray_internals.status("version_stamp")).available:
+            return Unsupported(f"cluster.ray_version: {stamp.why}; this Ray's nodes cannot "
+                               "claim another version")
         return None
 
     def _check_can_start(self) -> None:
@@ -200,10 +206,9 @@ class DockerCluster(StartedCluster):
         for k, path in enumerate(self.spec.node_local):  # this node's own disk at that path
             container.with_volume_mapping(_node_volume(st, index, k), path, "rw")
         if index in self.spec.ray_version:  # this node's Ray package says another version
-            real, version = _ray_version()
+            real, text = version_stamp(self.spec.ray_version[index])
             fake = st.root / f"n{index}-ray-version.py"
-            write_file(fake, ray_version_source(real.read_text(), version,
-                                               self.spec.ray_version[index]))
+            write_file(fake, text)
             container.with_volume_mapping(str(fake), str(real), "ro")
         python = self.spec.python.get(index, sys.executable)
         if path := node_pythonpath(other_python=index in self.spec.python):
@@ -509,19 +514,6 @@ def _reason(log: str) -> str:
                     "needs the same Ray release and the same Python patch release on every node")
     errors = [line for line in lines if "Error" in line]
     return errors[-1] if errors else (lines[-1] if lines else "(no log)")
-
-
-def ray_version_source(source: str, version: str, claimed: str) -> str:
-    """Ray's ``_version.py`` ``source`` saying ``claimed`` instead of ``version``. The value is
-    written as a Python literal (repr), so no string given as a version can become code."""
-    return source.replace(f'version = "{version}"', f"version = {claimed!r}")
-
-
-def _ray_version() -> tuple[Path, str]:
-    """This environment's ``ray/_version.py`` and the version it says."""
-    import ray._version
-
-    return Path(ray._version.__file__), ray._version.version
 
 
 def _endpoint(address: str) -> object:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from rlsim.backends import redis_store
 from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_containers
-from rlsim.backends.ray_state import alive_nodes, connect_env
+from rlsim.backends.ray_internals import connect_env
+from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.reaper import reap, reap_local
 from rlsim.backends.started import StartedCluster
 from rlsim.host import cgroups, disk, iptables, links, procs, state
@@ -50,6 +51,9 @@ class LocalCluster(StartedCluster):
         self._stopped: ClusterState | None = None
         self._firewall: Firewall | None = None
         self.timings: dict[str, float] = {}
+        # raylet commands this handle's launchers saw, and agent commands they rewrote, by kind
+        # (rlsim.backends.ray_internals.launch.REWRITES); None: started elsewhere, not counted
+        self.rewrites: dict[str, int] | None = {}
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -59,6 +63,7 @@ class LocalCluster(StartedCluster):
         cluster = cls(st.spec, detached=st.detached)
         cluster.state = st
         cluster._firewall = Firewall(st.slot, st.session)
+        cluster.rewrites = None
         return cluster
 
     def _prepare(self, st: ClusterState) -> None:
@@ -203,9 +208,13 @@ class LocalCluster(StartedCluster):
                     "Log tail:\n"
                     + self.logs(indices[0])
                 ) from e
+        counted: dict[str, int] = {}
         for line in proc.stdout.splitlines():
             started = json.loads(line)
             st.pids[started["index"]] = started["raylet_pid"]
+            counted = started.get("rewrites", {})  # the launcher's counts so far
+        for kind, n in counted.items() if self.rewrites is not None else ():
+            self.rewrites[kind] = self.rewrites.get(kind, 0) + n
         state.save(st)
         if proc.returncode != 0:
             failed = next((i for i in indices if i not in st.pids), indices[-1])

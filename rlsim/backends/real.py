@@ -37,7 +37,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_containers
+from rlsim.backends.base import (
+    PROBE_MODULE,
+    ClusterStartError,
+    NodeInfo,
+    Unsupported,
+    needs_containers,
+)
 from rlsim.contract import HEAD_RESOURCE
 from rlsim.host.spec import ClusterShape, ClusterSpec
 
@@ -89,10 +95,12 @@ class NodeAgent:
         return pids
 
     def probe(self, phase: str, args: dict) -> dict:
-        """A phase of ``rlsim doctor``'s probe, on this host."""
-        from rlsim.doctor.probe import run
+        """A phase of ``rlsim doctor``'s probe, on this host. The probe is a program the nodes
+        run, named as the local and docker nodes run it (``python -m``), never imported by a
+        backend: the doctor stands on the backends, not the other way round."""
+        import importlib
 
-        return run(phase, args)
+        return importlib.import_module(PROBE_MODULE).run(phase, args)
 
     def hold_gpu(self, gb: float) -> list[dict]:
         """Allocate ``gb`` GiB (or what is free, if less) on every GPU of this host and keep it."""
@@ -266,7 +274,8 @@ def address_problem(address: str) -> str | None:
     """Why no Ray cluster can be joined at ``address`` (not HOST:PORT, no GCS answers there
     within seconds, or it refuses this process's token), or None. Ray's own connect retries a
     silent address for minutes and a refused token for about 20 s."""
-    from rlsim.reach import gcs_refusal, gcs_silence, parse_address
+    from rlsim.backends.ray_internals.gcs import refusal as gcs_refusal
+    from rlsim.reach import gcs_silence, parse_address
 
     try:
         host, port = parse_address(address)

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from rlsim.backends.base import NodeInfo
+from rlsim.backends import ray_internals
+from rlsim.backends.base import PROBE_MODULE, ClusterStartError, NodeInfo
 from rlsim.backends.reaper import reap_abandoned
 from rlsim.contract import RESERVE_FILE
 from rlsim.files import read_file, write_file
@@ -57,6 +58,8 @@ class StartedCluster:
         node that did not come up and its log tail.
         """
         self._check_can_start()
+        if refused := ray_internals.auth_refusal():
+            raise ClusterStartError(refused)
         t0 = time.monotonic()
         reap_abandoned()
         self.state = state.reserve(self.spec, backend=self.name, detached=self.detached)
@@ -106,8 +109,21 @@ class StartedCluster:
         return self.state
 
     def connect_hints(self) -> list[str]:
-        """Lines ``rlsim cluster`` prints beside the connection settings. Default: none."""
-        return []
+        """Lines ``rlsim cluster`` prints beside the connection settings: an unauthenticated
+        cluster says so (this Ray has no token auth)."""
+        return [] if ray_internals.token_auth() else [ray_internals.open_cluster_line()]
+
+    def ray_report(self) -> dict:
+        """What of Ray's internals this cluster runs with (the timeline's ``ray`` event, ``rlsim
+        doctor``): the installed Ray, each acceleration in force or not and why, and the auth
+        mode the GCS itself enforces."""
+        from rlsim.backends.ray_internals.gcs import auth_in_force
+
+        st = self._st
+        return {**ray_internals.cluster_report(
+                    getattr(self, "rewrites", None), lean=not st.spec.dashboard,
+                    forked=bool(st.cgroups)),
+                "auth": auth_in_force(self.address)}
 
     def _check_index(self, index: int) -> None:
         if not 0 <= index < self._st.spec.nodes:
@@ -149,7 +165,7 @@ class StartedCluster:
             if index not in running:
                 python = self._st.spec.python.get(index, sys.executable)
                 running[index] = subprocess.Popen(
-                    self.node_command(index, [python, "-m", "rlsim.doctor.probe"]),
+                    self.node_command(index, [python, "-m", PROBE_MODULE]),
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     text=True)
             proc = running[index]
@@ -263,7 +279,7 @@ class StartedCluster:
         was 12 s of CPU a worker, and a 2-node scenario's first step took 21.5 s instead of
         9-12 s. The trainer's own requests start one worker per actor, forked when the zygote is
         done, as early as these would have been."""
-        from rlsim.backends.ray_state import prestart
+        from rlsim.backends.ray_internals.gcs import prestart
         from rlsim.host.home import auth_token_path
 
         if self._zygote_busy():
@@ -275,7 +291,9 @@ class StartedCluster:
         for node, count in zip(order, per_gpu_node, strict=False):
             if count > 0:
                 port = self._st.layout.nodes[node.index].ports.node_manager
-                prestart(f"{node.address}:{port}", str(auth_token_path()), count, keep_alive_s)
+                if not prestart(f"{node.address}:{port}", str(auth_token_path()), count,
+                                keep_alive_s):
+                    break  # this Ray cannot be asked (warm_workers): none anywhere
                 got[node.index] = count
         return got
 
@@ -309,9 +327,9 @@ class StartedCluster:
 
     def drain_node(self, index: int, deadline_s: float, message: str) -> str:
         """Ray's own drain of node ``index`` with the preemption reason and a deadline
-        ``deadline_s`` from now (see :func:`rlsim.backends.ray_state.drain`); returns the node's
-        id. Raises when Ray refuses it."""
-        from rlsim.backends.ray_state import drain
+        ``deadline_s`` from now (see :func:`rlsim.backends.ray_internals.gcs.drain`); returns the
+        node's id. Raises when Ray refuses it."""
+        from rlsim.backends.ray_internals.gcs import drain
         from rlsim.host.home import auth_token_path
 
         self._check_index(index)

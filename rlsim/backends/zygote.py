@@ -8,11 +8,11 @@ import 11 s of CPU between them. Forked from a process that imported them, a wor
 once (PyTorch's own DataLoader forks its workers from a process with torch imported, the same
 way).
 
-How a worker gets here: a raylet runs :mod:`rlsim.backends.worker_setup` to start a worker; for
-a plain one (no runtime environment to apply) it connects to this server's socket, hands over
-its standard streams, its arguments, environment and working directory, and waits. The server
-forks; the child moves into the node's cgroups (the client's: a node kill, pause or network
-rule covers it as it covers a worker the raylet forked), takes over the streams, the
+How a worker gets here: a raylet runs :mod:`rlsim.backends.ray_internals.worker_setup` to start
+a worker; for a plain one (no runtime environment to apply) it connects to this server's socket,
+hands over its standard streams, its arguments, environment and working directory, and waits. The
+server forks; the child moves into the node's cgroups (the client's: a node kill, pause or
+network rule covers it as it covers a worker the raylet forked), takes over the streams, the
 environment, the working directory and ``sys.argv``, and runs ``default_worker.py`` as Python
 would run the script. The client is told the worker's pid, stays until the worker exits, and
 exits with its status: the process the raylet started lives as long as its worker. A worker
@@ -50,7 +50,7 @@ import socket
 import sys
 import time
 
-from rlsim.backends.worker_setup import MAX_REQUEST
+from rlsim.backends.ray_internals.worker_setup import MAX_REQUEST
 
 # Never imported here: Ray's core library reads its configuration from the environment once,
 # when it loads (RAY_JOB_ID and the rest that the raylet sets per worker); loaded in this

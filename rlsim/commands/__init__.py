@@ -1,8 +1,8 @@
 """The ``rlsim`` command line. One module per command group, each parsing its options, calling the
 engine and printing (:mod:`~rlsim.commands.cluster`, :mod:`~rlsim.commands.doctor`,
 :mod:`~rlsim.commands.demo`, :mod:`~rlsim.commands.fault`, :mod:`~rlsim.commands.scenarios`,
-:mod:`~rlsim.commands.plan`, :mod:`~rlsim.commands.launch`); here they are put together into one
-app, and the process's signals handled."""
+:mod:`~rlsim.commands.plan`, :mod:`~rlsim.commands.launch`, :mod:`~rlsim.commands.ray`); here
+they are put together into one app, and the process's signals handled."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from rlsim.commands import cluster, demo, doctor, fault, init, launch, plan, scenarios
+from rlsim.commands import cluster, demo, doctor, fault, init, launch, plan, ray, scenarios
 from rlsim.commands.console import err
 from rlsim.host.home import HomeError
 from rlsim.registry import RegistryError
@@ -34,7 +34,7 @@ def _options(version: bool = typer.Option(False, "--version", callback=_version,
     """Rehearse multi-node RL training failures on simulated Ray clusters."""
 for command in (cluster.cluster, cluster.status, cluster.down, doctor.doctor, demo.demo,
                 scenarios.run, scenarios.validate, scenarios.report, scenarios.schema,
-                launch.launch, init.init):
+                launch.launch, init.init, ray.ray):
     app.command()(command)
 for command in (fault.fault, plan.plan):  # take options of their own after the arguments
     app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(

@@ -7,6 +7,7 @@ import json
 import typer
 from rich.table import Table
 
+from rlsim.backends.ray_internals.gcs import refusal as gcs_refusal
 from rlsim.commands.cluster import attach_named
 from rlsim.commands.console import console, err
 from rlsim.host import state
@@ -51,6 +52,8 @@ def doctor(
     for f in report.findings:
         colour = "red" if f.level == "error" else "yellow"
         console.print(f"[{colour}]{f.level}[/{colour}] {f.check}: {f.message}.\n  fix: {f.fix}")
+    for line in _ray_lines(report.ray):
+        console.print(line, highlight=False, markup=False)
     if not report.findings:
         console.print(f"[green]no findings[/green] ({report.seconds:.1f} s)")
     raise typer.Exit(0 if report.ok else 1)
@@ -70,7 +73,7 @@ def _connect_real(doc, ray_address: str):
         raise typer.Exit(2) from None
     with doc.connecting(ray_address, DOCTOR_CONNECT_TIMEOUT_S):
         silence = doc.gcs_silence(host, port)
-        if silence is None and (refusal := doc.gcs_refusal(host, port)):
+        if silence is None and (refusal := gcs_refusal(host, port)):
             from rlsim.backends.real import refusal_line
 
             err.print(f"rlsim doctor: {refusal_line(ray_address, refusal)}", markup=False,
@@ -86,6 +89,17 @@ def _connect_real(doc, ray_address: str):
               "otherwise) and check that this host can reach it", markup=False, highlight=False,
               soft_wrap=True)
     raise typer.Exit(2)
+
+
+def _ray_lines(ray: dict) -> list[str]:
+    """The doctor's words on Ray: the release, the auth mode the GCS enforces, the accelerations
+    on Ray's plain path and why (`rlsim ray` lists them all)."""
+    if not ray:
+        return []
+    lines = [f"ray {ray.get('version')}: auth in force {ray.get('auth', 'not asked')}; "
+             f"{len(ray.get('in_force', []))} of rlsim's accelerations in force"]
+    lines += [f"  plain path: {name}: {why}" for name, why in ray.get("plain", {}).items()]
+    return lines
 
 
 def _doctor_table(report, checkpoint_dir: str | None) -> Table:

@@ -43,7 +43,7 @@ def _layout(framework: str, args: list[str], nodes: list[NodeCapacity],
 def live_nodes(address: str) -> list[NodeCapacity]:
     """The alive nodes with GPUs of the Ray cluster at ``address``, each with its free GPUs and
     CPUs (read from its GCS, no driver)."""
-    from rlsim.backends.ray_state import global_state
+    from rlsim.backends.ray_state import reader
     from rlsim.doctor import gcs_silence, parse_address
     from rlsim.host.home import auth_token_path
 
@@ -56,7 +56,7 @@ def live_nodes(address: str) -> list[NodeCapacity]:
                              "head's GCS address (HOST:PORT)")
     token = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(auth_token_path())
     try:
-        with global_state(address, token) as gs:
+        with reader(address, token) as gs:
             free = gs.available_resources_per_node()
             alive = {n["NodeID"]: n["NodeManagerAddress"] for n in gs.node_table()
                      if n["Alive"]}

@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from rlsim.backends import BACKENDS, DEFAULT, cluster_class, described, unknown
+from rlsim.backends import BACKENDS, DEFAULT, cluster_class, described, ray_internals, unknown
 from rlsim.backends.base import Unsupported
 from rlsim.result import ScenarioResult, write_summary
 from rlsim.scenario.loader import ScenarioError, discover, load
@@ -120,7 +120,8 @@ def run(
         "nodes or processes, take GPU memory or damage checkpoints (refused otherwise)"),
 ) -> None:
     """Run scenarios; exit 0 when every expectation holds, 1 when one fails, 2 for bad input
-    (or, on --backend real, disruptive faults without --allow-disruptive)."""
+    (or, on --backend real, disruptive faults without --allow-disruptive; or, as root on a Ray
+    without token auth, clusters nobody could protect without RLSIM_ALLOW_UNAUTHENTICATED=1)."""
     from rlsim.scenario.pool import Pool, hand_on_order
 
     named = {p.resolve() for p in paths if p.is_file()}
@@ -154,6 +155,10 @@ def run(
                       f"GPU memory or damage checkpoints: {names}. Fix: pass --allow-disruptive "
                       "on a cluster nobody else uses, or run the others", style="red",
                       markup=False, highlight=False)
+        raise typer.Exit(2)
+    if any(BACKENDS[b].starts for b in where.values()) and (
+            refused := ray_internals.auth_refusal()):  # before any cluster starts
+        console.print(refused, style="red", markup=False, highlight=False)
         raise typer.Exit(2)
     for name in foreign:  # one line now, not Ray's minutes of retries per scenario
         import os

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 # Whether a GCS answers at an address lives with the trainer, which asks it too before Ray's own
 # minutes-long connect; the doctor, `rlsim plan` and the launchers' wait ask the same way
-from rlsim.reach import gcs_refusal, gcs_silence, parse_address  # noqa: F401 - re-exported
+from rlsim.backends.ray_internals import SUPPORTED_TEXT, version_problem
+from rlsim.reach import gcs_silence, parse_address  # noqa: F401 - re-exported
 
 VERSIONED = ("python", "ray", "torch", "deepspeed")
 
@@ -54,6 +55,9 @@ class Report:
     seen: dict[int, list[int]] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
+    # rlsim's view of Ray: the installed release, its capabilities in force or not (and why),
+    # and the auth mode the cluster's GCS enforces, asked of the GCS itself
+    ray: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -69,7 +73,7 @@ class Report:
                           "error": look.get("error"), "versions": look.get("versions", {}),
                           "hardware": look.get("hardware", {}),
                           "reaches": f"{sum(r['ok'] for r in reach)}/{len(reach)}"})
-        return {"nodes": nodes, "ok": self.ok, "seconds": self.seconds,
+        return {"nodes": nodes, "ok": self.ok, "seconds": self.seconds, "ray": self.ray,
                 "findings": [{"level": f.level, "check": f.check, "message": f.message,
                               "fix": f.fix} for f in self.findings]}
 
@@ -108,6 +112,11 @@ def _versions(by_index: dict[int, dict], looks: dict[int, dict]) -> list[Finding
         return []
     head = looks[0]["versions"]
     out = []
+    if head.get("ray") and (outside := version_problem(str(head["ray"]))):
+        out.append(Finding("warn", "ray_version", f"the cluster runs {outside}",
+                           f"use a Ray release in {SUPPORTED_TEXT}, or run `python "
+                           "ci/ray_matrix.py --releases <yours>` from rlsim's repository to "
+                           "prove this one"))
     for i, look in looks.items():
         differ = [f"{k} {look['versions'].get(k)} (head: {head.get(k)})" for k in VERSIONED
                   if look["versions"].get(k) != head.get(k)]
@@ -185,8 +194,24 @@ def examine(cluster, checkpoint_dir: str | None = None) -> Report:
             report.seen = {i: r["seen"] for i, r in each(ask, "seen").items() if "seen" in r}
             each(ask, "clean")
     report.findings = diagnose(report.endpoints, report.looks, report.seen, checkpoint_dir)
+    report.ray = ray_view(cluster)
     report.seconds = round(time.monotonic() - t0, 3)
     return report
+
+
+def ray_view(cluster) -> dict:
+    """What this process's Ray offers rlsim (:func:`rlsim.backends.ray_internals.summary`) and
+    the auth mode ``cluster``'s GCS enforces, read from the GCS (a question without a token)."""
+    from rlsim.backends import ray_internals
+    from rlsim.backends.ray_internals.gcs import auth_in_force
+
+    report = getattr(cluster, "ray_report", None)
+    try:
+        if callable(report):
+            return report()
+        return {**ray_internals.summary(), "auth": auth_in_force(cluster.address)}
+    except Exception as e:  # noqa: BLE001 - the doctor's findings stand without this view
+        return {**ray_internals.summary(), "error": f"{type(e).__name__}: {e}"[:300]}
 
 
 # ---- reaching a cluster rlsim did not start ----------------------------------------------------

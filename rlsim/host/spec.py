@@ -39,14 +39,6 @@ class HealthChecks(BaseModel):
     timeout_ms: int = Field(1000, ge=50)
     failure_threshold: int = Field(3, ge=1)
 
-    def env(self) -> dict[str, str]:
-        return {
-            "RAY_health_check_initial_delay_ms": str(self.initial_delay_ms),
-            "RAY_health_check_period_ms": str(self.period_ms),
-            "RAY_health_check_timeout_ms": str(self.timeout_ms),
-            "RAY_health_check_failure_threshold": str(self.failure_threshold),
-        }
-
 
 class ClusterShape(ShapeChecks):
     """How many nodes and what each offers: the one model of a cluster's shape, with its one set

@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus-per-node", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600)
     args = ap.parse_args(argv)
-    from rlsim.doctor import gcs_refusal, gcs_silence, parse_address
+    from rlsim.backends.ray_internals.gcs import refusal as gcs_refusal
+    from rlsim.reach import gcs_silence, parse_address
 
     try:
         host, port = parse_address(args.address)

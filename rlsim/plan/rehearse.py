@@ -61,6 +61,8 @@ def main() -> int:
         remove_placement_group,
     )
 
+    from rlsim.backends.ray_internals.gcs import free_per_node
+
     job = json.loads(sys.stdin.read())
     ray.init(logging_level="ERROR", log_to_driver=False)
     index = {a: i for i, a in enumerate(job["addresses"])}
@@ -73,7 +75,7 @@ def main() -> int:
             made.append(pg)
             placed = pg.wait(job["timeout_s"])
             table = placement_group_table(pg)
-            free = ray._private.state.available_resources_per_node()
+            free = free_per_node()
             results.append({
                 "name": g["name"], "placed": placed, "seconds": round(time.monotonic() - t0, 3),
                 "state": table.get("state"),

@@ -24,7 +24,7 @@ import pytest
 
 from rlsim.backends import BACKENDS, described, names
 from rlsim.backends.local import LocalCluster
-from rlsim.backends.ray_state import export_auth_env
+from rlsim.backends.ray_internals import export_auth_env
 from rlsim.host.spec import ClusterSpec
 from rlsim.plugin.session import close_pool
 

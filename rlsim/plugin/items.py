@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rlsim.backends import BACKENDS, ray_internals
 from rlsim.backends.base import Unsupported
 from rlsim.checks import FIGURES
 from rlsim.plugin.session import require, scenario_pool
@@ -100,6 +101,8 @@ class ScenarioItem(pytest.Item):
         out = Path(report) / self.scenario.name if report else \
             self.config._tmp_path_factory.mktemp(self.scenario.name)
         scenario = self.scenario.with_overrides(overrides(self.config))
+        if BACKENDS[backend].starts and (refused := ray_internals.auth_refusal()):
+            pytest.fail(refused, pytrace=False)
         try:
             result = play(scenario, out, backend=backend,
                           ray_address=self.config.getoption("rlsim_ray_address"),

@@ -219,6 +219,7 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
                 log.emit("cluster_refused", message=str(e)[:2000])
                 return outcome
         log.emit("cluster_ready", nodes=[n.address for n in cluster.nodes()], reused=reused)
+        _ray_report(sc, cluster, log)
         warm_up(sc, cluster, log)
         nemesis.setup()  # before the doctor: it examines the storage the trainer will use
         if not reused or any(name.startswith("doctor_") for name, _ in sc.checks()):
@@ -243,6 +244,29 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
                          kept=cluster in pool.idle.values())
                 log.write(out_dir / "timeline.jsonl")
     return outcome
+
+
+def _ray_report(sc, cluster, log: Recorder) -> None:
+    """The ``ray`` event: the installed Ray, which of rlsim's accelerations this run has and
+    which it runs without (and why), the auth mode the cluster's GCS enforces, and what the
+    adapter changed of the trainer's Ray settings. Never raises: a report that cannot be made
+    is said in the event."""
+    from rlsim.backends import ray_internals
+    from rlsim.backends.ray_internals.gcs import auth_in_force
+
+    try:
+        report = (cluster.ray_report() if callable(getattr(cluster, "ray_report", None)) else
+                  {**ray_internals.summary(), "auth": auth_in_force(cluster.address)})
+        report["trainer_env"] = _adapter_ray_env(sc)
+    except Exception as e:  # noqa: BLE001 - a report must not decide the scenario
+        report = {"error": f"{type(e).__name__}: {e}"[:300]}
+    log.emit("ray", **report)
+
+
+def _adapter_ray_env(sc) -> dict[str, str]:
+    """The Ray settings the scenario's adapter adds to the trainer's environment."""
+    env = ADAPTERS[sc.trainer.adapter].env(sc.trainer, _launch_of(Path("."), 0, ""))
+    return {k: v for k, v in env.items() if k.startswith("RAY_")}
 
 
 def _keep_node_logs(cluster, where: Path, log: Recorder, lines: int = 300) -> None:

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim.backends.ray_state import global_state
+from rlsim.backends.ray_state import reader
 from rlsim.files import append_line
 from rlsim.history import EventTail
 from rlsim.host.home import auth_token_path
@@ -51,7 +51,7 @@ class RayWatch:
         try:
             if self._gs is None:
                 self._gs = self._stack.enter_context(
-                    global_state(self.gcs_address, str(auth_token_path())))
+                    reader(self.gcs_address, str(auth_token_path())))
             new = self._nodes() + self._actors()
         except Exception as e:  # noqa: BLE001 - watching must never decide the scenario
             self.close()
@@ -78,7 +78,7 @@ class RayWatch:
         return died
 
     def _actors(self) -> list[dict]:
-        table = self._gs.actor_table(None)
+        table = self._gs.actor_table()
         died = []
         for actor_id, a in table.items():
             if a["State"] == "ALIVE":

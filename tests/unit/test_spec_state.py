@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from rlsim.host import state
 from rlsim.host.home import auth_token_path
-from rlsim.host.spec import ClusterSpec, HealthChecks
+from rlsim.host.spec import ClusterSpec
 
 
 @pytest.fixture
@@ -23,15 +23,6 @@ def test_spec_rejects_bad_names_and_shapes():
         ClusterSpec(nodes=0)
     with pytest.raises(ValidationError):
         ClusterSpec(unknown=1)
-
-
-def test_health_checks_become_ray_env_vars():
-    env = HealthChecks(period_ms=200).env()
-    assert env["RAY_health_check_period_ms"] == "200"
-    assert set(env) == {
-        "RAY_health_check_initial_delay_ms", "RAY_health_check_period_ms",
-        "RAY_health_check_timeout_ms", "RAY_health_check_failure_threshold",
-    }
 
 
 def test_reserve_gives_distinct_slots_and_refuses_a_live_duplicate_name(home):

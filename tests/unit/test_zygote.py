@@ -1,5 +1,6 @@
-"""rlsim.backends.zygote with rlsim.backends.worker_setup's client: a worker forked as Python
-would run it, its exit status, signals passed on, a client's death ending its worker."""
+"""rlsim.backends.zygote with the worker set-up's client
+(rlsim.backends.ray_internals.worker_setup): a worker forked as Python would run it, its exit
+status, signals passed on, a client's death ending its worker."""
 
 import json
 import os
@@ -15,7 +16,7 @@ from rlsim.backends import zygote
 
 CLIENT = """
 import os, sys
-from rlsim.backends.worker_setup import run_forked
+from rlsim.backends.ray_internals.worker_setup import run_forked
 status = run_forked(sys.argv[1], sys.argv[2:], dict(os.environ))
 sys.exit(200 if status is None else status)
 """
@@ -122,7 +123,7 @@ print(json.dumps({"pid": os.getpid(), "parent": os.getppid(), "argv": sys.argv,
                   "name": __name__}))
 sys.exit(int(sys.argv[1]))
 """
-SETUP = str(Path(zygote.__file__).with_name("worker_setup.py"))
+SETUP = str(Path(zygote.__file__).parent / "ray_internals" / "worker_setup.py")
 
 
 def agent(tmp_path, env):

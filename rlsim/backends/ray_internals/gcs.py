@@ -1,0 +1,322 @@
+"""Ray's GCS and raylets asked directly: its tables read without a driver, and the few RPCs rlsim
+sends (warm workers, a drain with a deadline, removing leftovers). Each use is a capability of
+:mod:`rlsim.backends.ray_internals`; where it is missing the function here takes Ray's plain
+path or says what it could not do. Ray is imported inside the functions (about 0.4 s)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+from rlsim.backends import ray_internals as ri
+
+# a GCS method every Ray release here serves, with an empty request: the cheapest question that
+# passes (or fails) the GCS's token check
+CLUSTER_ID_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+KILL_ACTOR_METHOD = "/ray.rpc.ActorInfoGcsService/KillActorViaGcs"
+REMOVE_GROUP_METHOD = "/ray.rpc.PlacementGroupInfoGcsService/RemovePlacementGroup"
+DRAIN_METHOD = "/ray.rpc.autoscaler.AutoscalerStateService/DrainNode"
+PRESTART_METHOD = "/ray.rpc.NodeManagerService/PrestartWorkers"
+
+
+def _set_auth(token_path: str) -> None:
+    """The auth settings, in this process, before Ray is imported: its C++ reads them once."""
+    os.environ.update(ri.connect_env(token_path))
+
+
+class GcsReader:
+    """Ray's read-only view of one GCS (Ray's ``GlobalState``, no driver, no ``ray.init``):
+    the tables as Ray's own ``ray.nodes()``/``ray.state`` return them."""
+
+    def __init__(self, gs) -> None:
+        self._gs = gs
+
+    def node_table(self) -> list[dict]:
+        """One dict per registration (a restarted node appears twice)."""
+        return self._gs.node_table()
+
+    def actor_table(self) -> dict[str, dict]:
+        return self._gs.actor_table(None)
+
+    def job_table(self) -> list[dict]:
+        return self._gs.job_table()
+
+    def available_resources_per_node(self) -> dict[str, dict]:
+        """Free resources by node id; {} where this Ray cannot say (free_per_node)."""
+        if not ri.available("free_per_node"):
+            return {}
+        return self._gs.available_resources_per_node()
+
+    def _accessor(self):
+        # Ray 2.52 renamed the lazy connect (_check_connected + the global_state_accessor
+        # attribute before it); both are probed by gcs_reads
+        gs = self._gs
+        if hasattr(gs, "_connect_and_get_accessor"):
+            return gs._connect_and_get_accessor()
+        gs._check_connected()
+        return gs.global_state_accessor
+
+    def objects(self) -> list[dict]:
+        """The actors not dead, placement groups not removed and jobs whose driver is
+        connected, as dicts of :class:`rlsim.backends.ray_state.RayObject`'s fields."""
+        from ray.core.generated import gcs_pb2
+
+        accessor = self._accessor()
+        actors = [gcs_pb2.ActorTableData.FromString(a)
+                  for a in accessor.get_actor_table(None, None)]
+        groups = [gcs_pb2.PlacementGroupTableData.FromString(g)
+                  for g in accessor.get_placement_group_table()]
+        found = []
+        actor_state = gcs_pb2.ActorTableData.ActorState
+        for a in actors:
+            if a.state == actor_state.Value("DEAD"):
+                continue
+            fd = a.function_descriptor.python_function_descriptor
+            found.append({"kind": "actor", "id": a.actor_id.hex(),
+                          "name": a.class_name + (f" {a.name!r}" if a.name else ""),
+                          "module": fd.module_name, "job": a.job_id.hex(),
+                          "detached": a.is_detached, "node": a.address.ip_address,
+                          "state": actor_state.Name(a.state)})
+        group_state = gcs_pb2.PlacementGroupTableData.PlacementGroupState
+        for g in groups:
+            if g.state == group_state.Value("REMOVED"):
+                continue
+            found.append({"kind": "placement group", "id": g.placement_group_id.hex(),
+                          "name": g.name or "(unnamed)", "job": g.creator_job_id.hex(),
+                          "detached": g.is_detached, "state": group_state.Name(g.state),
+                          "creator": g.creator_actor_id.hex()})
+        for job in self.job_table():
+            if not job["IsDead"]:
+                found.append({"kind": "job", "id": job["JobID"],
+                              "name": f"driver pid {job.get('DriverPid')}", "job": job["JobID"],
+                              "node": job.get("DriverIPAddress", ""), "state": "RUNNING"})
+        return found
+
+
+@contextlib.contextmanager
+def reader(gcs_address: str, token_path: str) -> Iterator[GcsReader]:
+    """A :class:`GcsReader` of the GCS at ``gcs_address`` (with the cluster's token where this
+    Ray has token auth), disconnected on exit."""
+    ri.require("gcs_reads")
+    _set_auth(token_path)
+    from ray._private.state import GlobalState
+    from ray._raylet import GcsClientOptions
+
+    gs = GlobalState()
+    gs._initialize_global_state(GcsClientOptions.create(
+        gcs_address, None, allow_cluster_id_nil=True, fetch_cluster_id_if_nil=False))
+    try:
+        yield GcsReader(gs)
+    finally:
+        gs.disconnect()
+
+
+def wait_registered(gcs_address: str, node_id: str, timeout_s: float = 30.0) -> None:
+    """Return once node ``node_id`` is alive in the GCS's node table (polled every 20 ms), or
+    after ``timeout_s`` (the caller's own wait then says what is missing)."""
+    import ray._private.services
+    from ray._private.state import GlobalState
+
+    gs = GlobalState()
+    gs._initialize_global_state(ray._private.services._get_gcs_client_options(gcs_address))
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(n["NodeID"] == node_id and n["Alive"] for n in gs.node_table()):
+                return
+            time.sleep(0.02)
+    finally:
+        gs.disconnect()
+
+
+# ---- RPCs ----------------------------------------------------------------------------------------
+
+
+def _metadata() -> tuple:
+    """The token this process presents (Ray's own loader), or none where Ray has no token auth."""
+    if not ri.token_auth():
+        return ()
+    from ray._private.authentication.grpc_authentication_client_interceptor import (
+        _get_authentication_metadata_tuple,
+    )
+
+    return _get_authentication_metadata_tuple()
+
+
+@contextlib.contextmanager
+def _rpc(address: str, token_path: str):
+    """A caller of one of Ray's gRPC services at ``address`` (a GCS, a raylet's node manager)
+    with the cluster's token: ``call(method, request, reply=None, timeout=10)`` returns the
+    reply parsed as ``reply`` (a message class), or its bytes."""
+    _set_auth(token_path)
+    import grpc
+
+    channel = grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)])
+    metadata = _metadata()
+
+    def call(method: str, request, reply=None, timeout: float = 10):
+        return channel.unary_unary(
+            method, request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=reply.FromString if reply else bytes)(
+            request, timeout=timeout, metadata=metadata)
+
+    try:
+        yield call
+    finally:
+        channel.close()
+
+
+def remove(gcs_address: str, token_path: str, objects: list[tuple[str, str, str]]) -> list[str]:
+    """Kill the actors and remove the placement groups among ``objects`` (``(kind, id, name)``)
+    through the GCS (its own RPCs, no driver); what could not be removed, in words."""
+    if not ri.available("gcs_removal"):
+        why = ri.status("gcs_removal").why
+        return [f"{kind} {name} ({id_[:8]}): not removed ({why})" for kind, id_, name in objects
+                if kind in ("actor", "placement group")]
+    import grpc
+    from ray.core.generated import gcs_service_pb2 as rpc
+
+    failed = []
+    with _rpc(gcs_address, token_path) as call:
+        for kind, id_, name in objects:
+            if kind == "actor":
+                method, request = KILL_ACTOR_METHOD, rpc.KillActorViaGcsRequest(
+                    actor_id=bytes.fromhex(id_), force_kill=True, no_restart=True)
+            elif kind == "placement group":
+                method, request = REMOVE_GROUP_METHOD, rpc.RemovePlacementGroupRequest(
+                    placement_group_id=bytes.fromhex(id_))
+            else:
+                continue
+            try:
+                call(method, request, timeout=5)
+            except grpc.RpcError as e:
+                failed.append(f"{kind} {name} ({id_[:8]}): {e.code().name}")
+    return failed
+
+
+def drain(gcs_address: str, token_path: str, node_id: str, deadline_ms: int,
+          message: str) -> str | None:
+    """Ask the GCS to drain node ``node_id`` for preemption with a deadline (unix ms): what a
+    cloud's spot reclaim or a KubeRay scale-down sends through Ray's autoscaler. Ray stops
+    placing work there and tells whoever asks (``get_draining_nodes``); it kills nothing itself.
+    Returns None when accepted, else Ray's reason. Without drain_rpc, ``ray drain-node``."""
+    if not ri.available("drain_rpc"):
+        return _drain_by_cli(gcs_address, token_path, node_id, deadline_ms, message)
+    from ray.core.generated import autoscaler_pb2 as pb
+
+    with _rpc(gcs_address, token_path) as call:
+        reply = call(DRAIN_METHOD,
+                     pb.DrainNodeRequest(node_id=bytes.fromhex(node_id),
+                                         reason=pb.DrainNodeReason.Value(
+                                             "DRAIN_NODE_REASON_PREEMPTION"),
+                                         reason_message=message,
+                                         deadline_timestamp_ms=deadline_ms),
+                     pb.DrainNodeReply)
+    return None if reply.is_accepted else (reply.rejection_reason_message or "rejected")
+
+
+def _drain_by_cli(gcs_address: str, token_path: str, node_id: str, deadline_ms: int,
+                  message: str) -> str | None:
+    remaining = max(0, round(deadline_ms / 1000 - time.time()))
+    done = subprocess.run(
+        [sys.executable, "-m", "ray.scripts.scripts", "drain-node", "--address", gcs_address,
+         "--node-id", node_id, "--reason", "DRAIN_NODE_REASON_PREEMPTION",
+         "--reason-message", message, "--deadline-remaining-seconds", str(remaining)],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, **ri.connect_env(token_path)})
+    if done.returncode == 0:
+        return None
+    return (done.stderr.strip().splitlines() or [f"ray drain-node exited {done.returncode}"])[-1]
+
+
+def prestart(raylet: str, token_path: str, count: int, keep_alive_s: int) -> bool:
+    """Ask the raylet at ``raylet`` (host:port of its node manager) to start ``count`` idle
+    Python workers now, kept ``keep_alive_s`` seconds, bound to no job: the next actors placed
+    there (of any job with no runtime environment of its own) take them instead of forking
+    cold ones. False where this Ray cannot be asked (warm_workers): nothing started."""
+    if not ri.available("warm_workers"):
+        return False
+    from ray.core.generated import common_pb2
+    from ray.core.generated import node_manager_pb2 as pb
+
+    with _rpc(raylet, token_path) as call:
+        call(PRESTART_METHOD,
+             pb.PrestartWorkersRequest(language=common_pb2.PYTHON, num_workers=count,
+                                       keep_alive_duration_secs=keep_alive_s),
+             pb.PrestartWorkersReply)
+    return True
+
+
+# ---- what a connected driver asks ----------------------------------------------------------------
+
+
+def draining_nodes() -> dict[str, int]:
+    """In a driver connected with ``ray.init``: the nodes Ray is draining, each with its deadline
+    (unix ms, 0 for none). {} where this Ray cannot say (draining_nodes)."""
+    if not ri.available("draining_nodes"):
+        return {}
+    import ray._private.state
+
+    return ray._private.state.state.get_draining_nodes()
+
+
+def free_per_node() -> dict[str, dict]:
+    """In a driver connected with ``ray.init``: the free resources of each node by id; {} where
+    this Ray cannot say (free_per_node)."""
+    if not ri.available("free_per_node"):
+        return {}
+    import ray._private.state
+
+    return ray._private.state.available_resources_per_node()
+
+
+# ---- authentication, read from the cluster -------------------------------------------------------
+
+
+def refusal(host: str, port: int, timeout_s: float = 3.0) -> str | None:
+    """The GCS's words if it refuses the token this process would present (Ray's own settings,
+    read when Ray was imported), else None: accepted, or not known (no Ray, no token auth in
+    this Ray, a token setting Ray cannot read, any other error: Ray's own connect then says)."""
+    try:
+        metadata = _metadata()
+    except Exception:  # noqa: BLE001 - no Ray, or a token setting it cannot read: Ray will say
+        return None
+    try:
+        return _unauthenticated(host, port, metadata, timeout_s)
+    except ImportError:  # no gRPC: Ray's own connect says
+        return None
+
+
+def auth_in_force(gcs_address: str, timeout_s: float = 3.0) -> str:
+    """How the GCS at ``gcs_address`` is protected, asked of the GCS itself with no token:
+    ``"token"`` (it refuses), ``"none"`` (it answers anyone) or ``"unknown (why)"``."""
+    host, _, port = gcs_address.rpartition(":")
+    try:
+        refused = _unauthenticated(host.strip("[]"), int(port), (), timeout_s, strict=True)
+    except Exception as e:  # noqa: BLE001 - reported, never raised: a doctor's line
+        return f"unknown ({type(e).__name__}: {str(e)[:120]})"
+    return "token" if refused else "none"
+
+
+def _unauthenticated(host: str, port: int, metadata: tuple, timeout_s: float,
+                     strict: bool = False) -> str | None:
+    import grpc
+
+    channel = grpc.insecure_channel(f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+                                    options=[("grpc.enable_http_proxy", 0)])  # as Ray's own
+    try:
+        channel.unary_unary(CLUSTER_ID_METHOD, request_serializer=bytes,
+                            response_deserializer=bytes)(b"", timeout=timeout_s,
+                                                         metadata=metadata)
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+            return e.details() or "unauthenticated"
+        if strict:
+            raise
+    finally:
+        channel.close()
+    return None

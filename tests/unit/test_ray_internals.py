@@ -1,0 +1,180 @@
+"""rlsim.backends.ray_internals: every use of Ray's private surface probed from the installed Ray's
+files. The first test fails the day a Ray release renames what rlsim leans on; the others show
+each probe failing on a Ray tree where that one thing changed, and each plain path taken."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from rlsim.backends import ray_internals as ri
+from rlsim.backends.ray_internals import train
+
+INSTALLED = Version(ri.ray_version())
+
+
+def test_every_capability_holds_on_the_installed_ray():
+    """On the Ray the suite runs on (the gate's, or a matrix release's), every capability is in
+    force but token auth below 2.52, where Ray has none: a rename in a new release fails
+    here, naming the file and the symbol."""
+    expected_plain = {"token_auth"} if Version(ri.TOKEN_AUTH_SINCE) > INSTALLED else set()
+    plain = {s.name: s.why for s in (ri.probe(c.name) for c in ri.CAPABILITIES)
+             if not s.available}
+    assert set(plain) == expected_plain, plain
+    assert ri.version_problem() is None, "the suite runs on a Ray outside the proven range"
+
+
+def _fake_ray(tmp_path: Path, *rels: str) -> Path:
+    """A copy of the installed Ray's files ``rels`` (and its _raylet.so), to change one thing."""
+    real = ri.surface().root
+    root = tmp_path / "ray"
+    for rel in rels:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(real / rel, root / rel)
+    return root
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}: the test needs updating with Ray"
+    path.write_text(text.replace(old, new))
+
+
+@pytest.mark.parametrize(("capability", "rel", "old", "new", "why"), [
+    ("worker_setup", "_private/parameter.py", "setup_worker_path", "worker_setup_script",
+     "takes no setup_worker_path"),
+    ("forked_agents", "_private/services.py", '"--runtime_env_agent_command={}"',
+     '"--runtime_env_agent_cmd={}"', "no longer builds"),
+    ("no_api_server", "_private/node.py", "def start_api_server(", "def start_dashboard_server(",
+     "has no Node.start_api_server"),
+    ("registration_poll", "_private/services.py", "def get_node(gcs_address, node_id)",
+     "def get_node(gcs_address, node_id, timeout)", "get_node also needs timeout"),
+    ("draining_nodes", "_private/state.py", "def get_draining_nodes(", "def draining_nodes(",
+     "has no GlobalState.get_draining_nodes"),
+])
+def test_a_renamed_internal_fails_its_probe_and_names_it(tmp_path, capability, rel, old, new,
+                                                         why):
+    root = _fake_ray(tmp_path, "_private/parameter.py", "_private/services.py",
+                     "_private/node.py", "_private/state.py", "_private/ray_constants.py",
+                     "dashboard/consts.py", "dashboard/agent.py",
+                     "_private/runtime_env/agent/main.py", "_private/workers/setup_worker.py")
+    fake = ri.RaySurface(root, "9.9.9")
+    assert ri.probe(capability, fake).available
+    _edit(root / rel, old, new)
+    fake = ri.RaySurface(root, "9.9.9")
+    status = ri.probe(capability, fake)
+    assert not status.available
+    assert status.why.startswith(f"ray/{rel}")
+    if why:
+        assert why in status.why
+
+
+def test_a_setting_ray_no_longer_reads_is_never_set(tmp_path):
+    """Ray ignores a RAY_ setting it does not know without a word: the probe reads the names
+    compiled into _raylet.so, and the setting is left out, its capability said plain."""
+    root = tmp_path / "ray"
+    root.mkdir()
+    (root / "_raylet.so").write_bytes(b"\0RAY_health_check_period_ms\0RAY_enable_worker_prestart\0")
+    fake = ri.RaySurface(root, "9.9.9")
+    assert fake.flags_known("RAY_health_check_period_ms", "RAY_prestart_worker_first_driver",
+                            "RAY_health") == ["RAY_prestart_worker_first_driver", "RAY_health"]
+    st = ri.probe("fast_health_checks", fake)
+    assert not st.available and "RAY_health_check_initial_delay_ms" in st.why
+
+
+def test_a_proto_message_is_read_from_the_generated_module(tmp_path):
+    """Messages are read from the descriptor a *_pb2.py registers (its escapes make plain text
+    unreliable): a field that is gone fails the probe."""
+    root = _fake_ray(tmp_path, "core/generated/node_manager_pb2.py")
+    fake = ri.RaySurface(root, "9.9.9")
+    assert ri.probe("warm_workers", fake).available
+    assert "keep_alive_duration_secs" in fake.message("core/generated/node_manager_pb2.py",
+                                                      "PrestartWorkersRequest")
+    assert fake.message("core/generated/node_manager_pb2.py", "NoSuchRequest") is None
+    (root / "core/generated/node_manager_pb2.py").write_text("# no descriptor\n")
+    st = ri.probe("warm_workers", ri.RaySurface(root, "9.9.9"))
+    assert not st.available and "PrestartWorkersRequest" in st.why
+
+
+def test_plain_on_purpose_turns_every_acceleration_off_but_not_what_rlsim_needs(monkeypatch):
+    monkeypatch.setenv(ri.PLAIN_VAR, "all")
+    plain = {s.name: s for s in ri.statuses() if not s.available}
+    assert set(plain) == {c.name for c in ri.CAPABILITIES if not c.required}
+    assert all(s.why == f"{ri.PLAIN_VAR} turned it off" for s in plain.values())
+    assert ri.health_check_env(1, 2, 3, 4) == {}
+    assert ri.connect_env("/t") == {}
+    monkeypatch.setenv(ri.PLAIN_VAR, "fast_health_checks")
+    assert ri.available("token_auth") == (Version(ri.TOKEN_AUTH_SINCE) <= INSTALLED)
+    assert not ri.available("fast_health_checks")
+
+
+def test_health_checks_become_ray_settings_where_ray_reads_them(monkeypatch):
+    monkeypatch.delenv(ri.PLAIN_VAR, raising=False)
+    env = ri.health_check_env(1000, 200, 1000, 3)
+    assert env["RAY_health_check_period_ms"] == "200"
+    assert set(env) == set(ri.HEALTH_FLAGS)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the refusal is root's")
+def test_root_without_token_auth_is_refused_unless_it_accepts_the_risk(monkeypatch):
+    monkeypatch.setenv(ri.PLAIN_VAR, "token_auth")
+    monkeypatch.delenv(ri.ALLOW_OPEN_VAR, raising=False)
+    refused = ri.auth_refusal()
+    assert refused and "unauthenticated" in refused and ri.ALLOW_OPEN_VAR in refused
+    assert ri.connect_env("/t") == {}, "no token claimed where Ray cannot check one"
+    monkeypatch.setenv(ri.ALLOW_OPEN_VAR, "1")
+    assert ri.auth_refusal() is None
+    monkeypatch.setenv(ri.PLAIN_VAR, "")
+    monkeypatch.delenv(ri.ALLOW_OPEN_VAR)
+    if Version(ri.TOKEN_AUTH_SINCE) <= INSTALLED:
+        assert ri.auth_refusal() is None
+        assert ri.connect_env("/t") == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": "/t"}
+
+
+def test_a_rewrite_that_matched_less_than_it_saw_is_reported_plain(monkeypatch):
+    monkeypatch.delenv(ri.PLAIN_VAR, raising=False)
+    ok = ri.cluster_report({"raylets": 2, "lean": 2, "forked": 4}, lean=True, forked=True)
+    assert {"lean_agent", "forked_agents"} <= set(ok["in_force"])
+    short = ri.cluster_report({"raylets": 2, "lean": 2, "forked": 1}, lean=True, forked=True)
+    assert "forked_agents" not in short["in_force"]
+    assert short["plain"]["forked_agents"].startswith("1 of 4 agent commands")
+    unused = ri.cluster_report(None, lean=False, forked=False)
+    assert set(unused["unused"]) == {"lean_agent", "forked_agents"}
+
+
+def test_version_range():
+    assert ri.version_problem("2.48.0") is None and ri.version_problem("2.60.1") is None
+    assert "outside" in ri.version_problem("2.47.1")
+    assert "outside" in ri.version_problem("2.61.0")
+    assert ri.version_problem("2.55.0rc1") is None
+
+
+class _Report:
+    checkpoint = "ckpt"
+
+
+@pytest.mark.parametrize(("args", "kwargs"), [
+    (([{"step": 1}], "ckpt"), {}),                    # Ray 2.48-2.49
+    ((), {"metrics": [{"step": 1}], "checkpoint": "ckpt"}),
+    ((_Report(), [{"step": 1}]), {}),                 # Ray 2.50 and later
+    ((), {"training_report": _Report(), "metrics": [{"step": 1}]}),
+])
+def test_ray_train_reports_read_in_either_form(args, kwargs):
+    assert train.report(args, kwargs) == ([{"step": 1}], "ckpt")
+
+
+def test_ray_train_v2_default_read_from_ray(tmp_path, monkeypatch):
+    root = tmp_path / "ray" / "train" / "v2" / "_internal"
+    root.mkdir(parents=True)
+    (root / "constants.py").write_text(
+        "def is_v2_enabled() -> bool:\n    return env_bool(V2_ENABLED_ENV_VAR, False)\n")
+    monkeypatch.setattr(ri, "surface", lambda: ri.RaySurface(tmp_path / "ray", "2.48.0"))
+    assert train.v2_by_default() is False
+    (root / "constants.py").write_text(
+        "def is_v2_enabled() -> bool:\n    return env_bool(V2_ENABLED_ENV_VAR, True)\n")
+    monkeypatch.setattr(ri, "surface", lambda: ri.RaySurface(tmp_path / "ray", "2.51.0"))
+    assert train.v2_by_default() is True
