@@ -5,6 +5,7 @@ graph is built by the same function the test checks on a tree of its own, so it 
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -130,3 +131,80 @@ def test_the_graph_sees_imports_inside_functions(tmp_path):
     edges = import_graph(pkg)
     assert set(edges) == {("a", "b"), ("b", "a"), ("b", "trainer")}
     assert cycles(edges) == [["a", "b"]]
+
+
+# ---- Ray's private surface lives in one annex ----------------------------------------------------
+
+ANNEX = RLSIM / "backends" / "ray_internals"
+# what the layering may scan for Ray's private surface: rlsim, the reference trainer, the
+# catalogue's own trainers
+SCANNED = [RLSIM, RLSIM.parent / "trainer", RLSIM.parent / "scenarios" / "trainers"]
+PRIVATE_MODULES = ("ray._private", "ray._raylet", "ray.core.generated", "ray._common")
+# Ray's settings read from the environment that Ray does not document (its C++ config is every
+# RAY_<lower_case> name; these upper-case ones are read by its Python)
+UNDOCUMENTED_VARS = {"RAY_OVERRIDE_LABELS", "AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT"}
+RAW_RPC = re.compile(r"^/ray\.rpc\.")
+CONFIG_FLAG = re.compile(r"\bRAY_[a-z]")
+RAYLET_FLAG = re.compile(r"^--[a-z_]+_command=")
+
+
+def private_ray_uses(path: Path) -> list[str]:
+    """Each use of Ray's private surface in the module at ``path``: an import of a private
+    module (``ray._private``, ``ray._raylet``, ``ray.core.generated``, any ``_internal``), an
+    attribute ``ray._x``, a raw RPC path, a RAY_ config setting or an undocumented variable, a
+    raylet flag rewritten. Docstrings are prose, not uses."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef
+                                | ast.AsyncFunctionDef)
+                  and n.body and isinstance(n.body[0], ast.Expr)
+                  and isinstance(n.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            if name.startswith(PRIVATE_MODULES) or (name.startswith("ray.")
+                                                    and "._" in name):
+                found.append(f"{path}:{node.lineno} imports {name}")
+                break
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                node.value.id == "ray" and node.attr.startswith("_"):
+            found.append(f"{path}:{node.lineno} uses ray.{node.attr}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                id(node) not in docstrings:
+            text = node.value
+            if RAW_RPC.search(text) or CONFIG_FLAG.search(text) or RAYLET_FLAG.search(text) \
+                    or text in UNDOCUMENTED_VARS:
+                found.append(f"{path}:{node.lineno} names {text[:60]!r}")
+    return found
+
+
+def test_only_the_annex_touches_rays_private_surface():
+    found = [use for top in SCANNED for path in sorted(top.rglob("*.py"))
+             if not path.is_relative_to(ANNEX) for use in private_ray_uses(path)]
+    assert found == [], "Ray's private surface outside rlsim/backends/ray_internals:\n" + \
+        "\n".join(found)
+
+
+def test_the_scan_sees_every_kind_of_private_use(tmp_path):
+    mod = tmp_path / "m.py"
+    mod.write_text('"""RAY_health_check_period_ms in a docstring is prose."""\n'
+                   "import ray._private.services\n"
+                   "from ray.core.generated import gcs_pb2\n"
+                   "from ray.train.v2._internal.execution import callback\n"
+                   "def f():\n"
+                   "    import ray\n"
+                   "    ray._private.state.state.get_draining_nodes()\n"
+                   "    env = {'RAY_enable_metrics_collection': '0', 'RAY_ADDRESS': 'x'}\n"
+                   "    m = '/ray.rpc.NodeManagerService/PrestartWorkers'\n"
+                   "    a = '--dashboard_agent_command=' + 'RAY_OVERRIDE_LABELS'\n")
+    uses = sorted(u.split(" ", 1)[1] for u in private_ray_uses(mod))
+    assert uses == sorted(["imports ray._private.services", "imports ray.core.generated",
+                    "imports ray.train.v2._internal.execution", "uses ray._private",
+                    "names 'RAY_enable_metrics_collection'",
+                    "names '/ray.rpc.NodeManagerService/PrestartWorkers'",
+                    "names '--dashboard_agent_command='", "names 'RAY_OVERRIDE_LABELS'"])
