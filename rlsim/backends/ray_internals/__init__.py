@@ -19,7 +19,8 @@ public API cannot do without a driver (read the GCS's tables, drain a node with 
   ``required`` has no plain path: rlsim says so in one line, with the Ray version, instead of a
   traceback.
 
-``RLSIM_RAY_PLAIN=all`` (or a comma-separated list of capability names) takes the plain path on
+``RLSIM_RAY_PLAIN=all`` (every acceleration: what only saves time) or a comma-separated list of
+capability names (``token_auth`` among them, to rehearse a Ray without it) takes the plain path on
 purpose: to compare bring-up both ways, or to rehearse an older Ray's behaviour on this one.
 
 This module imports only the standard library and ``packaging``; Ray is imported by the functions
@@ -233,6 +234,8 @@ class Capability:
     plain: str
     probe: Callable[[RaySurface], str | None] = field(repr=False)
     required: bool = False  # no plain path: rlsim cannot run without it
+    # only speed: Ray's plain path gives the same verdicts, slower (RLSIM_RAY_PLAIN=all)
+    acceleration: bool = False
 
 
 @dataclass(frozen=True)
@@ -374,16 +377,20 @@ CAPABILITIES: tuple[Capability, ...] = (
         _flags(*HEALTH_FLAGS)),
     Capability(
         "quiet_nodes", "no metrics exporters (a node registers 0.7 s sooner)",
-        "Ray's metrics collection on every node", _flags(*QUIET_FLAGS)),
+        "Ray's metrics collection on every node", _flags(*QUIET_FLAGS),
+        acceleration=True),
     Capability(
         "fast_local_connect", "a node's processes retry their raylet's socket every 50 ms",
-        "Ray's 1 s between tries", _flags(*CONNECT_FLAGS)),
+        "Ray's 1 s between tries", _flags(*CONNECT_FLAGS),
+        acceleration=True),
     Capability(
         "no_idle_workers", "no idle workers forked ahead of demand while nodes start",
-        "Ray's idle workers, one per CPU, at each node's start", _flags(*NO_IDLE_FLAGS)),
+        "Ray's idle workers, one per CPU, at each node's start", _flags(*NO_IDLE_FLAGS),
+        acceleration=True),
     Capability(
         "preload_modules", "workers import the trainer's heavy modules before they register",
-        "each actor imports them when it starts", _flags(*PRELOAD_FLAGS)),
+        "each actor imports them when it starts", _flags(*PRELOAD_FLAGS),
+        acceleration=True),
     Capability(
         "driver_gcs_timeout", "a driver whose head is gone exits after the trainer's "
         "gcs_reconnect_timeout_s", "Ray's 60 s before a driver gives up on its GCS",
@@ -393,19 +400,22 @@ CAPABILITIES: tuple[Capability, ...] = (
         "20 ms)", "Ray's wait, which asks again a whole second after a miss",
         _all_of(_has_params("_private/services.py", "get_node", "gcs_address", "node_id"),
                 _has_params("_private/services.py", "_get_gcs_client_options",
-                            "gcs_server_address"))),
+                            "gcs_server_address")),
+        acceleration=True),
     Capability(
         "no_api_server", "a head without the dashboard starts no dashboard process at all",
         "Ray's minimal dashboard process on the head (0.9 s)",
         _has_params("_private/node.py", "Node.start_api_server", "include_dashboard",
-                    "raise_on_failure")),
+                    "raise_on_failure"),
+        acceleration=True),
     Capability(
         "worker_setup", "workers exec'd straight into Ray's default_worker.py (0.4 s of CPU "
         "saved each), forked from one import where a zygote runs",
         "Ray's own setup_worker.py for every worker, no zygote",
         _all_of(_has_params("_private/parameter.py", "RayParams.__init__", "setup_worker_path"),
                 _has_text("_private/workers/setup_worker.py", "--serialized-runtime-env-context",
-                          "--language"))),
+                          "--language")),
+        acceleration=True),
     Capability(
         "forked_agents", "each node's dashboard and runtime-env agents forked from one import",
         "each agent imports Ray for itself (0.5 s of CPU each, two a node)",
@@ -418,7 +428,8 @@ CAPABILITIES: tuple[Capability, ...] = (
                 _has_text("dashboard/consts.py",
                           "RAY_enable_pipe_based_agent_to_parent_health_check"),
                 _has_text("_private/runtime_env/agent/main.py", "create_check_raylet_task"),
-                _has_text("dashboard/agent.py", "create_check_raylet_task"))),
+                _has_text("dashboard/agent.py", "create_check_raylet_task")),
+        acceleration=True),
     Capability(
         "lean_agent", "a node's dashboard agent loads no dashboard modules where the cluster "
         "has no dashboard (1.5 s of CPU a node)", "Ray's full dashboard agent on every node",
@@ -430,7 +441,8 @@ CAPABILITIES: tuple[Capability, ...] = (
                              '"--dashboard_agent_command={}"'),
                 _any_of(_has_params("_private/utils.py", "get_dashboard_dependency_error"),
                         _has_params("_private/utils.py",
-                                    "check_dashboard_dependencies_installed")))),
+                                    "check_dashboard_dependencies_installed"))),
+        acceleration=True),
     Capability(
         "job_address_file", "a Ray Job's supervisor finds its own cluster's GCS (two clusters "
         "on one machine)", "Ray's guess, which may pick another cluster's GCS",
@@ -438,7 +450,8 @@ CAPABILITIES: tuple[Capability, ...] = (
     Capability(
         "warm_workers", "idle workers started on each node ahead of the trainer's actors "
         "(PrestartWorkers)", "the trainer's actors start their workers when placed",
-        _proto("node_manager_pb2.py", "PrestartWorkersRequest", "keep_alive_duration_secs")),
+        _proto("node_manager_pb2.py", "PrestartWorkersRequest", "keep_alive_duration_secs"),
+        acceleration=True),
     Capability(
         "drain_rpc", "a node drained for preemption with a deadline through the GCS (DrainNode)",
         "`ray drain-node`, Ray's own CLI, with the same reason and deadline",
@@ -479,7 +492,7 @@ BY_NAME = {c.name: c for c in CAPABILITIES}
 def _forced_plain() -> set[str]:
     text = os.environ.get(PLAIN_VAR, "").strip()
     if text.lower() in ("all", "1", "true", "yes"):
-        return {c.name for c in CAPABILITIES if not c.required}
+        return {c.name for c in CAPABILITIES if c.acceleration}
     return {n.strip() for n in text.split(",") if n.strip()}
 
 
