@@ -1,6 +1,7 @@
 """Cluster bring-up, failure detection and memory, measured side by side in one run.
 
     .venv/bin/python bench/cluster.py [--nodes 4] [--gpus 8] [--repeat 3] [--skip-defaults]
+    .venv/bin/python bench/cluster.py --plain [--bringups 3]
     .venv/bin/python bench/cluster.py --scale 4,8,16,32 [--gpus 8]
 
 Rows: time until NODES x GPUS are alive with (the scenarios' shape and Ray's test cluster started
@@ -16,6 +17,9 @@ then seconds from SIGKILL of a worker node to Ray declaring it dead (rlsim's tun
 and Ray's defaults), and RSS per node. Needs root (cgroups) for the ``ray start`` baseline cleanup.
 ``--scale`` instead starts one cluster of each size in turn: time to ready, CPU, host memory, a
 worker node's RSS, PSS and USS (see memory_mb) and kill-to-dead against the node count.
+``--plain`` instead starts the scenarios' shape on rlsim's fast path and on Ray's plain path
+(``RLSIM_RAY_PLAIN=all``: what a Ray whose internals rlsim's probes do not find gets), in turn,
+and compares their medians.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
+from rlsim.backends import ray_internals as ri
 from rlsim.backends.local import LocalCluster
 from rlsim.backends.ray_state import node_table
 from rlsim.host import cgroups, procs
@@ -62,15 +67,15 @@ def memory_mb(pids: list[int]) -> dict[str, float]:
     return {k: v / 2**20 for k, v in total.items()}
 
 
-def time_rlsim(nodes: int, gpus: int, dashboard: bool = True,
-               forward_logs: bool = True) -> tuple[float, dict[str, float]]:
+def time_rlsim(nodes: int, gpus: int, dashboard: bool = True, forward_logs: bool = True,
+               plain: bool = False) -> tuple[float, dict[str, float]]:
     """Seconds to ready, the nodes' RSS, and ``cpu_s``: the CPU time bring-up spent (every
     process of the cluster at ready, and the launcher), the floor under its wall time being
-    ``cpu_s`` over the machine's cores."""
+    ``cpu_s`` over the machine's cores. ``plain``: every acceleration off (Ray's plain path)."""
     spec = ClusterSpec(name="bench-up", nodes=nodes, gpus_per_node=gpus, dashboard=dashboard,
                        forward_logs=forward_logs)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    with LocalCluster(spec) as c:
+    with _plain(plain), LocalCluster(spec) as c:
         ready = c.timings["ready_s"]
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         launcher = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
@@ -95,6 +100,41 @@ def time_rlsim(nodes: int, gpus: int, dashboard: bool = True,
             "cpu_by_kind": by_kind,
         }
     return ready, mem
+
+
+@contextlib.contextmanager
+def _plain(on: bool):
+    """While inside, with ``on``: Ray's plain path for every acceleration, in this process and
+    the cluster's (rlsim.backends.ray_internals)."""
+    if not on:
+        yield
+        return
+    os.environ[ri.PLAIN_VAR] = "all"
+    try:
+        yield
+    finally:
+        del os.environ[ri.PLAIN_VAR]
+
+
+def plain_against_fast(nodes: int, gpus: int, bringups: int) -> None:
+    """The scenarios' shape on the fast path and on Ray's plain path, in turn; medians."""
+    runs: dict[bool, list] = {False: [], True: []}
+    for _ in range(bringups):
+        for plain in (False, True):
+            runs[plain].append(time_rlsim(nodes, gpus, dashboard=False, forward_logs=False,
+                                          plain=plain))
+    t = Table(title=f"rlsim bench: {nodes}x{gpus} bring-up, fast path against Ray's plain path "
+                    f"(Ray {ri.ray_version()}, {os.cpu_count()} cores, medians of {bringups})")
+    for col in ("path", "ready", "CPU s", "all runs", "vs fast"):
+        t.add_column(col)
+    fast = statistics.median(r[0] for r in runs[False])
+    for plain, label in ((False, "fast (every acceleration in force)"),
+                         (True, "plain (RLSIM_RAY_PLAIN=all)")):
+        ready = statistics.median(r[0] for r in runs[plain])
+        cpu = statistics.median(r[1]["cpu_s"] for r in runs[plain])
+        t.add_row(label, f"{ready:.2f} s", f"{cpu:.2f}",
+                  " ".join(f"{r[0]:.2f}" for r in runs[plain]), f"{ready / fast:.2f}x")
+    Console().print(t)
 
 
 RAY_CLUSTER_CODE = """
@@ -275,9 +315,13 @@ def main() -> None:
                          "(their medians are compared)")
     ap.add_argument("--skip-defaults", action="store_true", help="skip Ray-default detection")
     ap.add_argument("--scale", help="only the scale table, for these node counts (4,8,16,32)")
+    ap.add_argument("--plain", action="store_true", help="only the fast path against Ray's "
+                    "plain path (RLSIM_RAY_PLAIN=all), --bringups times each, in turn")
     a = ap.parse_args()
     if a.scale:
         return scale([int(n) for n in a.scale.split(",")], a.gpus)
+    if a.plain:
+        return plain_against_fast(a.nodes, a.gpus, a.bringups)
     con = Console()
     shape = f"{a.nodes}x{a.gpus}"
 

@@ -10,7 +10,8 @@ site-packages (a ``.pth`` line: torch, DeepSpeed, Ray's own dependencies; each v
 Ray). Ray's declared requirements are checked against what the venv sees. Then, from a project
 folder outside the repository:
 
-- ``probe``: ``rlsim ray --json``, the capabilities in force and Ray's plain path taken;
+- ``probe``: ``rlsim ray --json``, the capabilities in force and Ray's plain path taken, and
+  the probes' own tests (tests/unit/test_ray_internals.py) on that release;
 - ``bringup``: ``rlsim cluster --nodes 4 --fake-gpus 8 --detach``, its ready time, then down;
 - ``compliance``: the backend compliance suite (tests/integration/test_backend_compliance.py);
 - ``main``: the README main job, ``rlsim run node_failure_mid_run.yaml``;
@@ -81,7 +82,7 @@ def overlay_venv(venv: Path, ray: str, wheel: Path | None) -> Path:
     (own / "rlsim-matrix-deps.pth").write_text(site.getsitepackages()[0] + "\n")
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
            "--no-compile", "--disable-pip-version-check"]
-    if _version_in(python, "ray") != ray:
+    if not (own / f"ray-{ray}.dist-info").is_dir():  # its own, not the shared packages' Ray
         subprocess.run([*pip, f"ray=={ray}"], check=True, timeout=900)
         # once, at set-up: an environment that sets PYTHONDONTWRITEBYTECODE would compile
         # Ray's modules again in every process
@@ -90,13 +91,6 @@ def overlay_venv(venv: Path, ray: str, wheel: Path | None) -> Path:
     if wheel is not None:
         subprocess.run([*pip, "--force-reinstall", str(wheel)], check=True, timeout=300)
     return python
-
-
-def _version_in(python: Path, dist: str) -> str | None:
-    out = subprocess.run([str(python), "-c", "import importlib.metadata as m, sys\ntry: "
-                          f"print(m.version({dist!r}))\nexcept m.PackageNotFoundError: pass"],
-                         capture_output=True, text=True)
-    return out.stdout.strip() or None
 
 
 UNMET = r'''
@@ -180,6 +174,10 @@ def run_release(ray: str, steps: list[str], wheel: Path, work: Path, plain: bool
             code, out, secs = _run([rlsim, "ray", "--json"], proj, env, 120)
             probe = json.loads(out[out.index("{"):]) if "{" in out else {}
             res["in_force"], res["plain"] = probe.get("in_force", []), probe.get("plain", {})
+            # the probes' own tests on this release: every capability where expected
+            tests = _run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          str(ROOT / "tests/unit/test_ray_internals.py")], proj, env, 300)
+            code, out, secs = code or tests[0], out + tests[1], secs + tests[2]
         elif step == "bringup":
             code, out, secs = _run([rlsim, "cluster", "--nodes", "4", "--fake-gpus", "8",
                                     "--detach", "--name", "matrix"], proj, env, 300)

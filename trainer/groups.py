@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -37,6 +37,9 @@ from trainer.worker import Worker
 
 WATCH_S = 1.0  # how often idle workers are asked whether they live, while others are waited on
 HUNG_S = 1.0  # past a deadline, how long a busy worker has to answer alive before it counts as hung
+# the share of a node's own resource (node:<address>, 1.0 per node) each bundle takes: enough
+# to pin it there, small enough for any number of bundles
+NODE_SHARE = 0.001
 
 
 def label_memory_gb(node: dict) -> float | None:
@@ -90,10 +93,13 @@ class Roles:
         deadline = time.monotonic() + self.ft.init_timeout_s
         self.timings = {"nodes_s": time.monotonic() - t0}
         for k, node in enumerate(self.nodes):
-            bundles = worker_bundles(self.plan, k)
-            selector = [{"ray.io/node-id": node["NodeID"]}] * len(bundles)
+            # pinned to its node by the node's own resource, node:<address>, which every Ray
+            # release sets (a label selector on ray.io/node-id is ignored by Ray 2.48, whose
+            # raylets set no such label: there the groups landed on any node with room)
+            pin = {f"node:{node['NodeManagerAddress']}": NODE_SHARE}
+            bundles = [{**b, **pin} for b in worker_bundles(self.plan, k)]
             self.pgs.append(placement_group(bundles, strategy="STRICT_PACK",
-                                            bundle_label_selector=selector, name=f"trainer-n{k}"))
+                                            name=f"trainer-n{k}"))
         self._get([pg.ready() for pg in self.pgs], deadline, "placement groups", ResourceTimeout)
         self.timings["placement_groups_s"] = time.monotonic() - t0
         cfg = self.cfg.model_dump()
@@ -215,6 +221,10 @@ class Roles:
         except RayActorError as e:
             said = f"{self.describe(owner)} died during {what}" if owner is not None \
                 else f"{what}: a worker died"
+            raise WorkerLost(f"{said} ({first_line(e)})") from None
+        except ObjectLostError as e:  # the reply was made, then lost with the node holding it
+            said = f"the reply of {self.describe(owner)} to {what} was lost with its node" \
+                if owner is not None else f"{what}: a reply was lost with its node"
             raise WorkerLost(f"{said} ({first_line(e)})") from None
         except RayTaskError as e:
             cause = e.cause if isinstance(e.cause, BaseException) else None

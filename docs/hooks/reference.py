@@ -1,7 +1,7 @@
 """MkDocs hook: the reference pages, generated from the code at every build, never written twice:
 the command line (from the typer app), every fault and check with its parameters (from their
-models and docstrings), the scenario file's sections, the events a trainer may write, and the
-Python API rlsim offers. A field or an option documented here is the one the code reads."""
+models and docstrings), the scenario file's sections, the events a trainer may write, the
+Python API rlsim offers, and what rlsim uses of Ray's internals (from its capabilities). A field or an option documented here is the one the code reads."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ PAGES = {
     "reference/scenario-file.md": "scenario_file",
     "reference/events.md": "events",
     "reference/python-api.md": "python_api",
+    "reference/ray-internals.md": "ray_internals",
 }
 
 
@@ -157,3 +158,19 @@ def python_api() -> str:
                 if not name.startswith("_") and member.__doc__:
                     out += [f"### `{name}{inspect.signature(member)}`", "", _doc(member), ""]
     return "\n".join(out)
+
+
+def ray_internals() -> str:
+    from rlsim.backends import ray_internals as ri
+
+    out = ["# Ray's internals", "", _doc(ri).split("\n\n")[0], "",
+           f"rlsim is proven on Ray {ri.SUPPORTED_TEXT} ([the matrix](../ray-releases.md)). "
+           "Each row is a capability: what it gives where the installed Ray has it, the plain "
+           "path rlsim takes where it does not, and whether it is only an acceleration "
+           "(`RLSIM_RAY_PLAIN=all` turns those off). `rlsim ray` prints each one's state on "
+           "the Ray you have; a scenario's timeline says it in its `ray` event.", "",
+           "| capability | gives | without it | kind |", "|---|---|---|---|"]
+    for c in ri.CAPABILITIES:
+        kind = "required" if c.required else "acceleration" if c.acceleration else "function"
+        out.append(f"| `{c.name}` | {_one_line(c.gives)} | {_one_line(c.plain)} | {kind} |")
+    return "\n".join(out + [""])

@@ -31,7 +31,11 @@ def host_mounts() -> list[str]:
     paths = ["/usr", "/etc"]
     paths += [f"/{name}" for name in TOP_LEVEL
               if os.path.isdir(f"/{name}") and not os.path.islink(f"/{name}")]
-    for real in sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix,
+    # the site-packages on the import path beside the venv's own: a venv whose .pth file adds
+    # another environment's (a project pinning its own Ray over shared packages) needs both
+    sites = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))
+             and os.path.isdir(p)]
+    for real in sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, *sites,
                                                       *map(str, code_roots()))}, key=len):
         if not any(real == m or real.startswith(m + "/") for m in paths):
             paths.append(real)

@@ -70,6 +70,10 @@ class StartedCluster:
             self._launch_nodes()
             self.timings["launched_s"] = time.monotonic() - t0
             self.wait_for_nodes()
+            self.state.accelerations = ray_internals.cluster_report(
+                getattr(self, "rewrites", None), lean=not self.spec.dashboard,
+                forked=bool(self.state.cgroups))
+            state.save(self.state)
         except BaseException:
             self.stop()
             raise
@@ -115,15 +119,15 @@ class StartedCluster:
 
     def ray_report(self) -> dict:
         """What of Ray's internals this cluster runs with (the timeline's ``ray`` event, ``rlsim
-        doctor``): the installed Ray, each acceleration in force or not and why, and the auth
-        mode the GCS itself enforces."""
+        doctor``): the installed Ray, each acceleration in force or not and why, as it started
+        (kept in its state: another process may ask), and the auth mode the GCS itself
+        enforces, asked now."""
         from rlsim.backends.ray_internals.gcs import auth_in_force
 
         st = self._st
-        return {**ray_internals.cluster_report(
-                    getattr(self, "rewrites", None), lean=not st.spec.dashboard,
-                    forked=bool(st.cgroups)),
-                "auth": auth_in_force(self.address)}
+        started = st.accelerations or ray_internals.cluster_report(
+            None, lean=not st.spec.dashboard, forked=bool(st.cgroups))
+        return {**started, "auth": auth_in_force(self.address)}
 
     def _check_index(self, index: int) -> None:
         if not 0 <= index < self._st.spec.nodes:

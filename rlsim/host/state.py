@@ -54,6 +54,9 @@ class ClusterState(BaseModel):
     cgroups: bool = Field(False, description="node i lives in cgroup "
                           "rlsim/<home id>.<session>/n<i>")
     pids: dict[int, int] = Field(default_factory=dict, description="node index -> raylet pid")
+    accelerations: dict = Field(default_factory=dict, description="what of Ray's internals the "
+                                "cluster started with (rlsim.backends.ray_internals."
+                                "cluster_report), as its launcher saw them")
     gpus_left: dict[int, int] = Field(default_factory=dict, description="node index -> the GPUs "
                                       "it advertises since one was lost (gpu_lost)")
 

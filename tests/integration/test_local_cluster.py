@@ -345,3 +345,44 @@ def test_agents_fork_from_the_agent_zygote_and_live_and_die_with_their_node(tmp_
     assert leftovers(st) == {
         "procs": [], "cgroups": False, "chain": False, "state": False, "dir": False
     }
+
+
+def test_a_cluster_on_rays_plain_path_without_token_auth(tmp_path):
+    """Every acceleration off and no token auth (RLSIM_RAY_PLAIN=all,token_auth: what a Ray
+    without them gets): `rlsim cluster` claims no token and says the cluster is open, root is
+    refused it until it opts in, a driver with the address alone runs a task, the doctor reads
+    the auth mode from the GCS itself and names every plain path, and nothing was rewritten."""
+    rlsim = str(Path(sys.executable).parent / "rlsim")
+    name = f"pt-plain-{os.getpid()}"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")},
+           "RLSIM_RAY_PLAIN": "all,token_auth"}
+    start = [rlsim, "cluster", "--nodes", "2", "--fake-gpus", "2", "--detach", "--name", name]
+    if os.geteuid() == 0:
+        refused = subprocess.run(start, env={k: v for k, v in env.items()
+                                             if k != "RLSIM_ALLOW_UNAUTHENTICATED"},
+                                 capture_output=True, text=True, timeout=120)
+        said = " ".join((refused.stdout + refused.stderr).split())
+        assert refused.returncode == 1 and "refusing to start a cluster as root" in said, said
+        assert "RLSIM_ALLOW_UNAUTHENTICATED=1" in said and state.load(name) is None
+        env["RLSIM_ALLOW_UNAUTHENTICATED"] = "1"
+    up = subprocess.run(start, env=env, capture_output=True, text=True, timeout=300)
+    try:
+        said = up.stdout + up.stderr
+        assert up.returncode == 0, said
+        assert "RAY_AUTH_MODE" not in said and "RAY_AUTH_TOKEN_PATH" not in said
+        assert "# this cluster is unauthenticated" in " ".join(said.split())
+        address = state.load(name).layout.gcs_address
+        task = subprocess.run(
+            [sys.executable, "-c", "import ray; ray.init(); print(ray.get(ray.remote("
+             "lambda: 6 * 7).remote()), ray.cluster_resources()['GPU'])"],
+            env={**env, "RAY_ADDRESS": address}, capture_output=True, text=True, timeout=120)
+        assert task.stdout.split()[-2:] == ["42", "4.0"], task.stdout + task.stderr
+        doctor = subprocess.run([rlsim, "doctor", name, "--json"], env=env, capture_output=True,
+                                text=True, timeout=120)
+        ray = json.loads(doctor.stdout)["ray"]
+        assert ray["auth"] == "none", ray
+        assert {"token_auth", "worker_setup", "forked_agents", "lean_agent", "warm_workers",
+                "registration_poll", "no_api_server"} <= set(ray["plain"]), ray["plain"]
+    finally:
+        subprocess.run([rlsim, "down", name], env=env, capture_output=True, timeout=120)
+    assert state.load(name) is None

@@ -2,16 +2,18 @@
 folder outside the repository, beside a small Ray Train script of their own, run scenarios whose
 paths are relative to their own folder, with ``rlsim run`` (default options) and with pytest.
 
-The gate's virtualenv takes rlsim's dependencies from the test environment's site-packages (a
-``.pth`` line: no download, no editable rlsim) and rlsim itself from the wheel only; the slow tier
-installs the wheel with its dependencies resolved by pip (PyPI, and torch from the file on disk).
+The gate's virtualenv is a project that pins the oldest Ray rlsim claims (2.48.0, ROLL's pin): that
+Ray of its own, rlsim from the wheel only, every other package from the test environment's
+site-packages (a ``.pth`` line: no editable rlsim), as ci/ray_matrix.py makes each release's. The
+slow tier installs the wheel with its dependencies resolved by pip (PyPI, and torch from the file
+on disk).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-import site
 import subprocess
 import sys
 import time
@@ -21,6 +23,10 @@ import pytest
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).parents[2]
+sys.path.insert(0, str(ROOT / "ci"))
+from ray_matrix import build_wheel, overlay_venv  # noqa: E402 - ci/ is not a package
+
+OLDEST_RAY = "2.48.0"
 
 TRAIN = '''
 """A Ray Train job of the user's own: two workers, DDP over gloo, no FailureConfig."""
@@ -67,36 +73,24 @@ LOSE_NODE = "faults:\n  - at: {step: 3}\n    kill_node: {node: 1}\n"
 
 
 def _venv(tmp: Path, full: bool) -> Path:
-    """A fresh virtualenv with rlsim's wheel installed; its python."""
-    dist, source = tmp / "dist", tmp / "source"  # built from a copy: a build writes beside it
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "reports", "build", "*.egg-info", "__pycache__", ".pytest_cache"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", str(source), "-w", str(dist)], check=True,
-                   capture_output=True, timeout=600)
-    wheel = next(dist.glob("rlsim-*.whl"))
+    """A fresh virtualenv with rlsim's wheel installed; its python. ``full``: pip resolves the
+    dependencies itself (torch from the file on disk); else the oldest Ray rlsim claims and the
+    test environment's other packages (ci/ray_matrix.py's venv, as the matrix makes them)."""
+    wheel = build_wheel(tmp)
     venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=120)
-    python = venv / "bin" / "python"
-    new_site = Path(subprocess.run([str(python), "-c", "import site; "
-                                    "print(site.getsitepackages()[0])"], capture_output=True,
-                                   text=True, check=True).stdout.strip())
-    if full:  # pip resolves the dependencies itself (torch from the file on disk)
+    if not full:
+        python = overlay_venv(venv, OLDEST_RAY, wheel)
+    else:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                       timeout=120)
+        python = venv / "bin" / "python"
         for step in (["-m", "ensurepip"],
                      ["-m", "pip", "install", "-q", "torch==2.13.0", f"{wheel}", "ray[train]",
                       "pytest"]):
             done = subprocess.run([str(python), *step], capture_output=True, text=True,
                                   timeout=1800, cwd=tmp)
             assert done.returncode == 0, done.stdout + done.stderr
-    else:  # the test environment's dependencies, rlsim from the wheel alone
-        (new_site / "deps.pth").write_text(site.getsitepackages()[0] + "\n")
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                        "--target", str(new_site), str(wheel)], check=True, timeout=300)
-        # the console script, as pip would write it into the venv
-        (venv / "bin" / "rlsim").write_text(f"#!{python}\nfrom rlsim.commands import main\n"
-                                            "main()\n")
-        (venv / "bin" / "rlsim").chmod(0o755)
+    new_site = python.parents[1]
     where = subprocess.run([str(python), "-c", "import rlsim, trainer; print(rlsim.__file__); "
                             "print(trainer.__file__); from rlsim.scenario.jsonschema import "
                             "SHIPPED; print(SHIPPED)"], capture_output=True, text=True,
@@ -116,8 +110,20 @@ def _project(tmp: Path) -> Path:
     return project
 
 
-def _story(python: Path, project: Path) -> dict[str, float]:
+def _env(python: Path) -> dict[str, str]:
+    """A user's shell: none of the test session's settings; as root on a Ray without token auth,
+    the opt-in to an unauthenticated cluster (checked to be needed by the oldest-Ray test)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "RLSIM_STRICT"))}
+    ray = subprocess.run([str(python), "-c", "import importlib.metadata as m; "
+                          "print(m.version('ray'))"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    if os.geteuid() == 0 and tuple(map(int, ray.split(".")[:2])) < (2, 52):
+        env["RLSIM_ALLOW_UNAUTHENTICATED"] = "1"
+    return env
+
+
+def _story(python: Path, project: Path) -> dict[str, float]:
+    env = _env(python)
     t0 = time.monotonic()
     run = subprocess.run([str(python.parent / "rlsim"), "run", "scenarios/clean.yaml"],
                          cwd=project, env=env, capture_output=True, text=True, timeout=900)
@@ -135,9 +141,39 @@ def _story(python: Path, project: Path) -> dict[str, float]:
     return {"first PASS (s)": first_pass}
 
 
-def test_the_installed_wheel_runs_a_users_own_project(tmp_path):
+def test_the_installed_wheel_runs_a_users_own_project_on_the_oldest_ray(tmp_path):
+    """The gate's representative of the Ray matrix: a project pinning Ray 2.48.0 (no token auth,
+    Ray Train V1 by default) runs its own Ray Train job and the README main job, from its own
+    folder, with rlsim from the wheel."""
     python = _venv(tmp_path, full=False)
-    _story(python, _project(tmp_path))
+    project = _project(tmp_path)
+    rlsim = str(python.parent / "rlsim")
+    probe = subprocess.run([rlsim, "ray", "--json"], cwd=project, capture_output=True,
+                           text=True, timeout=120)
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    seen = json.loads(probe.stdout)
+    assert seen["version"] == OLDEST_RAY and seen["outside_range"] is None
+    assert set(seen["plain"]) == {"token_auth"}, seen["plain"]  # every acceleration in force
+    shutil.copy(ROOT / "scenarios" / "node_failure_mid_run.yaml", project / "scenarios")
+    env = _env(python)
+    if os.geteuid() == 0:  # no token auth: root is refused an open cluster unless it opts in
+        refused = subprocess.run([rlsim, "run", "scenarios/node_failure_mid_run.yaml"],
+                                 cwd=project, capture_output=True, text=True, timeout=120,
+                                 env={k: v for k, v in env.items()
+                                      if k != "RLSIM_ALLOW_UNAUTHENTICATED"})
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "unauthenticated" in refused.stdout and "RLSIM_ALLOW_UNAUTHENTICATED=1" in \
+            refused.stdout.replace("\n", "")
+    main = subprocess.run([rlsim, "run", "scenarios/node_failure_mid_run.yaml"], cwd=project,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert main.returncode == 0, main.stdout + main.stderr
+    timeline = next(project.glob("reports/run-*/node_failure_mid_run/timeline.jsonl"))
+    ray = next(e for e in map(json.loads, timeline.read_text().splitlines())
+               if e["type"] == "ray")
+    assert ray["version"] == OLDEST_RAY and ray["auth"] == "none", ray
+    assert {"forked_agents", "lean_agent", "worker_setup", "warm_workers"} <= \
+        set(ray["in_force"]), ray["plain"]
+    _story(python, project)
 
 
 @pytest.mark.slow

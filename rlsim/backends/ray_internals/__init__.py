@@ -490,10 +490,11 @@ BY_NAME = {c.name: c for c in CAPABILITIES}
 
 
 def _forced_plain() -> set[str]:
-    text = os.environ.get(PLAIN_VAR, "").strip()
-    if text.lower() in ("all", "1", "true", "yes"):
-        return {c.name for c in CAPABILITIES if c.acceleration}
-    return {n.strip() for n in text.split(",") if n.strip()}
+    """The capabilities ``RLSIM_RAY_PLAIN`` turns off: names, ``all`` for every acceleration."""
+    names = {n.strip() for n in os.environ.get(PLAIN_VAR, "").split(",") if n.strip()}
+    if names & {"all", "1", "true", "yes"}:
+        names |= {c.name for c in CAPABILITIES if c.acceleration}
+    return names
 
 
 def probe(name: str, s: RaySurface | None = None) -> Status:
