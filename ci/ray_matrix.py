@@ -83,7 +83,7 @@ def overlay_venv(venv: Path, ray: str, wheel: Path | None) -> Path:
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
            "--no-compile", "--disable-pip-version-check"]
     if not (own / f"ray-{ray}.dist-info").is_dir():  # its own, not the shared packages' Ray
-        subprocess.run([*pip, f"ray=={ray}"], check=True, timeout=900)
+        subprocess.run([*pip, "--ignore-installed", f"ray=={ray}"], check=True, timeout=900)
         # once, at set-up: an environment that sets PYTHONDONTWRITEBYTECODE would compile
         # Ray's modules again in every process
         subprocess.run([str(python), "-m", "compileall", "-q", "-j", "0", str(own / "ray")],
