@@ -1,7 +1,9 @@
 """The node image's skeleton rootfs (pure: no engine needed)."""
 
+import hashlib
 import io
 import os
+import re
 import sys
 import tarfile
 from pathlib import Path
@@ -30,8 +32,22 @@ def test_mounts_cover_python_venv_and_project_read_only_once():
     assert len(mounts) == len(set(mounts))
 
 
-def test_tag_is_a_content_hash_stable_across_calls():
-    assert image_tag() == image_tag() and image_tag().startswith("rlsim-node:")
+def test_tag_is_a_content_hash_stable_across_calls(monkeypatch, tmp_path):
+    from rlsim.backends import docker_image
+
+    tag = image_tag()
+    # the hash of the rootfs the image is imported from, worked out here
+    assert tag == "rlsim-node:" + hashlib.sha256(rootfs_tar()).hexdigest()[:12]
+    # the same layout is the same image: another call, from another working directory
+    monkeypatch.chdir(tmp_path)
+    assert image_tag() == tag
+    # another layout (one more host path mounted: another venv's) is another image
+    mounts = host_mounts()
+    monkeypatch.setattr(docker_image, "host_mounts", lambda: [*mounts, "/opt/another-venv"])
+    other = image_tag()
+    assert other != tag and re.fullmatch(r"rlsim-node:[0-9a-f]{12}", other)
+    monkeypatch.setattr(docker_image, "host_mounts", lambda: list(mounts))
+    assert image_tag() == tag
 
 
 def test_another_python_must_exist_differ_and_share_the_minor_version():

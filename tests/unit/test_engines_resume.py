@@ -32,5 +32,10 @@ def test_stop_and_resume_equals_straight_run(tmp_path, engine, monkeypatch):
     assert metrics(first + rest) == metrics(straight)
     assert w_straight.keys() == w_resumed.keys()
     assert all(np.array_equal(w_straight[k], w_resumed[k]) for k in w_straight)
-    # and training did move the weights (a resume that loads nothing would not match anyway)
+    # and training did move the weights (a resume that loads nothing would not match anyway):
+    # the weights a run of no steps ends with are those every run starts from
+    _, w_start = run_inprocess(cfg, first_step=cfg.total_steps)
+    assert w_start.keys() == w_straight.keys()
+    unmoved = [k for k in w_straight if np.array_equal(w_start[k], w_straight[k])]
+    assert unmoved == [], f"4 steps of training left these weights as they started: {unmoved}"
     assert straight[-1]["train/actor_lr"] == cfg.actor.lr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from ray._private.accelerators.nvidia_gpu import NvidiaGPUAcceleratorManager
 
+from rlsim.host.layout import worker_ports
 from rlsim.host.shape import NODE_TYPES, ray_memory_gib
 from rlsim.host.spec import ClusterSpec
 from rlsim.scenario.schema import ClusterSection
@@ -68,4 +69,8 @@ def test_a_shape_that_cannot_be_is_refused_naming_the_field_and_the_fix(fields, 
 
 def test_a_node_types_cpus_count_for_placement_not_for_worker_ports():
     # 192 CPUs a node would need 202 worker ports if each ran a task at once; 32 nodes have 20
-    ClusterSpec(nodes=32, like="p5.48xlarge")
+    assert worker_ports(32) == 20
+    spec = ClusterSpec(nodes=32, like="p5.48xlarge")  # accepted: CPUs are not capped to fit...
+    # ...and each node still advertises all 192 of its CPUs for Ray to place tasks on
+    assert spec.cpus_per_node == 192
+    assert [n.cpus for n in spec.node_shapes()] == [192] * 32

@@ -2,6 +2,7 @@
 
 
 import pytest
+import yaml
 
 from trainer.config import PRESETS, load_config, parse_overrides
 from trainer.errors import ConfigError
@@ -9,11 +10,18 @@ from trainer.errors import ConfigError
 FIXTURES = PRESETS
 
 
-@pytest.mark.parametrize("name", ["grpo_tiny.yaml", "ppo_tiny.yaml"])
-def test_fixtures_load_with_the_top_level_keys(name):
+@pytest.mark.parametrize(("name", "algorithm"), [("grpo_tiny.yaml", "grpo"),
+                                               ("ppo_tiny.yaml", "ppo")])
+def test_fixtures_load_with_the_top_level_keys(name, algorithm):
     cfg = load_config(FIXTURES / name)
-    for key in ("run_dir", "total_steps", "save_freq", "seed", "resume"):
-        assert getattr(cfg, key) is not None
+    # the values each preset writes (trainer/presets/*.yaml), not the fields' defaults: run_dir
+    # differs from its default, and the rest must be what the file says
+    top = ("run_dir", "total_steps", "save_freq", "seed", "resume")
+    assert tuple(getattr(cfg, key) for key in top) == (
+        f"runs/{name.removesuffix('.yaml')}", 20, 10, 1, "auto")
+    assert cfg.algorithm == algorithm
+    raw = yaml.safe_load((FIXTURES / name).read_text())
+    assert {key: getattr(cfg, key) for key in top} == {key: raw[key] for key in top}
 
 
 def test_dotted_overrides_parse_as_yaml_scalars():

@@ -45,12 +45,22 @@ def test_the_fake_devices_rng_state_is_the_cpus():
 def test_streams_and_events_order_nothing_and_say_so_without_error():
     device = FakeDevice()
     stream = device.current_stream()
-    stream.wait_stream(device.Stream())
+    assert isinstance(stream, FakeDevice.Stream)
+    # ordering calls are accepted and do nothing: no handle, no wait, nothing to report
+    assert stream.wait_stream(device.Stream()) is None
+    assert stream.synchronize() is None
     event = device.Event()
-    event.record(stream)
-    event.wait(stream)
+    assert event.record(stream) is None
+    assert event.wait(stream) is None
+    assert event.synchronize() is None
+    # work under a stream runs at once, in place (CPU work is synchronous): its result is there
+    # as the block ends, and an error raised in it is not swallowed
+    done = []
     with device.stream(stream):
-        pass
+        done.append(torch.ones(3).sum().item())
+    assert done == [3.0]
+    with pytest.raises(RuntimeError, match="inside the stream"), device.stream(stream):
+        raise RuntimeError("inside the stream")
 
 
 def run_python(code: str, env: dict[str, str]) -> dict:
