@@ -121,12 +121,14 @@ def unmet_requirements(python: Path) -> list[str]:
     return [line for line in out.stdout.splitlines() if line]
 
 
-def project(into: Path) -> Path:
-    """A user's project folder outside the repository, with the scenarios the matrix runs."""
+def project(into: Path, source: Path) -> Path:
+    """A user's project folder outside the repository, with the scenarios the matrix runs, from
+    ``source``: the copy of the checkout the wheel was built from (the files the wheel knows,
+    whatever the checkout holds by the time a later release runs)."""
     into.mkdir(parents=True, exist_ok=True)
     for name in SCENARIOS.values():
-        shutil.copy(ROOT / "scenarios" / f"{name}.yaml", into)
-    shutil.copytree(ROOT / "scenarios" / "trainers", into / "trainers", dirs_exist_ok=True)
+        shutil.copy(source / "scenarios" / f"{name}.yaml", into)
+    shutil.copytree(source / "scenarios" / "trainers", into / "trainers", dirs_exist_ok=True)
     return into
 
 
@@ -166,7 +168,7 @@ def run_release(ray: str, steps: list[str], wheel: Path, work: Path, plain: bool
     res: dict = {"release": label, "unmet": unmet_requirements(python), "steps": {}}
     env = _env(python, ray, plain)
     res["opted_in_open"] = "RLSIM_ALLOW_UNAUTHENTICATED" in env
-    proj = project(work / f"project-{label.replace(' ', '-')}")
+    proj = project(work / f"project-{label.replace(' ', '-')}", work / "source")
     rlsim = str(python.parent / "rlsim")
     for step in steps:
         print(f"[ray {label}] {step} ...", flush=True)
@@ -176,7 +178,8 @@ def run_release(ray: str, steps: list[str], wheel: Path, work: Path, plain: bool
             res["in_force"], res["plain"] = probe.get("in_force", []), probe.get("plain", {})
             # the probes' own tests on this release: every capability where expected
             tests = _run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          str(ROOT / "tests/unit/test_ray_internals.py")], proj, env, 300)
+                          str(work / "source" / "tests/unit/test_ray_internals.py")], proj, env,
+                         300)
             code, out, secs = code or tests[0], out + tests[1], secs + tests[2]
         elif step == "bringup":
             code, out, secs = _run([rlsim, "cluster", "--nodes", "4", "--fake-gpus", "8",
@@ -188,7 +191,7 @@ def run_release(ray: str, steps: list[str], wheel: Path, work: Path, plain: bool
             out += down[1]
         elif step == "compliance":
             code, out, secs = _run(
-                [str(python), "-m", "pytest", str(ROOT / "tests/integration/"
+                [str(python), "-m", "pytest", str(work / "source" / "tests/integration/"
                                                   "test_backend_compliance.py"),
                  "-q", "-p", "no:cacheprovider", "-x"], proj, env, 1800)
         else:

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from rlsim.contract import DETECTION_EVENTS
 from rlsim.fields import DAY, Bounds, NodeIndex, Role, Step, Strict, first_error, regex
 from rlsim.files import read_file
-from rlsim.history import HARNESS_EVENTS, MAX_HISTORY, Outcome, read_events
+from rlsim.history import HARNESS_EVENTS, MAX_HISTORY, Outcome, is_number, read_events
 from rlsim.registry import Registry
 from rlsim.result import Verdict
 
@@ -123,8 +123,10 @@ def _text(field_name: str) -> Callable[[str, Any], dict]:
 
 def _line(e: dict, t0: float) -> str:
     extra = {k: v for k, v in e.items() if k not in ("ts", "source", "type", "metrics")}
-    if "metrics" in e:
-        extra["reward"] = round(e["metrics"].get("rollout/reward_mean", float("nan")), 3)
+    reward = (e.get("metrics") or {}).get("rollout/reward_mean") \
+        if isinstance(e.get("metrics"), dict) else None
+    if is_number(reward):
+        extra["reward"] = round(reward, 3)
     return f"+{e['ts'] - t0:7.2f}s {e['source']:7} {e['type']:18} {json.dumps(extra)[:160]}"
 
 
@@ -148,7 +150,7 @@ class Completes(Strict):
 def completes(o: Outcome, p) -> Verdict:
     end = _end(o)
     ok = o.returncode == 0 and end is not None and end["status"] == "completed"
-    errors = [e["message"][:300] for e in o.trainer("error")]
+    errors = [str(e.get("message", e.get("kind", "an error")))[:300] for e in o.trainer("error")]
     said = " ".join((errors[-1] if errors else _last_words(o.output)).split())
     msg = ("the trainer completed" if ok else
            f"the trainer did not complete (exit {o.returncode}; run_end "
@@ -183,7 +185,7 @@ class Fails(Strict):
        excludes=("completes", "refused"))
 def fails(o: Outcome, p) -> Verdict:
     errors = o.trainer("error")
-    text = " | ".join(f"{e['kind']}: {e['message']}" for e in errors)
+    text = " | ".join(f"{e.get('kind', 'error')}: {e.get('message', '')}" for e in errors)
     matched = bool(errors) and re.search(p.pattern, text) is not None
     took = (errors[-1]["ts"] - o.started) if errors else None
     in_time = took is not None and (p.within_s is None or took <= p.within_s)
@@ -408,6 +410,16 @@ class ThroughputWithin(Strict):
                          "fault-free twin's, at least (0.8: a fifth slower at most)")
     after: float | None = Field(None, gt=0, le=10, description="the ratio the window after "
                                 "the heal must reach, where it differs (default: ratio)")
+    below: float | None = Field(None, gt=0, le=10, description="the ratio in the fault's window "
+                                "must also be at most this: a gray fault that cost no speed "
+                                "did not happen (0.8: at least a fifth slower while in force)")
+
+    @model_validator(mode="after")
+    def _a_window_can_pass(self):
+        if self.below is not None and self.below < self.ratio:
+            raise ValueError(f"below {self.below:g} is under ratio {self.ratio:g}: no speed "
+                             "is both; swap them")
+        return self
 
 
 def _ratio(name: str, value: Any) -> dict:
@@ -471,6 +483,9 @@ def throughput_within(o: Outcome, p) -> Verdict:
     judged = {name: r[0] for name, r in ratios.items() if r}
     ok = bool(judged) and all(r >= limits[name] for name, r in judged.items())
     want = f"{p.ratio}" if p.after is None else f"{p.ratio} during, {p.after} after"
+    if p.below is not None:
+        ok = ok and "during" in judged and judged["during"] <= p.below
+        want += f", and at most {p.below} during"
     return Verdict("throughput_within", ok, f"{fault['fault']}: " + "; ".join(said) +
                    f" (at least {want} expected)",
                    round(min(judged.values()), 3) if judged else None, _interesting(o))
@@ -483,7 +498,8 @@ class RewardImproves(Strict):
 @check(RewardImproves, needs=("step_end",))
 def reward_improves(o: Outcome, p) -> Verdict:
     rewards = [e["metrics"]["rollout/reward_mean"] for e in o.trainer("step_end")
-               if "rollout/reward_mean" in e.get("metrics", {})]
+               if isinstance(e.get("metrics"), dict)
+               and is_number(e["metrics"].get("rollout/reward_mean"))]
     if len(rewards) < 10:
         return Verdict("reward_improves", False, f"only {len(rewards)} steps logged "
                        "rollout/reward_mean; need 10")
@@ -513,6 +529,75 @@ def no_leaks(o: Outcome, p) -> Verdict:
                    evidence=[x.line() for x in o.leaks])
 
 
+class FaultsLanded(Strict):
+    pass
+
+
+@check(FaultsLanded, _true)
+def faults_landed(o: Outcome, p) -> Verdict:
+    """Every fault of the scenario fired and reached the trainer. Every scenario with faults is
+    judged by it (it need not be written): a fault whose injection failed fails it (unless an
+    ``event`` check counts ``fault_error``: the refusal is the story), as does one that never
+    fired although the run went on to its end; a disruptive one that reached none of the
+    trainer's actors or connections (its ``fault_injected`` event: ``touched``, or where the
+    trainer was, ``trainer_at``; a fault held until healed also by the actors the trainer
+    started under it, its ``fault_reached`` event) unless its entry says ``may_miss: true``; a
+    storage fault while the trainer wrote nothing under its path (its heal: ``touched``); a gray
+    fault whose measured effect was none (its heal: ``effect``)."""
+    sc = o.scenario
+    by = {kind: {e["index"]: e for e in o.rlsim(kind)} for kind in (
+        "fault_injected", "fault_reached", "fault_error", "fault_healed", "fault_torn_down")}
+    refusal_expected = any(name == "event" and params.type == "fault_error"
+                           for name, params in sc.checks())
+    story_ends = any(name in ("fails", "refused") for name, _ in sc.checks())
+    bad, said = [], []
+    for i, entry in enumerate(sc.faults):
+        what = f"{entry.kind} (faults[{i}])"
+        if i in by["fault_error"]:
+            line = f"{what} could not be injected: {by['fault_error'][i]['message'][:300]}"
+            (said if refusal_expected else bad).append(line)
+        elif i not in by["fault_injected"]:
+            line = f"{what} never fired: the run ended before it was due"
+            (said if story_ends or o.refusal is not None else bad).append(line)
+        else:
+            ok, line = _landed(what, {**by["fault_injected"][i], **by["fault_reached"].get(i, {})},
+                               by["fault_healed"].get(i) or by["fault_torn_down"].get(i))
+            missed_on_purpose = not ok and entry.may_miss
+            (said if ok or entry.may_miss else bad).append(
+                line + ("; the scenario means it to miss (may_miss)" if missed_on_purpose
+                        else ""))
+    return Verdict("faults_landed", not bad, "; ".join(bad or said) or "no fault to judge",
+                   len(bad), evidence=bad + said)
+
+
+def _landed(what: str, e: dict, healed: dict | None) -> tuple[bool, str]:
+    """Whether one injected fault reached the trainer, and what it reached, in words."""
+    effect = (healed or {}).get("effect")
+    if effect is not None and not effect.get("changed"):
+        return False, (f"{what} was in force but changed nothing of the trainer: "
+                       f"{json.dumps({k: v for k, v in effect.items() if k != 'changed'})}")
+    if e.get("reach_unknown"):
+        return True, f"{what} fired; what it reached could not be read ({e['reach_unknown']})"
+    if e.get("disruptive", True):
+        actors = e.get("touched") or []
+        if not e.get("touched_count"):
+            hit = f"node(s) {e['nodes']}" if e.get("nodes") else "its target"
+            return False, (f"{what} hit {hit}, which held none of the trainer's actors (or "
+                           f"none it cut off); they were on {e.get('trainer_at', '?')}")
+        names = ", ".join(sorted({a["class"] for a in actors}))
+        return True, (f"{what} reached {e['touched_count']} of the trainer's actors "
+                      f"({names}) on node(s) {sorted({a['node'] for a in actors} - {None})}")
+    touched = (healed or {}).get("touched")
+    if touched is None:  # a file fault with nothing to measure: what it did is its record
+        path = e.get("path") or "the trainer's files"
+        return True, f"{what} changed {path}"
+    if not touched.get("files") and not touched.get("dirs"):
+        return False, (f"{what} was in force while the trainer wrote nothing under "
+                       f"{touched.get('path')}: it met nothing of the trainer")
+    return True, (f"{what} met the trainer's writes: {touched.get('files', 0)} file(s), "
+                  f"{touched.get('bytes', 0)} bytes under {touched.get('path')}")
+
+
 class Event(Bounds):
     """An event of this type appears at least ``min`` and at most ``max`` times: one the trainer
     logs, or one of Ray's own that the runner records (``ray_node_dead``, ``ray_actor_died``).
@@ -522,6 +607,10 @@ class Event(Bounds):
     type: str
     min: int = Field(1, ge=0, le=10**6)
     matching: str | None = Field(None, max_length=500)
+    before_fault: bool = Field(False, description="count only the events logged before the "
+                               "first disruptive fault fired (all of them where none fired): "
+                               "with max: 0, what the fault must have come before, e.g. the "
+                               "save it interrupts")
 
     @field_validator("matching")
     @classmethod
@@ -537,10 +626,15 @@ def event(o: Outcome, p) -> Verdict:
     found = (o.rlsim if p.type in HARNESS_EVENTS else o.trainer)(p.type)
     if p.matching is not None:
         found = [e for e in found if re.search(p.matching, json.dumps(e, default=str))]
+    fault = _first_fault(o) if p.before_fault else None
+    if fault is not None:
+        found = [e for e in found if e["ts"] < fault["ts"]]
     n = len(found)
     ok = n >= p.min and (p.max is None or n <= p.max)
     bound = f"at least {p.min}" + (f" and at most {p.max}" if p.max is not None else "")
     which = f" matching {p.matching!r}" if p.matching is not None else ""
+    if p.before_fault:
+        which += f" before {fault['fault']}" if fault else " (no fault fired: all of them)"
     return Verdict("event", ok, f"{n} {p.type!r} event(s){which}, expected {bound}", n,
                    _interesting(o))
 
@@ -605,8 +699,13 @@ def doctor_clean(o: Outcome, p) -> Verdict:
 
 
 def judge(o: Outcome) -> list[Verdict]:
-    """Every check of the scenario over its history, in the scenario's order."""
-    return [CHECKS[name].judge(o, params) for name, params in o.scenario.checks()]
+    """Every check of the scenario over its history, in the scenario's order, then
+    ``faults_landed`` where the scenario has faults and does not name it: a fault that did
+    nothing fails any scenario, unless it says so."""
+    checks = o.scenario.checks()
+    implied = [("faults_landed", FaultsLanded())] if o.scenario.faults and not any(
+        name == "faults_landed" for name, _ in checks) else []
+    return [CHECKS[name].judge(o, params) for name, params in [*checks, *implied]]
 
 
 

@@ -12,24 +12,28 @@ Dependency-free (the standard library only): copy the calls into any trainer. A 
     log.emit("run_end", status="completed", step=20)
 
 One JSON object per line, appended and flushed to disk as it happens:
-``{"ts": <unix seconds>, "type": <name>, "attempt": <n>, ...fields}``. The types and the fields
-the checks read:
+``{"ts": <unix seconds>, "type": <name>, "attempt": <n>, ...fields}``. The types, the fields
+every event of the type must carry (:data:`REQUIRED`), and the optional ones the checks read
+when present (an event without them is read as saying nothing of them):
 
 ==================  ============================================================================
-step_end            step, metrics (optional; ``final_step``, ``reward_improves``: metrics
+step_end            step; optional metrics (``final_step``; ``reward_improves``: metrics
                     ``rollout/reward_mean``)
-checkpoint_saved    step, path
+checkpoint_saved    step; optional path
 resume              from_step (``resumed_from_step``)
-worker_died         cause, message (the trainer noticed a loss: ``detected_within_s``)
-stalled             cause, call, stuck (the workers that did not answer), message: a step made
-                    no progress within the trainer's own timeout, nothing died (a hung rank, a
-                    frozen node: ``detected_within_s``)
-node_lost           ip
-preemption_notice   ip, deadline_in_s: Ray announced that a node of the run is preempted (a
-                    drain with a deadline) and the trainer heard it (``detected_within_s``)
-restart             restart (count), cause (an in-process restart: ``restarts``)
-error               kind, message (``fails``)
-run_end             status (completed | failed), step (``completes``)
+worker_died         optional cause, message (the trainer noticed a loss: ``detected_within_s``)
+stalled             optional cause, call, stuck (the workers that did not answer), message: a
+                    step made no progress within the trainer's own timeout, nothing died (a hung
+                    rank, a frozen node: ``detected_within_s``)
+node_lost           optional ip
+preemption_notice   optional ip, deadline_in_s: Ray announced that a node of the run is
+                    preempted (a drain with a deadline) and the trainer heard it
+                    (``detected_within_s``)
+restart             optional restart (count), cause (an in-process restart: ``restarts``)
+error               optional kind, message (``fails``)
+run_end             status (completed | failed); optional step (``completes``)
+placement           workers: where each rank runs, ``{"roles": [...], "ip", "pid"}`` each in
+                    rank order (a fault aimed at a role's rank hits the node hosting it)
 ==================  ============================================================================
 
 ``attempt`` is RLSIM_ATTEMPT (0 for the first launch, n for the n-th relaunch).
@@ -47,8 +51,12 @@ from rlsim.files import append_line
 RUN_DIR_VAR = "RLSIM_RUN_DIR"
 ATTEMPT_VAR = "RLSIM_ATTEMPT"
 
-EVENT_TYPES = frozenset({"step_end", "checkpoint_saved", "resume", "worker_died", "stalled",
-                         "node_lost", "preemption_notice", "restart", "error", "run_end"})
+# each type with the fields its events must carry; every other field is optional
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "step_end": ("step",), "checkpoint_saved": ("step",), "resume": ("from_step",),
+    "worker_died": (), "stalled": (), "node_lost": (), "preemption_notice": (), "restart": (),
+    "error": (), "run_end": ("status",), "placement": ("workers",)}
+EVENT_TYPES = frozenset(REQUIRED)
 
 
 class EventLog:

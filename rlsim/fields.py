@@ -26,16 +26,23 @@ class Refers:
     """What a field names: ``node`` (an index of the cluster), ``step`` (a step the trainer
     reaches), ``role`` (one the trainer runs), ``rank`` (of the role in the field ``of``)."""
 
-    kind: Literal["node", "step", "role", "rank"]
+    kind: Literal["node", "step", "role", "rank", "role_rank"]
     of: str | None = None
 
 
-ROLES = ("actor", "rollout", "ref", "critic", "reward")
+ROLES = ("actor", "rollout", "ref", "critic", "reward")  # the reference trainer's
+ROLE_NAME = r"[a-z][a-z0-9_]{0,31}"
 NodeIndex = Annotated[int, Field(ge=0, le=4095), Refers("node")]
 NodeRef = NodeIndex | Literal["random"]
 Step = Annotated[int, Field(ge=0, le=10**9), Refers("step")]
-Role = Annotated[Literal["actor", "rollout", "ref", "critic", "reward"], Refers("role")]
+# A role the trainer runs: the reference trainer's (actor, rollout, ref, critic, reward), Ray
+# Train's (worker: its workers, ranked by world rank), a framework adapter's, or a name of the
+# scenario's trainer.roles
+Role = Annotated[str, Field(pattern=f"^{ROLE_NAME}$"), Refers("role")]
 Rank = Annotated[int, Field(ge=0, le=4096), Refers("rank", of="role")]
+# In a group of nodes: every node hosting a role (``rollout``), or the one hosting a rank of it
+# (``rollout:1``), resolved when the fault fires
+RoleRank = Annotated[str, Field(pattern=f"^{ROLE_NAME}(:[0-9]{{1,4}})?$"), Refers("role_rank")]
 DAY = 86400.0  # no fault, wait or run in a scenario lasts longer
 
 
@@ -59,8 +66,10 @@ def _disjoint(groups: list[list[int]]) -> list[list[int]]:
     return groups
 
 
-# Disjoint groups of nodes (a partition's, a link's ends); nodes named in none form one more
-NodeGroups = Annotated[list[list[NodeIndex]], Field(min_length=1), AfterValidator(_disjoint)]
+# Disjoint groups of nodes (a partition's, a link's ends), by index or by role; nodes named in
+# none form one more
+NodeGroups = Annotated[list[list[NodeIndex | RoleRank]], Field(min_length=1),
+                       AfterValidator(_disjoint)]
 
 
 # A directory of the run, relative to its run directory (a storage fault's ``path``)
@@ -70,6 +79,29 @@ PORT_NAMES = re.compile(r"^(gcs|dashboard|client|(workers|daemons):(\d{1,2}))$")
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+
+class NodeTarget(Strict):
+    """The node a fault hits: by index (``node``), or as the node hosting rank ``rank`` of
+    ``role`` when the fault fires (what a story means by "the node of actor rank 1": Ray places
+    ranks where it likes, and an index may hold none of them)."""
+
+    node: NodeRef | None = Field(None, description="the node's index (0 is the head; random: "
+                                 "a node other than the head, from the scenario's seed)")
+    role: Role | None = Field(None, description="instead of node: the node that hosts a rank of "
+                              "this role when the fault fires (actor, rollout, ref, critic, "
+                              "reward; worker for Ray Train; or a name of trainer.roles)")
+    rank: Rank = Field(0, description="with role: which of its ranks (0 first)")
+
+    @model_validator(mode="after")
+    def _one_target(self):
+        if (self.node is None) == (self.role is None):
+            raise ValueError("name the node (node: 1) or a role's rank (role: actor, rank: 1): "
+                             "one of them")
+        if self.role is None and "rank" in self.model_fields_set and \
+                "role" not in self.model_fields_set:  # (a record of its own says role: null)
+            raise ValueError("rank names a rank of a role: give role too (role: actor, rank: 1)")
+        return self
 
 
 class Bounds(Strict):
@@ -134,6 +166,19 @@ def problem(params: BaseModel, world: World) -> tuple[str, str] | None:
     return None
 
 
+def named_roles(params: BaseModel) -> list[tuple[str, str]]:
+    """(field, role) for every role ``params`` names: a target's ``role``, a group's ``rollout``
+    or ``rollout:1``."""
+    found = []
+    for name, info in type(params).model_fields.items():
+        kinds = {r.kind for r in refers(info.annotation) + [m for m in info.metadata
+                                                            if isinstance(m, Refers)]}
+        if kinds & {"role", "role_rank"}:
+            found += [(name, v.partition(":")[0]) for v in _leaves(getattr(params, name))
+                      if isinstance(v, str)]
+    return found
+
+
 def refers(annotation) -> list[Refers]:
     """The references a type carries anywhere inside it (a union, a list, Optional)."""
     found = []
@@ -166,6 +211,14 @@ def _resolve(ref: Refers, v, params: BaseModel, world: World) -> str | None:
     elif ref.kind == "role" and world.ranks is not None and v not in world.ranks:
         return (f"role {v!r} is not in this run: its roles are {', '.join(sorted(world.ranks))}"
                 " (a GRPO run has no critic; a run without a reward model no reward role)")
+    elif ref.kind == "role_rank" and world.ranks is not None and isinstance(v, str):
+        role, _, rank = v.partition(":")
+        if role not in world.ranks:
+            return (f"role {role!r} is not in this run: its roles are "
+                    f"{', '.join(sorted(world.ranks))}")
+        if rank and int(rank) >= world.ranks[role]:
+            return (f"rank {rank} of role {role!r} does not exist: the run has "
+                    f"{world.ranks[role]} ({role} ranks 0-{world.ranks[role] - 1})")
     elif ref.kind == "rank" and world.ranks is not None:
         role = getattr(params, ref.of or "", None)
         have = world.ranks.get(role)

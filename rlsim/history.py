@@ -18,8 +18,11 @@ from typing import Any, Protocol
 
 from rlsim.files import read_file, write_file
 
-# the event types the runner records for every adapter (source rlsim), from Ray itself
-HARNESS_EVENTS = frozenset({"ray_node_dead", "ray_actor_died"})
+# the event types the runner records for every adapter (source rlsim): Ray's own (its node and
+# actor deaths), and a fault that could not be injected (a story whose refusal is the point
+# counts it with an ``event`` check)
+RAY_EVENTS = frozenset({"ray_node_dead", "ray_actor_died"})  # rlsim.scenario.watch's
+HARNESS_EVENTS = RAY_EVENTS | {"fault_error"}
 MAX_HISTORY = 256 << 20  # a timeline or event log read back whole (a day of a chatty trainer)
 
 
@@ -98,7 +101,7 @@ class EventTail:
 
     def poll(self) -> list[dict]:
         lines, self.offset = new_lines(self.path, self.offset)
-        new = [json.loads(line) for line in lines if line.strip()]
+        new = [e for e in map(_event, lines) if e is not None]
         self.events += new
         return new
 
@@ -130,15 +133,19 @@ class Recorder:
 def read_events(path: Path) -> list[dict]:
     """The events of a JSON-lines file: objects with a numeric ``ts`` and a string ``type``
     (a line cut short by a killed writer, or written by hand wrong, is skipped)."""
-    events = []
-    for line in read_file(path, MAX_HISTORY).decode(errors="replace").splitlines():
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(e, dict) and is_number(e.get("ts")) and isinstance(e.get("type"), str):
-            events.append(e)
-    return events
+    lines = read_file(path, MAX_HISTORY).decode(errors="replace").splitlines()
+    return [e for e in map(_event, lines) if e is not None]
+
+
+def _event(line: str) -> dict | None:
+    """One line as an event: an object with a numeric ``ts`` and a string ``type``, else None
+    (skipped, as a line cut short by a killed writer is)."""
+    try:
+        e = json.loads(line)
+    except ValueError:
+        return None
+    ok = isinstance(e, dict) and is_number(e.get("ts")) and isinstance(e.get("type"), str)
+    return e if ok else None
 
 
 def is_number(v) -> bool:

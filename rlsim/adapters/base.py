@@ -79,6 +79,16 @@ class Adapter:
     """One way of driving a trainer. Subclasses set ``name`` and ``observes`` and build the
     command and the event source; they never touch the cluster."""
 
+    # It always records where each rank runs (a ``placement`` event): a fault aimed at a role's
+    # rank finds it there. Otherwise only a trainer that logs placement itself, or the
+    # scenario's ``trainer.roles`` (role -> Ray actor class), says where a role runs.
+    worker_table: ClassVar[bool] = False
+    # Where the worker table is known, the trainer is its ranks and these actor classes (a
+    # framework's controller): what a fault must reach. A framework's helpers elsewhere (Ray
+    # Train's PreemptionWatcher, a num_cpus=0 poller) are not; without a worker table every
+    # actor of the run is.
+    core_actors: ClassVar[tuple[str, ...]] = ()
+
     name: ClassVar[str]
     # trainer event types this adapter can put into the timeline; "metrics.jsonl" where the run
     # also leaves per-step metrics a twin can be compared with

@@ -24,8 +24,10 @@ CALLBACKS_VAR = "RAY_TRAIN_CALLBACKS"
 
 class RayTrainAdapter(Adapter):
     name = "ray_train"
+    worker_table = True  # its callback logs each worker group's ranks (role worker)
+    core_actors = ("TrainController",)  # the controller: lost with it, the job is lost
     observes = frozenset({"step_end", "checkpoint_saved", "resume", "worker_died", "restart",
-                          "error", "run_end"})
+                          "error", "run_end", "placement"})
 
     def env(self, trainer, launch: TrainerLaunch) -> dict[str, str]:
         """The user's own RAY_TRAIN_CALLBACKS (scenario env) are kept, rlsim's is added; Train V2

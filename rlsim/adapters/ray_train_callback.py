@@ -14,8 +14,10 @@ What each hook writes to ``<run_dir>/events.jsonl`` (:mod:`rlsim.events`):
   :data:`STEP_KEYS` in rank 0's metrics, else the number of reports so far;
 - a failure Ray Train retries (the controller goes to restarting or rescheduling):
   ``worker_died`` with Ray's error, then ``restart`` with the count;
-- each worker group started after a failure: ``resume`` with the step of the newest checkpoint
-  reported, the one Ray Train hands the new workers (``ray.train.get_checkpoint()``);
+- each worker group started: ``placement`` with its workers by world rank (the role
+  ``worker``: its ranks, pids and node addresses, what a fault aimed at a worker's rank hits);
+  after a failure also ``resume`` with the step of the newest checkpoint reported, the one Ray
+  Train hands the new workers (``ray.train.get_checkpoint()``);
 - the end: ``run_end`` (completed, or failed after an ``error`` with the error's class).
 
 Importing this module imports Ray Train; only Ray Train jobs import it.
@@ -68,6 +70,12 @@ class RlsimCallback(*train.callback_bases()):
 
     def after_worker_group_start(self, worker_group) -> None:
         self.groups += 1
+        try:  # where each rank runs: what a fault aimed at a worker's rank resolves against
+            workers = train.worker_ranks(worker_group)
+        except Exception as e:  # noqa: BLE001 - never fail the job over what rlsim observes
+            log.warning("rlsim: could not read Ray Train's workers: %s", e)
+        else:
+            self._emit("placement", workers=workers)
         if self.groups > 1 and self.checkpoint_step is not None:
             self._emit("resume", from_step=self.checkpoint_step)
 

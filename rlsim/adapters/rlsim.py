@@ -22,6 +22,7 @@ from trainer.events import RUN_EVENT_TYPES
 class RlsimAdapter(Adapter):
     name = "rlsim"
     observes = RUN_EVENT_TYPES | {"metrics.jsonl"}
+    worker_table = True  # its placement event, every time the workers stand
 
     def command(self, trainer, launch: TrainerLaunch) -> list[str]:
         return [launch.python, "-m", "trainer", "--config", trainer.config,

@@ -278,8 +278,9 @@ class LimitsMemory(Protocol):
 class ThrottlesCpu(Protocol):
     """Cap the CPU time a whole node gets (its cgroup's CPU quota), a fail-slow machine."""
 
-    def throttle_cpu(self, index: int, cores: float | None) -> None:
-        """Cap node ``index`` at ``cores`` CPU cores, or lift the cap (None)."""
+    def throttle_cpu(self, index: int, cores: float | None) -> dict[str, float] | None:
+        """Cap node ``index`` at ``cores`` CPU cores, or lift the cap (None); return how often
+        the node was throttled so far (``{"periods", "seconds"}``, None where not known)."""
 
 
 @runtime_checkable

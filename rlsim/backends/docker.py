@@ -348,12 +348,14 @@ class DockerCluster(StartedCluster):
                 found.append(f"node {i} has a CPU quota")
         return found
 
-    def throttle_cpu(self, index: int, cores: float | None) -> None:
+    def throttle_cpu(self, index: int, cores: float | None) -> dict[str, float] | None:
         """The container's own CPU quota (``docker update --cpu-period --cpu-quota``; -1 lifts
-        it)."""
+        it); its cgroup's throttling counters so far."""
         quota = cgroups.cpu_quota(cores)
         self._container(index).update(cpu_period=cgroups.PERIOD_US,
                                       cpu_quota=-1 if quota is None else quota)
+        group = cgroups.cpu_group_of(self._state(index).get("Pid") or 0)
+        return cgroups.throttle_counts(group) if group is not None else None
 
     # ---- storage ---------------------------------------------------------------------------
 

@@ -258,13 +258,16 @@ class LocalCluster(StartedCluster):
             raise RuntimeError(f"node memory needs rlsim's node cgroups: {cgroups.available()}")
         return cgroups.NodeGroup(self._st.session, index).memory()
 
-    def throttle_cpu(self, index: int, cores: float | None) -> None:
-        """The CPU quota of node ``index``'s cgroup (see :mod:`rlsim.host.cgroups`)."""
+    def throttle_cpu(self, index: int, cores: float | None) -> dict[str, float] | None:
+        """The CPU quota of node ``index``'s cgroup (see :mod:`rlsim.host.cgroups`); its
+        throttling counters so far."""
         self._check_index(index)
         if not self._st.cgroups:
             raise RuntimeError(f"a node's CPU quota needs rlsim's node cgroups: "
                                f"{cgroups.available()}")
-        cgroups.NodeGroup(self._st.session, index).cpu().set_limit(cores)
+        group = cgroups.NodeGroup(self._st.session, index).cpu()
+        group.set_limit(cores)
+        return group.throttled()
 
     def kill_process(self, ip: str, pid: int) -> int:
         """SIGKILL one process of the cluster (every node shares this host's pid space)."""

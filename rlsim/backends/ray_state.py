@@ -32,6 +32,13 @@ def alive_actors(gcs_address: str, token_path: str) -> list[dict]:
             for a in actors.values() if a["State"] == "ALIVE"]
 
 
+def live_actors(gcs_address: str, token_path: str) -> list[dict]:
+    """The actors not dead: ``{"class", "name", "pid", "ip", "module", "job", "state"}`` each
+    (an actor still being placed has pid 0)."""
+    with reader(gcs_address, token_path) as gs:
+        return gs.live_actors()
+
+
 def alive_nodes(gcs_address: str, token_path: str,
                 exclude_ids: frozenset[str] = frozenset()) -> dict[str, dict]:
     """Alive registrations in Ray's node table by node address, leaving out ``exclude_ids`` (a

@@ -133,12 +133,19 @@ def _node_lost(adapter: str, argv: list[str] | None) -> dict:
         expect = [{"completes": True}, {"detected_within_s": 60}, {"no_leaks": True}]
         why = ("It may fail; relaunched as a scheduler would (up to twice), it must finish. "
                "Tighten the expectations to what your trainer promises.")
+    # aimed at what the story means, the node of a training rank, wherever Ray placed it; a
+    # trainer that logs no worker table is aimed by index (rlsim fails the run if that node held
+    # none of its actors: give trainer.roles and aim by role)
+    aim = {"role": "actor", "rank": 1} if argv is None else \
+        {"role": "worker", "rank": 1} if adapter == "ray_train" else {"node": 1}
+    who = "The node of a training rank other than the first dies" if "role" in aim else \
+        "A worker node dies"
     return {
         "name": "node_lost",
-        "description": f"A worker node dies after the trainer's step 5. {why}",
+        "description": f"{who} after the trainer's step 5. {why}",
         "cluster": {"nodes": 3, "gpus_per_node": 1},
         "trainer": trainer,
-        "faults": [{"at": {"event": "step_end", "step": 5}, "kill_node": {"node": 1}}],
+        "faults": [{"at": {"event": "step_end", "step": 5}, "kill_node": aim}],
         "expect": expect,
     }
 

@@ -240,6 +240,22 @@ def _run_one(sc, root: Path, seed, backend: str, ray_address, pool) -> ScenarioR
     return result
 
 
+def follow(state: dict, e: dict) -> None:
+    """The live table's state after event ``e``: step, reward, faults fired, restarts, last
+    event. Every field an event type calls optional (:mod:`rlsim.events`) may be missing: what
+    the table showed stays."""
+    if e.get("type") == "step_end":
+        state["step"] = e.get("step", state["step"])
+        reward = (e.get("metrics") or {}).get("rollout/reward_mean")
+        if isinstance(reward, int | float) and not isinstance(reward, bool):
+            state["reward"] = float(reward)
+    elif e.get("type") == "fault_injected":
+        state["faults"] += 1
+    elif e.get("type") == "restart":
+        state["restarts"] += 1
+    state["last"] = e.get("type", "?")
+
+
 def _run_live(sc, root: Path, seed: int | None, backend: str, ray_address: str | None,
               pool) -> ScenarioResult:
     """Play one scenario under a live table: step, reward, faults fired, restarts, last event."""
@@ -255,14 +271,7 @@ def _run_live(sc, root: Path, seed: int | None, backend: str, ray_address: str |
 
     with Live(show(), console=console, refresh_per_second=4, transient=True) as live:
         def progress(e: dict) -> None:
-            if e["type"] == "step_end":
-                state["step"] = e["step"]
-                state["reward"] = e["metrics"].get("rollout/reward_mean", 0.0)
-            elif e["type"] == "fault_injected":
-                state["faults"] += 1
-            elif e["type"] == "restart":
-                state["restarts"] += 1
-            state["last"] = e["type"]
+            follow(state, e)
             live.update(show())
 
         return play(sc, root / sc.name, seed=seed, on_progress=progress, backend=backend,

@@ -13,33 +13,165 @@ it exited, for a fault that must prepare the ground (a small disk under the chec
 
 from __future__ import annotations
 
+import contextlib
 import random
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from rlsim.backends.base import Backend, CutsNetwork, Unsupported
-from rlsim.fields import Strict, World, problem
+from rlsim.fields import Strict, World, named_roles, problem
 from rlsim.host.iptables import Drop
 
 
 @dataclass
 class FaultContext:
     """What a fault may touch: the cluster, the run's directory (files only), a seeded RNG, the
-    worker table the trainer logged (pids and addresses, to find one rank's process) and, for
-    trainers that log none, the scenario's role -> Ray actor class pattern (``trainer.roles``)."""
+    worker table the trainer logged (role, rank -> pid and address: the reference trainer's
+    ``placement`` event, Ray Train's workers by world rank) and, for trainers that log none, the
+    scenario's role -> Ray actor class pattern (``trainer.roles``)."""
 
     cluster: Backend
     run_dir: Path
     rng: random.Random
     workers: list[dict[str, Any]] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)
+    # where the worker table is known, the actor classes beside its ranks that are the trainer
+    # (its adapter's core_actors: a framework's controller)
+    core: tuple[str, ...] = ()
+    # a reader of the cluster's GCS kept open between faults (open_reader): a fault's reach is
+    # read as it fires, in milliseconds, not after a connection's set-up
+    _gcs: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
+    _reader: Any = field(default=None, repr=False)
+    _index: dict[str, int] | None = field(default=None, repr=False)
+
+    def open_reader(self) -> None:
+        """Connect to the GCS now (Ray imported, before the trainer starts), for
+        :meth:`footprint`; :meth:`close` ends it."""
+        from rlsim.backends.ray_state import reader
+        from rlsim.host.home import auth_token_path
+
+        if self._reader is None:
+            self._reader = self._gcs.enter_context(reader(self.cluster.address,
+                                                          str(auth_token_path())))
+        self.index_of("")
+
+    def close(self) -> None:
+        self._reader = None
+        self._gcs.close()
+
+    def forget_reader(self) -> None:
+        """Drop the reader without closing it (a thread may still wait on it): the next
+        :meth:`footprint` connects again; :meth:`close` still ends it."""
+        self._reader = None
 
     def node(self, ref: int | str) -> int:
         """A node index; ``random`` picks a non-head node from the scenario's seeded RNG."""
         if ref == "random":
             return self.rng.randrange(1, self.cluster.spec.nodes)
         return int(ref)
+
+    def target(self, params) -> tuple[int, dict[str, Any] | None]:
+        """The node ``params`` (a :class:`rlsim.fields.NodeTarget`) names, and how it was aimed
+        (``{"role", "rank", "node", "pid"}``; None for an index): a role's rank is resolved
+        now, to the node hosting it at this moment."""
+        if getattr(params, "role", None) is None:
+            return self.node(params.node), None
+        host = role_process(self, params.role, params.rank)
+        node = self.node_at(host["ip"], f"{params.role} rank {params.rank}")
+        return node, {"role": params.role, "rank": params.rank, "node": node,
+                      "pid": host["pid"]}
+
+    def index_of(self, address: str) -> int | None:
+        """The index of the node at ``address``, or None (a node's address never changes: the
+        cluster is asked once)."""
+        if self._index is None:
+            self._index = {n.address: n.index for n in self.cluster.nodes()}
+        return self._index.get(address)
+
+    def node_at(self, address: str, what: str) -> int:
+        """The index of the node at ``address`` (where ``what`` runs)."""
+        if (index := self.index_of(address)) is None:
+            raise ValueError(f"{what} runs at {address}, which is no node of this cluster")
+        return index
+
+    def groups(self, groups: list[list[int | str]]) -> tuple[list[list[int]], dict[str, list]]:
+        """Node groups whose entries may name roles (``rollout``: every node hosting one of its
+        ranks; ``rollout:1``: the node of that rank), as node indices now, and what each role
+        entry resolved to."""
+        resolved, aimed = [], {}
+        for group in groups:
+            nodes: list[int] = []
+            for entry in group:
+                if isinstance(entry, int):
+                    hit = [entry]
+                else:
+                    role, _, rank = entry.partition(":")
+                    hosts = [role_process(self, role, int(rank))] if rank else \
+                        role_hosts(self, role)[0]
+                    if not hosts:
+                        raise ValueError(f"role {role!r} has no rank running now: nothing to "
+                                         "aim at")
+                    hit = sorted({self.node_at(h["ip"], entry) for h in hosts})
+                    aimed[entry] = hit
+                nodes += [n for n in hit if n not in nodes]
+            resolved.append(nodes)
+        seen = [n for g in resolved for n in g]
+        if dup := sorted({n for n in seen if seen.count(n) > 1}):
+            raise ValueError(f"node(s) {dup} fall in two groups once roles are placed "
+                             f"({aimed}); name groups that cannot share a node")
+        return resolved, aimed
+
+    def footprint(self) -> list[dict[str, Any]]:
+        """The trainer's Ray actors alive now, each ``{"class", "pid", "ip", "node"}`` and its
+        ``ranks`` (role -> rank) where the worker table says: what a fault must reach of the
+        trainer. Where a worker table is known, its ranks and the adapter's core actors (a
+        framework's controller), not its helpers; else every actor of the run. rlsim's own actors
+        (its agents on a real cluster) are never the trainer's."""
+        self.open_reader()
+        ranks: dict[tuple, dict[str, int]] = {}  # (ip, pid) -> role -> rank
+        for role in dict.fromkeys(r for w in self.workers for r in w.get("roles", [])):
+            for rank, w in enumerate(x for x in self.workers if role in x.get("roles", [])):
+                ranks.setdefault((w.get("ip"), w.get("pid")), {})[role] = rank
+        return [{"class": a["class"], "pid": a["pid"], "ip": a["ip"],
+                 "node": self.index_of(a["ip"]),
+                 **({"ranks": ranks[a["ip"], a["pid"]]} if (a["ip"], a["pid"]) in ranks else {})}
+                for a in self._reader.live_actors()
+                if a["state"] == "ALIVE" and a["module"].split(".")[0] != "rlsim"
+                and (not ranks or (a["ip"], a["pid"]) in ranks or a["class"] in self.core)]
+
+
+def role_hosts(ctx: FaultContext, role: str) -> tuple[list[dict], str]:
+    """Every rank of ``role`` in rank order, each a ``{"ip", "pid"}``, and where they were
+    read: the worker table the trainer logged, or the alive Ray actors whose class matches the
+    scenario's ``trainer.roles`` pattern (ranked by node address, then pid)."""
+    if role in ctx.roles:
+        import ipaddress
+        import re
+
+        from rlsim.backends.ray_state import alive_actors
+        from rlsim.host.home import auth_token_path
+
+        pattern = ctx.roles[role]
+        actors = alive_actors(ctx.cluster.address, str(auth_token_path()))
+        hosts = sorted((a for a in actors if re.search(pattern, a["class"])),
+                       key=lambda a: (ipaddress.ip_address(a["ip"]), a["pid"]))
+        return hosts, f"alive Ray actors whose class matches {pattern!r}"
+    # the table lists workers in index order; ranks follow it
+    return [w for w in ctx.workers if role in w.get("roles", [])], \
+        "ranks in the trainer's worker table"
+
+
+def role_process(ctx: FaultContext, role: str, rank: int) -> dict:
+    """The process (``ip``, ``pid``) of rank ``rank`` of ``role``; ValueError naming the ranks
+    that exist when it is not running now."""
+    hosts, where = role_hosts(ctx, role)
+    if rank >= len(hosts):
+        have = f"ranks 0-{len(hosts) - 1}" if hosts else "no rank"
+        raise ValueError(f"role {role!r} has {have} running now ({len(hosts)} {where}); rank "
+                         f"{rank} does not exist")
+    return hosts[rank]
 
 
 class NoParams(Strict):
@@ -84,6 +216,20 @@ class Fault:
     def __init__(self, params, ctx: FaultContext) -> None:
         self.params, self.ctx = params, ctx
         self.held: dict[str, Any] | None = None
+        # how a fault aimed at a role's rank found its node (FaultContext.target), for the history
+        self.aimed: dict[str, Any] | None = None
+
+    def target(self) -> int:
+        """The node this fault hits: its ``node``, or the node hosting its ``role``'s ``rank``
+        now (recorded in :attr:`aimed`), held to the same checks as a node named by index (a
+        fault that spares the head refuses a rank placed there)."""
+        node, self.aimed = self.ctx.target(self.params)
+        if self.aimed is not None:
+            as_index = self.params.model_copy(update={"node": node, "role": None})
+            if found := self.cluster_problem(as_index, self.ctx.cluster.spec):
+                raise ValueError(f"{self.params.role} rank {self.params.rank} runs on node "
+                                 f"{node} now: {found[1]}")
+        return node
 
     @property
     def injected(self) -> bool:
@@ -111,8 +257,16 @@ class Fault:
     @classmethod
     def trainer_problem(cls, params, trainer, adapter) -> tuple[str, str] | None:
         """Why these parameters cannot apply to the scenario's ``trainer`` section driven by
-        ``adapter`` (what it can observe), as (field, what and the fix), or None. Default:
-        nothing to check."""
+        ``adapter`` (what it can observe), as (field, what and the fix), or None. Default: a
+        role it names can be found when it fires: the adapter always records the trainer's
+        worker table, or the scenario's ``trainer.roles`` names the role's actor class."""
+        if getattr(adapter, "worker_table", False):
+            return None
+        for field_name, role in named_roles(params):
+            if role not in trainer.roles:
+                return field_name, (f"adapter {adapter.name} logs no worker table, so rlsim "
+                                    f"finds role {role!r} by its Ray actor class: add "
+                                    f"trainer.roles: {{{role}: <class name pattern>}}")
         return None
 
     @classmethod
@@ -159,9 +313,17 @@ class Fault:
 
     def meaning(self, did: dict[str, Any]) -> dict[str, Any]:
         """What this injection means, for the history: whether the trainer must notice it, the
-        node indices it hits and the state it puts them in (see the class attributes)."""
+        node indices it hits and the state it puts them in (see the class attributes), and how
+        it was aimed where it named a role's rank."""
         return {"disruptive": self.disruptive, "nodes": self.nodes_hit(did),
-                "node_state": self.node_state, "impairs": self.impairs}
+                "node_state": self.node_state, "impairs": self.impairs,
+                **({"aimed": self.aimed} if self.aimed else {})}
+
+    def touched(self, did: dict[str, Any], footprint: list[dict]) -> list[dict]:
+        """The trainer's actors this injection reached, of ``footprint`` (the trainer's actors
+        just before it, :meth:`FaultContext.footprint`). Default: those on the nodes it hit."""
+        nodes = set(self.nodes_hit(did))
+        return [a for a in footprint if a["node"] in nodes]
 
     def nodes_hit(self, did: dict[str, Any]) -> list[int]:
         """The nodes ``inject`` acted on (``did``: what it returned). Default: its ``node``."""
@@ -190,6 +352,31 @@ class Fault:
     def teardown(self) -> dict[str, Any] | None:
         """After the trainer exited and every fault was healed. Default: nothing."""
         return None
+
+
+def cut_apart(groups: list[list[int]], footprint: list[dict]) -> list[dict]:
+    """The trainer's actors a cut between ``groups`` (the nodes in none form one more) separates
+    from another of the trainer's ends: another of its actors, or the head's GCS, which every
+    actor keeps talking to. A cut with all of them on one side touches none of them."""
+    side = {n: i for i, group in enumerate(groups) for n in group}
+    ends = {a["node"] for a in footprint if a["node"] is not None} | {0}
+    return [a for a in footprint if a["node"] is not None
+            and any(side.get(a["node"], -1) != side.get(e, -1) for e in ends)]
+
+
+def where_trainer_is(footprint: list[dict]) -> str:
+    """Where the trainer's actors were, in words: ``node 0 (RayTrainWorker x2)``."""
+    by_node: dict = {}
+    for a in footprint:
+        by_node.setdefault(a["node"], []).append(a["class"])
+    if not by_node:
+        return "the trainer had no Ray actor alive"
+    parts = []
+    for node, classes in sorted(by_node.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        counted = ", ".join(f"{c} x{classes.count(c)}" if classes.count(c) > 1 else c
+                            for c in dict.fromkeys(classes))
+        parts.append(f"{'an unknown node' if node is None else f'node {node}'} ({counted})")
+    return "; ".join(parts)
 
 
 class FirewallFault(Fault):
@@ -230,6 +417,39 @@ class StorageFault(Fault):
         import os
 
         return cls.needs_root if os.geteuid() != 0 else None
+
+    def watch_writes(self, own: Path | None = None) -> None:
+        """From now on, what the trainer writes under the fault's directory is counted
+        (:meth:`writes`); ``own`` is the fault's own file there, never counted."""
+        self._own, self._since, self._before = own, time.time_ns(), self._files()
+
+    def _files(self) -> dict[str, tuple[int, int, bool]]:
+        """Every entry under the directory: relative path -> (size, mtime ns, is a folder)."""
+        out = {}
+        for path in [self.dir, *self.dir.rglob("*")]:
+            if path == getattr(self, "_own", None):
+                continue
+            with contextlib.suppress(OSError):
+                st = path.lstat()
+                out[str(path.relative_to(self.dir))] = (st.st_size, st.st_mtime_ns,
+                                                        path.is_dir())
+        return out
+
+    def writes(self) -> dict[str, Any]:
+        """What the trainer wrote under the directory since :meth:`watch_writes`: files created
+        or grown (and their new bytes), folders whose entries changed (a save that failed and
+        removed its temporary folder still changes its parent's)."""
+        after = self._files()
+        files = dirs = grown = 0
+        for rel, (size, mtime, is_dir) in after.items():
+            if mtime < self._since:
+                continue
+            if is_dir:
+                dirs += 1
+            else:
+                files += 1
+                grown += max(0, size - self._before.get(rel, (0, 0, False))[0])
+        return {"path": str(self.dir), "files": files, "dirs": dirs, "bytes": grown}
 
     def mount(self, path: Path) -> None:
         raise NotImplementedError

@@ -3,7 +3,7 @@
 from pydantic import Field, field_validator
 
 from rlsim.faults.base import FirewallFault
-from rlsim.fields import PORT_NAMES, NodeIndex, Strict
+from rlsim.fields import PORT_NAMES, NodeIndex, NodeTarget, RoleRank
 
 
 class BlockPort(FirewallFault):
@@ -12,12 +12,13 @@ class BlockPort(FirewallFault):
     by_hand = True
     cli_args = ("node", "port")
 
-    class Params(Strict):
-        node: NodeIndex = Field(description="the node whose port is blocked")
+    class Params(NodeTarget):
+        """The node whose port is blocked: ``node``, or a role's rank (``role``, ``rank``)."""
+
         port: str | int | list[int] = Field(
             description="gcs | dashboard | workers:<i> | 6379 | [lo, hi]")
-        sources: list[NodeIndex] | None = Field(None,
-                                          description="nodes that lose it (default: all others)")
+        sources: list[NodeIndex | RoleRank] | None = Field(
+            None, description="nodes that lose it, or roles' nodes (default: all others)")
 
         @field_validator("port")
         @classmethod
@@ -37,7 +38,8 @@ class BlockPort(FirewallFault):
 
     @classmethod
     def cluster_problem(cls, params, shape):
-        if params.sources is not None and params.node in params.sources:
+        if params.sources is not None and params.node is not None and \
+                params.node in params.sources:
             return "sources", (f"node {params.node} is the node whose port is blocked: a node "
                                "always reaches its own ports; drop it from sources")
         m = PORT_NAMES.match(params.port) if isinstance(params.port, str) else None
@@ -59,10 +61,30 @@ class BlockPort(FirewallFault):
             ports = (ports, ports)
         elif isinstance(ports, list):
             ports = (ports[0], ports[-1])
-        rules = self.ctx.cluster.block_port(p.node, ports, p.sources)
+        node = self.target()
+        sources = None
+        if p.sources is not None:
+            [sources], aimed = self.ctx.groups([p.sources])
+            self.aimed = {**(self.aimed or {}), **aimed} or None
+            if node in sources:
+                raise ValueError(f"node {node}, whose port is blocked, is among the sources "
+                                 f"once roles are placed ({sources}): name other sources")
+        rules = self.ctx.cluster.block_port(node, ports, sources)
         self.hold_rules(rules)
-        return {"node": p.node, "port": p.port, "ports": list(rules[0].ports) if rules else [],
-                "sources": p.sources, "rules": len(rules)}
+        return {"node": node, "port": p.port, "ports": list(rules[0].ports) if rules else [],
+                "sources": sources, "rules": len(rules)}
+
+    def touched(self, did, footprint):
+        """Every actor talks to the head's GCS: blocking it (``port: gcs``) cuts the actors on
+        the sources off. Another port is used by whoever connects to it: the trainer's actors on the
+        blocked node are cut off when another of its ends (an actor, the GCS) is a source."""
+        node = did["node"]
+        sources = did["sources"] if did["sources"] is not None else \
+            [i for i in range(self.ctx.cluster.spec.nodes) if i != node]
+        if did["port"] == "gcs":
+            return [a for a in footprint if a["node"] in sources]
+        ends = {a["node"] for a in footprint} | {0}
+        return [a for a in footprint if a["node"] == node] if ends & set(sources) else []
 
     def said(self, did):
         who = f"from node(s) {did['sources']}" if did["sources"] else "from every other node"

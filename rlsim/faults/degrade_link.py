@@ -13,8 +13,8 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from rlsim.backends.base import ShapesLinks
-from rlsim.faults.base import Fault
-from rlsim.fields import NodeGroups, NodeIndex, Strict
+from rlsim.faults.base import Fault, cut_apart
+from rlsim.fields import NodeGroups, NodeIndex, RoleRank, Strict
 from rlsim.host.links import LinkShape
 
 
@@ -27,8 +27,9 @@ class DegradeLink(Fault):
     harms_real_cluster = True
 
     class Params(Strict):
-        nodes: list[NodeIndex] | None = Field(None, min_length=1, description="the link "
-                                              "between these nodes and all the others")
+        nodes: list[NodeIndex | RoleRank] | None = Field(
+            None, min_length=1, description="the link between these nodes (or roles' nodes: "
+            "rollout, rollout:1) and all the others")
         groups: NodeGroups | None = Field(None, description="the link between these groups "
                                           "(instead of nodes)")
         delay_ms: float = Field(0.0, ge=0, le=60_000, description="added to each packet, "
@@ -68,12 +69,15 @@ class DegradeLink(Fault):
     def nodes_hit(self, did):
         return sorted({n for group in did["groups"] for n in group})
 
+    def touched(self, did, footprint):
+        return cut_apart(did["groups"], footprint)
+
     def inject(self):
         p = self.params
         shape = LinkShape(p.delay_ms, p.jitter_ms, p.loss_pct)
-        self.held = self.ctx.cluster.degrade_links(p.link(), shape,
-                                                   self.ctx.rng.randrange(1 << 31))
-        return {"groups": p.link(), "delay_ms": p.delay_ms, "jitter_ms": p.jitter_ms,
+        link, self.aimed = self.ctx.groups(p.link())
+        self.held = self.ctx.cluster.degrade_links(link, shape, self.ctx.rng.randrange(1 << 31))
+        return {"groups": link, "delay_ms": p.delay_ms, "jitter_ms": p.jitter_ms,
                 "loss_pct": p.loss_pct, "rules": len(self.held["rules"]),
                 "delayers": len(self.held["delayers"])}
 

@@ -49,12 +49,15 @@ class DiskFull(StorageFault):
             os.posix_fallocate(fd, 0, free)
         finally:
             os.close(fd)
+        self.watch_writes(own=self.filler)
         return {"path": str(self.dir), "filled_mb": round(free / 2**20, 1),
                 "free_mb": round(_free(self.dir) / 2**20, 2)}
 
     def undo(self):
+        touched = self.writes()
         self.filler.unlink(missing_ok=True)
-        return {"path": str(self.dir), "free_mb": round(_free(self.dir) / 2**20, 1)}
+        return {"path": str(self.dir), "free_mb": round(_free(self.dir) / 2**20, 1),
+                "touched": touched}
 
 
 def _free(path) -> int:

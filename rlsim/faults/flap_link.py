@@ -49,11 +49,12 @@ class FlapLink(Partition):
         self._stop = threading.Event()
         self._rules: list = []
         self.cuts = 0
+        self.groups, self.aimed = self.ctx.groups(self.params.groups)
         self._cut()
         self.held = {"rules": []}  # what is in force, kept current by the flapping thread
         self._thread = threading.Thread(target=self._flap, name="rlsim-flap-link", daemon=True)
         self._thread.start()
-        return {"groups": self.params.groups, "period_s": self.params.period_s,
+        return {"groups": self.groups, "period_s": self.params.period_s,
                 "down_s": self.params.down_s}
 
     def said(self, did):
@@ -63,7 +64,7 @@ class FlapLink(Partition):
     def _cut(self) -> None:
         with self._lock:
             if not self._stop.is_set() and not self._rules:
-                self._rules = self.ctx.cluster.partition(self.params.groups)
+                self._rules = self.ctx.cluster.partition(self.groups)
                 self.cuts += 1
 
     def _mend(self) -> None:

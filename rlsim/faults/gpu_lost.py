@@ -23,7 +23,7 @@ from pydantic import Field
 from rlsim.backends.base import LosesGpus, SignalsProcesses
 from rlsim.contract import GPU_LOST_FILE
 from rlsim.faults.base import Fault
-from rlsim.fields import NodeRef, Strict
+from rlsim.fields import NodeTarget
 from rlsim.files import write_file
 
 
@@ -36,8 +36,7 @@ class GpuLost(Fault):
     needs = (LosesGpus, SignalsProcesses)
     harms_real_cluster = True
 
-    class Params(Strict):
-        node: NodeRef
+    class Params(NodeTarget):
         gpu: int = Field(ge=0, le=63, description="the GPU's id on the node, as Ray hands it "
                          "out (CUDA_VISIBLE_DEVICES)")
         wait_s: float = Field(10.0, gt=0, le=600, description="how long the process holding "
@@ -52,13 +51,15 @@ class GpuLost(Fault):
                 params.node < len(shapes()) and params.gpu >= shapes()[params.node].gpus:
             return "gpu", (f"node {params.node} has {shapes()[params.node].gpus} GPU(s), ids "
                            f"0-{shapes()[params.node].gpus - 1}: name one of them")
-        restart = RestartNode.Params.model_validate({"node": params.node})
+        restart = RestartNode.Params.model_validate(
+            {"node": params.node} if params.node is not None else
+            {"role": params.role, "rank": params.rank})
         return RestartNode.cluster_problem(restart, shape) or super().cluster_problem(params,
                                                                                        shape)
 
     def inject(self):
         cluster = self.ctx.cluster
-        node = self.ctx.node(self.params.node)
+        node = self.target()
         ip = cluster.nodes()[node].address
         holder = next((w for w in self.ctx.workers if w.get("ip") == ip and str(self.params.gpu)
                        in str(w.get("cuda") or "").split(",")), None)

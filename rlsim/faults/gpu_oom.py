@@ -10,7 +10,7 @@ from pydantic import Field
 
 from rlsim.backends.base import HoldsGpuMemory
 from rlsim.faults.base import Fault
-from rlsim.fields import NodeRef, Strict
+from rlsim.fields import NodeTarget
 
 
 class GpuOom(Fault):
@@ -19,12 +19,11 @@ class GpuOom(Fault):
     needs = (HoldsGpuMemory,)
     harms_real_cluster = True
 
-    class Params(Strict):
-        node: NodeRef
+    class Params(NodeTarget):
         gb: float = Field(gt=0, le=4096, description="GiB taken on every GPU of the node")
 
     def inject(self):
-        node = self.ctx.node(self.params.node)
+        node = self.target()
         address = self.ctx.cluster.nodes()[node].address
         held = self.ctx.cluster.hold_gpu(node, self.params.gb, self.ctx.run_dir)
         self.held = {"node": node}

@@ -32,7 +32,7 @@ from pydantic import Field
 
 from rlsim.backends.base import KillsProcesses, LimitsMemory, RunsInNodes
 from rlsim.faults.base import Fault
-from rlsim.fields import NodeRef, Strict
+from rlsim.fields import NodeTarget
 
 HOG_START_S = 30.0
 KILL_WAIT_S = 5.0
@@ -54,14 +54,13 @@ class HostOom(Fault):
     needs = (LimitsMemory, RunsInNodes, KillsProcesses)
     harms_real_cluster = True
 
-    class Params(Strict):
-        node: NodeRef
+    class Params(NodeTarget):
         mb: int = Field(128, gt=0, le=1 << 20,
                         description="MiB a hog takes on the node once it has no free memory")
 
     def inject(self):
         cluster = self.ctx.cluster
-        self.node = self.ctx.node(self.params.node)
+        self.node = self.target()
         self.memory = cluster.memory(self.node)
         before = {pid: _cmdline(pid) for pid in self.memory.pids()}
         kills = self.memory.oom_kills()

@@ -14,3 +14,7 @@ class KillHead(Fault):
     def inject(self):
         pids = self.ctx.cluster.kill_node(0)
         return {"node": 0, "pids": pids}
+
+    def touched(self, did, footprint):
+        """The GCS is gone: every actor of the trainer has lost it."""
+        return list(footprint)

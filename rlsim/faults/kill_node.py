@@ -2,7 +2,7 @@
 
 from rlsim.backends.base import KillsNodes
 from rlsim.faults.base import Fault
-from rlsim.fields import NodeRef, Strict
+from rlsim.fields import NodeTarget
 
 
 class KillNode(Fault):
@@ -15,12 +15,11 @@ class KillNode(Fault):
     needs = (KillsNodes,)
     harms_real_cluster = True
 
-    class Params(Strict):
-        node: NodeRef
+    Params = NodeTarget
 
     def inject(self):
         """A killed node stays dead (restart_node brings one back): nothing to undo."""
-        node = self.ctx.node(self.params.node)
+        node = self.target()
         pids = self.ctx.cluster.kill_node(node)
         return {"node": node, "pids": pids, "address": self.ctx.cluster.nodes()[node].address}
 

@@ -2,7 +2,7 @@
 
 from pydantic import Field
 
-from rlsim.faults.base import FirewallFault
+from rlsim.faults.base import FirewallFault, cut_apart
 from rlsim.fields import NodeGroups, Strict
 
 
@@ -25,7 +25,7 @@ class Partition(FirewallFault):
     @classmethod
     def cluster_problem(cls, params, shape):
         cut = {n for group in params.groups for n in group}
-        if len(params.groups) == 1 and cut >= set(range(shape.nodes)):
+        if len(params.groups) == 1 and cut >= set(range(shape.nodes)):  # roles: when it fires
             return "groups", ("that is every node: a partition cuts some nodes off from the "
                               "rest; name fewer")
         return super().cluster_problem(params, shape)
@@ -34,9 +34,13 @@ class Partition(FirewallFault):
         return sorted({n for group in did["groups"] for n in group})
 
     def inject(self):
-        rules = self.ctx.cluster.partition(self.params.groups)
+        groups, self.aimed = self.ctx.groups(self.params.groups)
+        rules = self.ctx.cluster.partition(groups)
         self.hold_rules(rules)
-        return {"groups": self.params.groups, "rules": len(rules)}
+        return {"groups": groups, "rules": len(rules)}
+
+    def touched(self, did, footprint):
+        return cut_apart(did["groups"], footprint)
 
     def said(self, did):
         cut = self.nodes_hit(did)

@@ -2,7 +2,7 @@
 
 from rlsim.backends.base import PausesNodes
 from rlsim.faults.base import Fault
-from rlsim.fields import NodeRef, Strict
+from rlsim.fields import NodeTarget
 
 
 class PauseNode(Fault):
@@ -15,11 +15,10 @@ class PauseNode(Fault):
     needs = (PausesNodes,)
     harms_real_cluster = True
 
-    class Params(Strict):
-        node: NodeRef
+    Params = NodeTarget
 
     def inject(self):
-        node = self.ctx.node(self.params.node)
+        node = self.target()
         pids = self.ctx.cluster.pause_node(node)
         self.held = {"node": node}
         return {"node": node, "pids": len(pids)}

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from rlsim.backends.base import DrainsNodes, KillsNodes
 from rlsim.faults.base import Fault
-from rlsim.fields import DAY, NodeRef, Strict
+from rlsim.fields import DAY, NodeTarget
 
 
 class PreemptNode(Fault):
@@ -32,8 +32,7 @@ class PreemptNode(Fault):
     needs = (DrainsNodes, KillsNodes)
     harms_real_cluster = True
 
-    class Params(Strict):
-        node: NodeRef
+    class Params(NodeTarget):
         notice_s: float = Field(30.0, gt=0, le=DAY, description="from the notice to the kill "
                                 "(GCP gives spot VMs 30 s, AWS 120 s)")
 
@@ -46,7 +45,7 @@ class PreemptNode(Fault):
         return super().cluster_problem(params, shape)
 
     def inject(self):
-        node = self.ctx.node(self.params.node)
+        node = self.target()
         notice = self.params.notice_s
         node_id = self.ctx.cluster.drain_node(
             node, notice, f"rlsim preempt_node: node {node} is reclaimed in {notice:g} s")

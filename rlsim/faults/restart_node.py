@@ -2,7 +2,7 @@
 
 from rlsim.backends.base import RestartsNodes
 from rlsim.faults.base import Fault
-from rlsim.fields import NodeRef, Strict
+from rlsim.fields import NodeTarget
 
 
 class RestartNode(Fault):
@@ -13,8 +13,7 @@ class RestartNode(Fault):
     needs = (RestartsNodes,)
     harms_real_cluster = True
 
-    class Params(Strict):
-        node: NodeRef
+    Params = NodeTarget
 
     @classmethod
     def cluster_problem(cls, params, shape):
@@ -25,7 +24,7 @@ class RestartNode(Fault):
         return super().cluster_problem(params, shape)
 
     def inject(self):
-        node = self.ctx.node(self.params.node)
+        node = self.target()
         info = self.ctx.cluster.restart_node(node)
         return {"node": node, "address": info.address, "alive": info.alive}
 

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from rlsim.backends.base import ThrottlesCpu
 from rlsim.faults.base import Fault
-from rlsim.fields import NodeRef, Strict
+from rlsim.fields import NodeTarget
 
 
 class SlowNode(Fault):
@@ -21,21 +21,26 @@ class SlowNode(Fault):
     needs = (ThrottlesCpu,)
     harms_real_cluster = True
 
-    class Params(Strict):
-        node: NodeRef
+    class Params(NodeTarget):
         cpu: float = Field(gt=0, le=1024, description="CPU cores the whole node may use (0.2: "
                            "a fifth of one core)")
 
     def inject(self):
-        node = self.ctx.node(self.params.node)
-        self.ctx.cluster.throttle_cpu(node, self.params.cpu)
-        self.held = {"node": node}
+        node = self.target()
+        before = self.ctx.cluster.throttle_cpu(node, self.params.cpu)
+        self.held = {"node": node, "before": before}
         return {"node": node, "cpu": self.params.cpu}
 
     def said(self, did):
         return f"throttled node {did['node']} to {did['cpu']} CPU cores"
 
     def undo(self):
-        node = self.held["node"]
-        self.ctx.cluster.throttle_cpu(node, None)
-        return {"node": node}
+        """Lift the quota; its measured effect: how often the node's processes were held back
+        while it was in force (none: nothing there wanted the CPU, the run was not slowed)."""
+        node, before = self.held["node"], self.held.get("before")
+        after = self.ctx.cluster.throttle_cpu(node, None)
+        if before is None or after is None:
+            return {"node": node}
+        held_back = {k: round(after[k] - before[k], 3) for k in ("periods", "seconds")}
+        return {"node": node, "effect": {"changed": held_back["periods"] > 0,
+                                         "throttled": held_back}}

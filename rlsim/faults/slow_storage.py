@@ -45,6 +45,7 @@ class SlowStorage(StorageFault):
     def inject(self):
         groups = self.ctx.cluster.throttle_disk(self.dir, self.params.write_mbps)
         self.held = {"path": str(self.dir)}
+        self.watch_writes()
         return {"path": str(self.dir), "device": self.device,
                 "write_mbps": self.params.write_mbps, "cgroups": len(groups)}
 
@@ -53,4 +54,4 @@ class SlowStorage(StorageFault):
 
     def undo(self):
         self.ctx.cluster.throttle_disk(self.dir, None)
-        return {"path": str(self.dir)}
+        return {"path": str(self.dir), "touched": self.writes()}

@@ -261,6 +261,11 @@ class CpuGroup:
             (self.path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
             (self.path / "cpu.cfs_quota_us").write_text(str(-1 if quota is None else quota))
 
+    def throttled(self) -> dict[str, float] | None:
+        """How often its quota held it back so far: ``{"periods", "seconds"}`` (the kernel's
+        ``nr_throttled`` and throttled time, cumulative), or None where unreadable."""
+        return throttle_counts(self.path)
+
     def limit(self) -> float | None:
         """The cores it is capped at, or None."""
         if self.v2:
@@ -269,6 +274,38 @@ class CpuGroup:
             quota = (self.path / "cpu.cfs_quota_us").read_text().strip()
             period = (self.path / "cpu.cfs_period_us").read_text().strip()
         return None if quota in ("max", "-1") else int(quota) / int(period)
+
+
+def throttle_counts(group: Path) -> dict[str, float] | None:
+    """A CPU cgroup's throttling so far (``cpu.stat``: v2's ``nr_throttled``/``throttled_usec``,
+    v1's ``nr_throttled``/``throttled_time`` in ns), or None where unreadable."""
+    try:
+        stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines())
+    except (OSError, ValueError):
+        return None
+    seconds = int(stat["throttled_usec"]) / 1e6 if "throttled_usec" in stat else \
+        int(stat.get("throttled_time", 0)) / 1e9
+    return {"periods": int(stat.get("nr_throttled", 0)), "seconds": round(seconds, 3)}
+
+
+def cpu_group_of(pid: int) -> Path | None:
+    """The CPU cgroup folder of a process (a container's main process: its container's): v2's
+    unified group, or v1's cpu controller's; None where it has none."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, rel = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            for base in (Path("/sys/fs/cgroup/cpu,cpuacct"), Path("/sys/fs/cgroup/cpu")):
+                if (base / rel.lstrip("/") / "cpu.stat").exists():
+                    return base / rel.lstrip("/")
+    m = mount()
+    rel = next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), None)
+    if m is None or rel is None or not (m / rel.lstrip("/") / "cpu.stat").exists():
+        return None
+    return m / rel.lstrip("/")
 
 
 def memory_group_of(pid: int) -> MemoryGroup:

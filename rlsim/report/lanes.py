@@ -101,6 +101,8 @@ def _faults(rel: list[dict], end: float) -> dict[int, dict]:
             took = e.get("took_s") if is_number(e.get("took_s")) else 0.0
             faults[i] = {**e, "fault": str(e.get("fault", "fault")), "until": e["ts"] + took,
                          "healed": None}
+        elif e["type"] == "fault_reached" and e.get("index") in faults:
+            faults[e["index"]]["touched_count"] = e.get("touched_count")
         elif e["type"] in ("fault_healed", "fault_heal_error"):
             i = e.get("index")
             if i is None:  # a timeline written before heals carried the index: pair by name
@@ -115,6 +117,9 @@ def _faults(rel: list[dict], end: float) -> dict[int, dict]:
     for f in faults.values():  # in force until the end when its heal was never logged
         if f.get("impairs") and not f["healed"]:
             f["until"] = end
+        if f.get("disruptive") and f.get("touched_count") == 0:  # faults_landed's miss
+            f["fault"] += " (meant to miss)" if f.get("may_miss") else \
+                " (reached nothing of the trainer)"
     return faults
 
 

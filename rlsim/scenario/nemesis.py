@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 
 from rlsim.faults import FAULTS, Fault, FaultContext
+from rlsim.faults.base import where_trainer_is
 from rlsim.history import Recorder
 from rlsim.scenario.schema import FaultEntry
 
@@ -55,19 +56,33 @@ class Nemesis:
         self.faults: dict[int, Fault] = {i: FAULTS[e.kind](e.params, ctx)
                                          for i, e in enumerate(entries)}
         self.fired: list[Fault] = []
+        # held faults that reached none of the trainer when they fired (its actors not started
+        # yet): index -> (fault, what it did), looked at again while in force
+        self.reaching: dict[int, tuple[Fault, dict]] = {}
+        self._next_look = 0.0
         self.heal_at: list[tuple[float, Fault]] = []  # for_s: healed at a monotonic time
         self.heal_when: list[tuple[object, float, Fault]] = []  # heal_at: (when, fired at)
 
     def setup(self) -> None:
-        """Each fault's preparation, before the trainer starts (raises: the scenario fails)."""
+        """Each fault's preparation, before the trainer starts (raises: the scenario fails), and
+        the GCS reader a disruptive fault's reach is read with, connected now (never while a
+        fault is due)."""
         for fault in self.faults.values():
             fault.setup()
+        if any(f.disruptive for f in self.faults.values()):
+            try:
+                self.ctx.open_reader()
+            except Exception as e:  # noqa: BLE001 - read when a fault fires, or said unknown
+                self.log.emit("fault_reach_unread", message=f"{type(e).__name__}: {e}"[:300])
 
     def tick(self, events: list[dict], elapsed: float) -> None:
         """Fire what is due; heal what has lasted its ``for_s`` or reached its ``heal_at``."""
         for i, entry in self.schedule.due(events, elapsed):
             self._fire(i, entry)
         now = time.monotonic()
+        if self.reaching and now >= self._next_look:
+            self._next_look = now + LOOK_AGAIN_S
+            self._look_again()
         for when, fault in [h for h in self.heal_at if h[0] <= now]:
             self.heal_at.remove((when, fault))
             self.heal(fault)
@@ -79,6 +94,7 @@ class Nemesis:
     def _fire(self, i: int, entry: FaultEntry) -> None:
         fault = self.faults[i]
         self.fired.append(fault)
+        footprint, unseen = self._footprint() if fault.disruptive else ([], None)
         with _signals_held():  # injected and recorded whole, or not at all
             fired = time.time()  # detection is timed from the moment the fault starts
             try:
@@ -89,7 +105,12 @@ class Nemesis:
                 return
             self.log.emit("fault_injected", ts=round(fired, 4), **{
                 **did, **fault.meaning(did), "fault": entry.kind, "index": i,
-                "took_s": round(time.time() - fired, 3)})
+                "took_s": round(time.time() - fired, 3),
+                **(_reach(fault, did, footprint, unseen) if fault.disruptive else {}),
+                **({"may_miss": True} if entry.may_miss else {})})
+        if fault.disruptive and fault.held_until_healed() and not fault.touched(
+                did, footprint):
+            self.reaching[i] = (fault, did)  # rules, a throttle: the trainer may start under it
         if self.on_progress:
             self.on_progress({"type": "fault_injected", "fault": entry.kind, **did})
         if entry.for_s:
@@ -97,8 +118,42 @@ class Nemesis:
         if entry.heal_at is not None:
             self.heal_when.append((entry.heal_at, fired, fault))
 
+    def _footprint(self) -> tuple[list[dict], str | None]:
+        """The trainer's actors now, or why they could not be read within
+        :data:`FOOTPRINT_WAIT_S` (the GCS gone or frozen by an earlier fault): a fault's reach
+        is then not known, never guessed, and the fault fires on time all the same."""
+        got: list = []
+
+        def read() -> None:
+            try:
+                got.append((self.ctx.footprint(), None))
+            except Exception as e:  # noqa: BLE001 - the fault still fires; its reach unknown
+                got.append(([], f"{type(e).__name__}: {e}"[:300]))
+
+        reader = threading.Thread(target=read, name="rlsim-fault-reach", daemon=True)
+        reader.start()
+        reader.join(FOOTPRINT_WAIT_S)
+        if got:
+            return got[0]
+        self.ctx.forget_reader()  # the thread may still hold it: a new one next time
+        return [], f"the GCS did not answer within {FOOTPRINT_WAIT_S:g} s"
+
+    def _look_again(self) -> None:
+        """The held faults that reached none of the trainer when they fired, against its
+        actors now: one that reaches some (the trainer's actors started under it) says so in a
+        ``fault_reached`` event, once."""
+        footprint, unseen = self._footprint()
+        if unseen is not None:
+            return
+        for i, (fault, did) in list(self.reaching.items()):
+            if touched := fault.touched(did, footprint):
+                del self.reaching[i]
+                self.log.emit("fault_reached", fault=fault.name, index=i,
+                              touched=touched[:MAX_TOUCHED], touched_count=len(touched))
+
     def heal(self, fault: Fault) -> None:
         """Heal one fault (safe twice), logging what was undone or why it could not be."""
+        self.reaching = {i: r for i, r in self.reaching.items() if r[0] is not fault}
         self._guarded(fault, fault.heal, "fault_healed", "fault_heal_error")
 
     def heal_fired(self) -> None:
@@ -111,6 +166,7 @@ class Nemesis:
         self.heal_fired()
         for fault in reversed(self.faults.values()):
             self._guarded(fault, fault.teardown, "fault_torn_down", "fault_teardown_error")
+        self.ctx.close()
 
     def _guarded(self, fault: Fault, step, done: str, failed: str) -> None:
         """Run ``step`` of ``fault``; log what it did, or why it failed, and never raise: the
@@ -123,6 +179,23 @@ class Nemesis:
                 self.log.emit(done, **{**result, "fault": fault.name, "index": index})
         except Exception as e:  # noqa: BLE001 - keep going with the others
             self.log.emit(failed, fault=fault.name, index=index, message=str(e))
+
+
+FOOTPRINT_WAIT_S = 3.0  # a GCS that answers does so in milliseconds
+LOOK_AGAIN_S = 0.5  # how often a held fault that reached nothing yet is looked at again
+MAX_TOUCHED = 64  # actors listed in a fault_injected event (the count is always whole)
+
+
+def _reach(fault: Fault, did: dict, footprint: list[dict], unseen: str | None) -> dict:
+    """What of the trainer a disruptive injection reached, for its ``fault_injected`` event:
+    the actors (``touched``, with their class, node, pid and role ranks), or where the trainer's
+    actors were when it reached none (``trainer_at``); ``reach_unknown`` when they could not be
+    read."""
+    if unseen is not None:
+        return {"reach_unknown": unseen}
+    touched = fault.touched(did, footprint)
+    return {"touched": touched[:MAX_TOUCHED], "touched_count": len(touched),
+            **({} if touched else {"trainer_at": where_trainer_is(footprint)})}
 
 
 @contextlib.contextmanager

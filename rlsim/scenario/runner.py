@@ -208,8 +208,9 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
     log = Recorder(outcome)
     rng = random.Random(sc.seed if seed is None else seed)
     log.emit("scenario_start", name=sc.name, seed=sc.seed if seed is None else seed)
-    nemesis = Nemesis(sc.faults, FaultContext(cluster, outcome.run_dir, rng,
-                                               roles=sc.trainer.roles), log, on_progress)
+    nemesis = Nemesis(sc.faults, FaultContext(
+        cluster, outcome.run_dir, rng, roles=sc.trainer.roles,
+        core=ADAPTERS[sc.trainer.adapter].core_actors), log, on_progress)
     try:
         if not reused:
             try:

@@ -35,8 +35,8 @@ from rlsim.adapters.base import placeholder_problem
 from rlsim.backends import DEFAULT, BackendName
 from rlsim.checks import CHECKS
 from rlsim.faults import FAULTS
-from rlsim.fields import DAY, Refers, Strict, World, first_error, problem, regex
-from rlsim.history import HARNESS_EVENTS
+from rlsim.fields import DAY, ROLE_NAME, Refers, Strict, World, first_error, problem, regex
+from rlsim.history import HARNESS_EVENTS, RAY_EVENTS
 from rlsim.host.spec import ClusterShape, per_node_problem
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -115,9 +115,11 @@ class TrainerSection(Strict):
                                       "as a scheduler would")
     timeout_s: float = Field(300, gt=0, le=7 * DAY, description="the whole run, faults and "
                              "relaunches included")
-    roles: dict[Literal["actor", "rollout", "ref", "critic", "reward"], str] = Field(
+    roles: dict[Annotated[str, Field(pattern=f"^{ROLE_NAME}$")], str] = Field(
         default_factory=dict, description="role -> pattern searched in Ray actor class names: "
-        "how kill_role finds a role's processes in a trainer that logs no worker table")
+        "how a fault aimed at a role's rank (kill_role, or kill_node: {role: ..., rank: ...}) "
+        "finds it in a trainer that logs no worker table; ranks follow the actors' nodes by "
+        "address, then their pids")
 
     @property
     def workdir(self) -> Path:
@@ -218,6 +220,10 @@ class FaultEntry(BaseModel):
     heal_at: At | None = Field(None, description="heal when this happens (the shape of at: a "
                                "step, an event, seconds after the trainer started); a story that "
                                "needs X before Y says so with events, never with seconds")
+    may_miss: bool = Field(False, description="the story means this fault to reach nothing of "
+                           "the trainer (a node it does not use): its miss passes, marked in "
+                           "the report; otherwise a fault that reached none of the trainer's "
+                           "actors, connections or files fails the scenario")
 
     @model_validator(mode="after")
     def _one_fault(self) -> FaultEntry:
@@ -377,7 +383,7 @@ class Scenario(Strict):
         the scenario names those events (the watch is one more process and GCS client: with it,
         head_restart_gcs_ft failed 2 of 4 runs here, without it 0 of 3)."""
         named = {event for _, event in self.named_events()}
-        return self.trainer.adapter != "rlsim" or bool(named & HARNESS_EVENTS)
+        return self.trainer.adapter != "rlsim" or bool(named & RAY_EVENTS)
 
     def named_events(self) -> list[tuple[str, str]]:
         """(field, event type) for every event a fault waits for or an ``event`` check counts."""

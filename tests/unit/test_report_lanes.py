@@ -159,3 +159,12 @@ def test_names_and_messages_reach_the_page_escaped_and_numbers_must_be_numbers(t
     with pytest.raises(ResultInputError, match=r"summary.json: 0.seconds: Input should be a "
                                                "valid number"):
         render(tmp_path)
+
+
+def test_a_fault_that_reached_nothing_of_the_trainer_is_marked_in_its_lane():
+    st = story(timeline(injected(5.0, 0, "kill_node", node=1, touched_count=0),
+                        injected(9.0, 1, "pause_node", node=2, touched_count=0, may_miss=True),
+                        injected(20.0, 2, "kill_node", node=2, touched_count=3)))
+    lanes = sorted({s.lane for s in st.spans if s.state == "fault"})
+    assert lanes == ["fault 0: kill_node (reached nothing of the trainer)",
+                     "fault 1: pause_node (meant to miss)", "fault 2: kill_node"]

@@ -149,8 +149,10 @@ CASES = [
               expect="[{completes: true}, {matches_baseline: true}]"),
      [":3: expect[1]: check matches_baseline needs metrics.jsonl, which adapter events cannot"]),
     ("event the adapter never sees",
-     scenario(trainer="{adapter: events, command: [/bin/true]}", expect="[{event: placement}]"),
-     [":3: expect[0].event.type: the trainer never logs an event 'placement' (adapter events)"]),
+     scenario(trainer="{adapter: events, command: [/bin/true]}",
+              expect="[{event: generation_done}]"),
+     [":3: expect[0].event.type: the trainer never logs an event 'generation_done' (adapter "
+      "events)"]),
     ("command with the reference trainer",
      scenario(trainer=f"{{config: {TINY}, command: [/bin/true]}}"),
      [":2: trainer: command: the reference trainer is started from its config"]),

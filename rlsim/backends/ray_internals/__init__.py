@@ -484,7 +484,11 @@ CAPABILITIES: tuple[Capability, ...] = (
                 _has_text("train/v2/_internal/execution/controller/state.py",
                           "class RestartingState", "class ReschedulingState",
                           "class ErroredState", "class FinishedState",
-                          "training_failed_error"))),
+                          "training_failed_error"),
+                _has_params("train/v2/_internal/execution/worker_group/worker_group.py",
+                            "WorkerGroup.get_workers", "self"),
+                _has_text("train/v2/_internal/execution/worker_group/worker.py",
+                          "distributed_context", "node_ip: str", "pid: int"))),
 )
 BY_NAME = {c.name: c for c in CAPABILITIES}
 

@@ -60,6 +60,20 @@ class GcsReader:
         gs._check_connected()
         return gs.global_state_accessor
 
+    def live_actors(self) -> list[dict]:
+        """The actors not dead, each ``{"class", "name", "pid", "ip", "module", "job",
+        "state"}`` (its process, the module of its class: whose it is)."""
+        from ray.core.generated import gcs_pb2
+
+        state = gcs_pb2.ActorTableData.ActorState
+        return [{"class": a.class_name, "name": a.name, "pid": a.pid,
+                 "ip": a.address.ip_address, "job": a.job_id.hex(),
+                 "module": a.function_descriptor.python_function_descriptor.module_name,
+                 "state": state.Name(a.state)}
+                for a in map(gcs_pb2.ActorTableData.FromString,
+                             self._accessor().get_actor_table(None, None))
+                if a.state != state.Value("DEAD")]
+
     def objects(self) -> list[dict]:
         """The actors not dead, placement groups not removed and jobs whose driver is
         connected, as dicts of :class:`rlsim.backends.ray_state.RayObject`'s fields."""

@@ -56,6 +56,15 @@ def report(args: tuple, kwargs: dict) -> tuple[list[dict], object | None]:
     return list(metrics or []), checkpoint
 
 
+def worker_ranks(worker_group) -> list[dict]:
+    """A started worker group's workers in world-rank order, as a ``placement`` event lists
+    workers: ``{"index", "roles": ["worker"], "rank", "ip", "pid"}``."""
+    workers = sorted(worker_group.get_workers(),
+                     key=lambda w: w.distributed_context.world_rank)
+    return [{"index": i, "roles": ["worker"], "rank": w.distributed_context.world_rank,
+             "ip": w.metadata.node_ip, "pid": w.metadata.pid} for i, w in enumerate(workers)]
+
+
 def state(controller_state) -> tuple[str, BaseException | None] | None:
     """What a controller state means to rlsim: ``("restarting", error)`` for a failure Ray Train
     retries (restarting or rescheduling), ``("errored", error)``, ``("finished", None)``; None
