@@ -208,6 +208,9 @@ class Fault:
     # A fault with nothing to undo whose effect another fault ends (a kill: ``restart_node``): by
     # hand, healing it injects that one on the same node
     restored_by: ClassVar[str | None] = None
+    # Aimed at a role's rank, it refuses the head: taking the head down (its GCS with it) is
+    # another story than losing the node of a rank (kill_head); a rank placed there is said so
+    spares_head: ClassVar[bool] = False
     # The faults whose effect on the same node this one ends when injected (a restart ends a kill
     # and a freeze), and the by-hand verb that undoes this fault on one node (``resume-node``)
     ends: ClassVar[tuple[str, ...]] = ()
@@ -224,6 +227,12 @@ class Fault:
         now (recorded in :attr:`aimed`), held to the same checks as a node named by index (a
         fault that spares the head refuses a rank placed there)."""
         node, self.aimed = self.ctx.target(self.params)
+        if self.aimed is not None and node == 0 and self.spares_head:
+            raise ValueError(f"{self.params.role} rank {self.params.rank} runs on the head (node "
+                             f"0) now: {self.name} there would take the head and its GCS with it, "
+                             "another story (kill_head); aim at a rank on another node, or give "
+                             "the head no GPUs (cluster.node: {0: {gpus: 0}}) so no rank lands "
+                             "there")
         if self.aimed is not None:
             as_index = self.params.model_copy(update={"node": node, "role": None})
             if found := self.cluster_problem(as_index, self.ctx.cluster.spec):

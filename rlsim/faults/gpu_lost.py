@@ -35,6 +35,7 @@ class GpuLost(Fault):
     may_down_node = True
     needs = (LosesGpus, SignalsProcesses)
     harms_real_cluster = True
+    spares_head = True
 
     class Params(NodeTarget):
         gpu: int = Field(ge=0, le=63, description="the GPU's id on the node, as Ray hands it "

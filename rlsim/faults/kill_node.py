@@ -14,6 +14,7 @@ class KillNode(Fault):
     may_down_node = True
     needs = (KillsNodes,)
     harms_real_cluster = True
+    spares_head = True
 
     Params = NodeTarget
 

@@ -14,6 +14,7 @@ class PauseNode(Fault):
     may_down_node = True
     needs = (PausesNodes,)
     harms_real_cluster = True
+    spares_head = True
 
     Params = NodeTarget
 

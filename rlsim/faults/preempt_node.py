@@ -31,6 +31,7 @@ class PreemptNode(Fault):
     may_down_node = True
     needs = (DrainsNodes, KillsNodes)
     harms_real_cluster = True
+    spares_head = True
 
     class Params(NodeTarget):
         notice_s: float = Field(30.0, gt=0, le=DAY, description="from the notice to the kill "

@@ -12,6 +12,7 @@ class RestartNode(Fault):
     ends = ("kill_node", "pause_node", "preempt_node")
     needs = (RestartsNodes,)
     harms_real_cluster = True
+    spares_head = True
 
     Params = NodeTarget
 

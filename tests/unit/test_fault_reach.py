@@ -91,9 +91,12 @@ def test_a_rank_no_node_hosts_names_the_ranks_that_exist():
 
 
 def test_a_fault_that_spares_the_head_refuses_a_rank_placed_there():
-    f = fault("preempt_node", {"role": "actor", "rank": 0, "notice_s": 1})
-    with pytest.raises(ValueError, match="actor rank 0 runs on node 0 now: node 0 is the head"):
-        f.target()
+    for kind, extra in (("preempt_node", {"notice_s": 1}), ("kill_node", {})):
+        f = fault(kind, {"role": "actor", "rank": 0, **extra})
+        with pytest.raises(ValueError, match=f"actor rank 0 runs on the head \\(node 0\\) now: "
+                                             f"{kind} there would take the head"):
+            f.target()
+    assert fault("slow_node", {"role": "actor", "rank": 0, "cpu": 0.5}).target() == 0
 
 
 def test_groups_name_roles_and_ranks_and_refuse_to_share_a_node():
