@@ -88,6 +88,12 @@ class Adapter:
     # Train's PreemptionWatcher, a num_cpus=0 poller) are not; without a worker table every
     # actor of the run is.
     core_actors: ClassVar[tuple[str, ...]] = ()
+    # The scenario's cluster runs Ray's dashboard: Ray's libraries (Ray Train, Ray Data, Ray
+    # Jobs) read its address from the GCS, and without it Ray Train's PlacementGroupCleaner dies
+    # at start-up (``Could not read 'dashboard' from GCS``): a job's teardown then differs from a
+    # real cluster's. Only a trainer that uses none of them (the reference trainer, a plain
+    # driver) may run on the leaner cluster.
+    needs_dashboard: ClassVar[bool] = True
 
     name: ClassVar[str]
     # trainer event types this adapter can put into the timeline; "metrics.jsonl" where the run

@@ -23,6 +23,7 @@ class RlsimAdapter(Adapter):
     name = "rlsim"
     observes = RUN_EVENT_TYPES | {"metrics.jsonl"}
     worker_table = True  # its placement event, every time the workers stand
+    needs_dashboard = False  # a plain driver: no Ray library reads the dashboard's address
 
     def command(self, trainer, launch: TrainerLaunch) -> list[str]:
         return [launch.python, "-m", "trainer", "--config", trainer.config,

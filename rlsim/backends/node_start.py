@@ -44,10 +44,18 @@ ACCELERATOR_RESOURCE = "accelerator_type:"
 ACCELERATOR_LABEL = "ray.io/accelerator-type"
 
 
-def cluster_env(st: ClusterState) -> dict[str, str]:
-    """Environment shared by every process of the cluster (never set in the caller's process)."""
+def cluster_env(st: ClusterState, addresses: list[str] | None = None) -> dict[str, str]:
+    """Environment shared by every process of the cluster (never set in the caller's process);
+    ``addresses``: the nodes' own, where they are not the plan's (docker)."""
     return {
         **procs.labels(st.session),
+        # Ray's libraries resolve their cluster from RAY_ADDRESS, else by looking for a GCS
+        # process on the machine: with two clusters on one machine (two scenarios at once, or a
+        # user's own Ray beside) Ray Train's PlacementGroupCleaner found both, raised "Found
+        # multiple active Ray instances" and lost its monitor thread. On a real cluster each
+        # machine has one; here every process of a node is told its own.
+        "RAY_ADDRESS": f"{addresses[0]}:{st.layout.gcs_port}" if addresses else
+        st.layout.gcs_address,
         **launch.node_env(token_path=str(auth_token_path()),
                           metrics_ports=(st.layout.autoscaler_metrics_port,
                                          st.layout.dashboard_metrics_port),
@@ -179,8 +187,8 @@ def main(argv: list[str]) -> int:
     if st is None:
         print(f"no rlsim cluster named {name!r} is registered", file=sys.stderr)
         return 2
-    os.environ.update(cluster_env(st))
     addresses = json.loads(os.environ[ADDRESSES_VAR]) if ADDRESSES_VAR in os.environ else None
+    os.environ.update(cluster_env(st, addresses))
     if addresses is not None:  # PID 1 of a docker node: start it, then keep the container alive
         pid = start_node(st, indices[0], addresses)
         print(json.dumps({"index": indices[0], "raylet_pid": pid}), flush=True)
