@@ -225,12 +225,45 @@ def _restarts(o: Outcome) -> list[dict]:
 
 @check(Restarts, _count("min", "max"), figure="restarts")
 def restarts(o: Outcome, p) -> Verdict:
+    """Whole restarts of the run (every worker new, from a checkpoint or from scratch: the
+    trainer's ``restart``) and relaunches by the runner; a worker a framework replaced in place
+    while the others kept their state is not one (``replacements``)."""
     n = len(_restarts(o))
     ok = n >= p.min and (p.max is None or n <= p.max)
     want = f">= {p.min}" + (f" and <= {p.max}" if p.max is not None else "")
     relaunched = len(o.rlsim("relaunch"))
     what = f" ({relaunched} of them relaunches)" if relaunched else ""
+    replaced = len(o.trainer("worker_replaced"))
+    what += f"; {replaced} replacement(s) in place besides" if replaced else ""
     return Verdict("restarts", ok, f"{n} restart(s){what}, expected {want}", n, _interesting(o))
+
+
+class Replacements(Bounds):
+    pass
+
+
+@check(Replacements, _count("min", "max"), needs=("worker_replaced",), figure="replacements")
+def replacements(o: Outcome, p) -> Verdict:
+    """Workers a framework replaced in place while the others kept their state and went on
+    (the trainer's ``worker_replaced``: torchft's replica groups under Ray Train), counted once
+    per replacement, whatever the number of workers in it."""
+    found = o.trainer("worker_replaced")
+    n = len(found)
+    ok = n >= p.min and (p.max is None or n <= p.max)
+    want = f">= {p.min}" + (f" and <= {p.max}" if p.max is not None else "")
+    said = "; ".join(_replacement(e) for e in found)
+    return Verdict("replacements", ok, f"{n} replacement(s) in place"
+                   + (f" ({said})" if said else "") + f", expected {want}", n, _interesting(o))
+
+
+def _replacement(e: dict) -> str:
+    """One replacement in words: which ranks, where from and to, why."""
+    new = e.get("workers") if isinstance(e.get("workers"), list) else []
+    old = {w.get("rank"): w for w in (e.get("replaced") or []) if isinstance(w, dict)}
+    moves = [f"rank {w.get('rank')}: {old[w.get('rank')].get('ip')} -> {w.get('ip')}"
+             if w.get("rank") in old else f"rank {w.get('rank')} on {w.get('ip')}"
+             for w in new if isinstance(w, dict)]
+    return ", ".join(moves) + (f" after {e['cause']}" if e.get("cause") else "")
 
 
 class PlacedOn(Strict):
@@ -261,8 +294,12 @@ class FinalStep(Strict):
 
 @check(FinalStep, _count("step"), needs=("step_end",))
 def final_step(o: Outcome, p) -> Verdict:
-    steps = [e["step"] for e in o.trainer("step_end")]
-    last = max(steps, default=0)
+    """The last step the trainer committed: the highest its steps, its checkpoints and its end
+    report (a framework may drop the reports in flight when it replaces workers, and a later
+    report, a checkpoint or the end still carries the step it reached)."""
+    steps = [e.get("step") for e in o.trainer()
+             if e["type"] in ("step_end", "checkpoint_saved", "run_end")]
+    last = max((s for s in steps if is_number(s)), default=0)
     return Verdict("final_step", last == p.step, f"last step {last}, expected {p.step}", last)
 
 
@@ -297,13 +334,30 @@ def detected_within_s(o: Outcome, p) -> Verdict:
 
 @check(WithinS, _seconds, needs=("step_end",), figure="longest without a step (s)")
 def progress_within_s(o: Outcome, p) -> Verdict:
-    """No stretch without a step longer than ``seconds``, from the first step to the trainer's
-    last exit (bring-up before the first step is not progress to make): the gray failure's check,
-    where nothing dies and the run only slows or stops."""
+    """No stretch without a step longer than ``seconds``, from the trainer's start to the end of
+    its training: its last step where the run completed (the teardown after it is a figure of
+    the report, not a stall), its last exit where it did not (a run that stopped stepping until
+    it was killed). A start-up stall counts: a first step that never came within the bound
+    fails, naming the last event. A step a framework dropped from its reports does not make a
+    stall: only the time between the steps reported counts. The gray failure's check, where
+    nothing dies and the run only slows or stops."""
     steps = o.trainer("step_end")
+    started = o.rlsim("trainer_started")
+    begin = started[0]["ts"] if started else steps[0]["ts"] if steps else None
+    exits = o.rlsim("trainer_exited")
+    completed = any(e.get("status") == "completed" for e in o.trainer("run_end"))
+    if begin is None:
+        return Verdict("progress_within_s", False, "the trainer never started",
+                       evidence=_interesting(o))
     if not steps:
-        return Verdict("progress_within_s", False, "no step at all", evidence=_interesting(o))
-    marks = sorted([e["ts"] for e in steps] + [e["ts"] for e in o.rlsim("trainer_exited")[-1:]])
+        end = exits[-1]["ts"] if exits else max(e["ts"] for e in o.timeline)
+        last = [e for e in o.timeline if begin <= e["ts"] <= end]
+        return Verdict("progress_within_s", False,
+                       f"no step in the {end - begin:.1f} s after the trainer started (limit "
+                       f"{p.seconds} s); the last event: {last[-1]['type'] if last else 'none'}",
+                       round(end - begin, 2), _interesting(o))
+    tail = [] if completed else [e["ts"] for e in exits[-1:] if e["ts"] > steps[-1]["ts"]]
+    marks = sorted([begin] + [e["ts"] for e in steps] + tail)
     gaps = [(b - a, a, b) for a, b in itertools.pairwise(marks)]
     gap, start, end = max(gaps, default=(0.0, marks[0], marks[0]))
     during = [e for e in o.timeline if start <= e["ts"] < end and e["type"] != "step_end"]

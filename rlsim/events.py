@@ -29,7 +29,12 @@ node_lost           optional ip
 preemption_notice   optional ip, deadline_in_s: Ray announced that a node of the run is
                     preempted (a drain with a deadline) and the trainer heard it
                     (``detected_within_s``)
-restart             optional restart (count), cause (an in-process restart: ``restarts``)
+restart             optional restart (count), cause: the run restarted whole, every worker new,
+                    from a checkpoint or from scratch (``restarts``)
+worker_replaced     workers (rank, ip, pid: the new ones); optional replaced (the ones lost),
+                    cause: a framework replaced these workers in place while the others kept
+                    their state and went on (torchft's replica groups): not a restart
+                    (``replacements``)
 error               optional kind, message (``fails``)
 run_end             status (completed | failed); optional step (``completes``)
 placement           workers: where each rank runs, ``{"roles": [...], "ip", "pid"}`` each in
@@ -55,6 +60,7 @@ ATTEMPT_VAR = "RLSIM_ATTEMPT"
 REQUIRED: dict[str, tuple[str, ...]] = {
     "step_end": ("step",), "checkpoint_saved": ("step",), "resume": ("from_step",),
     "worker_died": (), "stalled": (), "node_lost": (), "preemption_notice": (), "restart": (),
+    "worker_replaced": ("workers",),
     "error": (), "run_end": ("status",), "placement": ("workers",)}
 EVENT_TYPES = frozenset(REQUIRED)
 

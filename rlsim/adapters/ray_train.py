@@ -27,7 +27,7 @@ class RayTrainAdapter(Adapter):
     worker_table = True  # its callback logs each worker group's ranks (role worker)
     core_actors = ("TrainController",)  # the controller: lost with it, the job is lost
     observes = frozenset({"step_end", "checkpoint_saved", "resume", "worker_died", "restart",
-                          "error", "run_end", "placement"})
+                          "worker_replaced", "error", "run_end", "placement"})
 
     def env(self, trainer, launch: TrainerLaunch) -> dict[str, str]:
         """The user's own RAY_TRAIN_CALLBACKS (scenario env) are kept, rlsim's is added; Train V2

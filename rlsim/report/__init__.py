@@ -88,6 +88,9 @@ def _timeline(folder: Path, timeline: Path, name: str) -> list[str]:
             before.insert(0, "the cluster of an earlier scenario, checked clean")
         if before:
             parts.append(f"<p class='setup'>before the clock starts: {', '.join(before)}</p>")
+        if st.teardown is not None:
+            parts.append(f"<p class='setup'>after the last step: the trainer's teardown "
+                         f"{_num(st.teardown)} s</p>")
         if st.refusal:
             parts.append(f"<pre class='refusal'>cluster refused to start: "
                          f"{html.escape(str(st.refusal))}</pre>")

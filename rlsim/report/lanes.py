@@ -57,6 +57,7 @@ class Story:
     setup: dict[str, float]         # seconds before t0: cluster start, doctor, baseline
     reused: bool = False            # the cluster was kept clean from an earlier scenario
     refusal: str | None = None      # the cluster refused to start: the message
+    teardown: float | None = None   # seconds from the last step to the trainer's exit
 
 
 def node_lane(index: int, address: str) -> str:
@@ -88,7 +89,7 @@ def story(events: list[dict]) -> Story:
     return Story(t0=t0, end=end, nodes=nodes, spans=spans, marks=_marks(rel, addresses),
                  steps=[e for e in rel if e["type"] == "step_end" and is_number(e.get("step"))],
                  setup=_setup(events, t0, reused), reused=reused,
-                 refusal=refused and refused.get("message"))
+                 refusal=refused and refused.get("message"), teardown=teardown_s(events))
 
 
 def _faults(rel: list[dict], end: float) -> dict[int, dict]:
@@ -186,6 +187,17 @@ def _marks(rel: list[dict], addresses: list[str]) -> list[Mark]:
         if isinstance(index, int) and 0 <= index < len(addresses):
             marks.append(Mark(node_lane(index, addresses[index]), e["type"], e["ts"], _detail(e)))
     return marks
+
+
+def teardown_s(events: list[dict]) -> float | None:
+    """The trainer's teardown: from its last step to its last exit, where the run completed
+    (what ``progress_within_s`` leaves out); None otherwise."""
+    steps = [e["ts"] for e in events if e["type"] == "step_end" and e.get("source") != "rlsim"]
+    exits = [e["ts"] for e in events if e["type"] == "trainer_exited"]
+    done = any(e["type"] == "run_end" and e.get("status") == "completed" for e in events)
+    if not (steps and exits and done) or exits[-1] < steps[-1]:
+        return None
+    return round(exits[-1] - steps[-1], 2)
 
 
 def _setup(events: list[dict], t0: float, reused: bool) -> dict[str, float]:

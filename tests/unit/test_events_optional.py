@@ -20,6 +20,7 @@ from rlsim.report.lanes import story
 VALUES = {"step": 3, "from_step": 2, "status": "completed", "workers": []}
 # each check with parameters that make it read the events (the shorthand where it has one)
 PARAMS = {"completes": True, "fails": {}, "resumed_from_step": 2, "restarts": 1,
+          "replacements": 1,
           "placed_on": {"role": "actor", "nodes": [0]}, "final_step": 3,
           "detected_within_s": 5, "recovered_within_s": 5, "progress_within_s": 5,
           "matches_baseline": True, "throughput_within": 0.5, "reward_improves": {},

@@ -61,9 +61,31 @@ def judge(o: Outcome, seconds: float):
     return check.judge(o, check.params(seconds))
 
 
+STARTED = {"ts": 40.0, "source": "rlsim", "type": "trainer_started", "attempt": 0}
+COMPLETED = {"ts": 54.2, "source": "trainer", "type": "run_end", "status": "completed"}
+
+
 def test_steady_steps_pass_with_the_longest_gap_as_the_figure():
-    verdict = judge(outcome([50.0, 51.0, 53.0, 54.0], 54.5), 30)  # bring-up before step 1: free
+    verdict = judge(outcome([50.0, 51.0, 53.0, 54.0], 54.5), 30)
     assert verdict.ok and verdict.value == 2.0
+
+
+def test_the_window_starts_with_the_trainer_so_a_start_up_stall_counts():
+    """A start that takes 95 s to its first step is a stall like any other (torchft's replica
+    groups replaced twice before the first step were invisible when the window began there)."""
+    verdict = judge(outcome([135.0, 136.0], 137.0, [STARTED]), 30)
+    assert not verdict.ok and verdict.value == 95.0
+    assert "from +40.0 s; the last event in it: trainer_started" in verdict.message
+    assert judge(outcome([50.0, 51.0], 52.0, [STARTED]), 30).value == 10.0
+
+
+def test_the_teardown_after_the_last_step_of_a_completed_run_is_not_a_stall():
+    done = judge(outcome([50.0, 51.0, 53.0, 54.0], 90.0, [STARTED, COMPLETED]), 30)
+    assert done.ok and done.value == 10.0  # start to step 1; the 36 s of teardown left out
+    from rlsim.report.lanes import teardown_s
+
+    events = outcome([50.0, 54.0], 90.0, [STARTED, COMPLETED]).timeline
+    assert teardown_s(events) == 36.0
 
 
 def test_a_stall_fails_naming_the_last_event_seen_in_it():
@@ -78,9 +100,11 @@ def test_a_run_that_stops_stepping_until_it_is_killed_fails_on_the_tail():
     assert not verdict.ok and verdict.value == 289.0
 
 
-def test_no_step_at_all_fails():
-    verdict = judge(outcome([], 5.0), 30)
-    assert not verdict.ok and verdict.message == "no step at all"
+def test_no_step_at_all_fails_naming_the_last_event():
+    verdict = judge(outcome([], 45.0, [STARTED]), 30)
+    assert not verdict.ok and verdict.message == (
+        "no step in the 5.0 s after the trainer started (limit 30.0 s); the last event: "
+        "trainer_exited")
 
 
 @pytest.mark.parametrize("bps,v2,line", [

@@ -96,3 +96,40 @@ def test_checks_the_adapter_cannot_see_are_refused_naming_both():
         Scenario.model_validate({"name": "s", "trainer": {
             "adapter": "ray_train", "command": ["{python}", "t.py"]},
             "expect": [{"matches_baseline": {}}]})
+
+
+def group(*workers: tuple[int, str, int]):
+    """A worker group or replica group as Ray Train hands it to its callbacks: its workers,
+    each with its world rank, node address and pid."""
+    from types import SimpleNamespace
+
+    made = [SimpleNamespace(distributed_context=SimpleNamespace(world_rank=rank),
+                            metadata=SimpleNamespace(node_ip=ip, pid=pid))
+            for rank, ip, pid in workers]
+    return SimpleNamespace(get_workers=lambda: made)
+
+
+def test_a_replica_group_replaced_in_place_is_a_replacement_not_a_restart(cb, tmp_path):
+    """torchft under Ray Train (2.57+): the lost replica group is replaced while the other keeps
+    its state; only a new worker group is a restart."""
+    cb.after_worker_group_start(group((1, "127.77.0.12", 12), (0, "127.77.0.11", 11)))
+    report(cb, {"step": 1})
+    cb.after_controller_state_update(RunningState(), RestartingState(
+        training_failed_error=RuntimeError("replica group 1 lost")))
+    cb.after_replica_group_start(group((1, "127.77.0.13", 23)))
+    report(cb, {"step": 2})
+    cb.after_controller_state_update(RunningState(), RestartingState(
+        training_failed_error=RuntimeError("every worker lost")))
+    cb.after_worker_group_start(group((0, "127.77.0.11", 31), (1, "127.77.0.13", 32)))
+    rows = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [r["type"] for r in rows] == [
+        "placement", "step_end", "worker_died", "worker_replaced", "placement", "step_end",
+        "worker_died", "placement", "restart"]
+    replaced = rows[3]
+    assert replaced["workers"] == [{"roles": ["worker"], "rank": 1, "ip": "127.77.0.13",
+                                    "pid": 23}]
+    assert replaced["replaced"] == [{"roles": ["worker"], "rank": 1, "ip": "127.77.0.12",
+                                     "pid": 12, "index": 1}]
+    assert replaced["cause"] == "RuntimeError"
+    assert [(w["rank"], w["pid"]) for w in rows[4]["workers"]] == [(0, 11), (1, 23)]
+    assert rows[-1]["restart"] == 1 and rows[-1]["cause"] == "RuntimeError"

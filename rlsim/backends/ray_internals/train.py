@@ -8,7 +8,9 @@ runs on, and is absorbed here:
 - Ray 2.48-2.49 call ``after_report(metrics, checkpoint)``; 2.50 and later
   ``after_report(training_report, metrics)``, the checkpoint on the report;
 - Ray 2.48-2.50 run Train V1 unless ``RAY_TRAIN_V2_ENABLED=1`` (V1 has no such callbacks: its
-  controller is Tune's); from 2.51 V2 is the default.
+  controller is Tune's); from 2.51 V2 is the default;
+- Ray 2.57 added replica groups (``TorchftConfig``: a lost group replaced in place) and their
+  hook, ``ReplicaGroupCallback.after_replica_group_start``.
 
 Importing this module imports nothing of Ray; :func:`callback_bases` does.
 """
@@ -32,16 +34,16 @@ def v2_by_default() -> bool:
 
 def callback_bases() -> tuple[type, ...]:
     """The classes a callback of Ray Train's controller derives from: its controller, worker
-    group and report hooks. Raises :class:`rlsim.backends.ray_internals.RayInternalsError`
-    where this Ray has none (train_callbacks)."""
+    group and report hooks, and its replica group hook where this Ray has one (2.57+: a
+    replica group replaced in place). Raises :class:`rlsim.backends.ray_internals.
+    RayInternalsError` where this Ray has none (train_callbacks)."""
     ri.require("train_callbacks")
-    from ray.train.v2._internal.execution.callback import (
-        ControllerCallback,
-        ReportCallback,
-        WorkerGroupCallback,
-    )
+    from ray.train.v2._internal.execution import callback
 
-    return ControllerCallback, WorkerGroupCallback, ReportCallback
+    bases = [callback.ControllerCallback, callback.WorkerGroupCallback, callback.ReportCallback]
+    if replica := getattr(callback, "ReplicaGroupCallback", None):
+        bases.append(replica)
+    return tuple(bases)
 
 
 def report(args: tuple, kwargs: dict) -> tuple[list[dict], object | None]:
@@ -58,11 +60,16 @@ def report(args: tuple, kwargs: dict) -> tuple[list[dict], object | None]:
 
 def worker_ranks(worker_group) -> list[dict]:
     """A started worker group's workers in world-rank order, as a ``placement`` event lists
-    workers: ``{"index", "roles": ["worker"], "rank", "ip", "pid"}``."""
-    workers = sorted(worker_group.get_workers(),
-                     key=lambda w: w.distributed_context.world_rank)
-    return [{"index": i, "roles": ["worker"], "rank": w.distributed_context.world_rank,
-             "ip": w.metadata.node_ip, "pid": w.metadata.pid} for i, w in enumerate(workers)]
+    workers: ``{"roles": ["worker"], "rank", "ip", "pid"}``."""
+    return group_workers(worker_group)
+
+
+def group_workers(group) -> list[dict]:
+    """The workers of a worker group or of one of its replica groups (both have
+    ``get_workers``), in world-rank order: ``{"roles": ["worker"], "rank", "ip", "pid"}``."""
+    workers = sorted(group.get_workers(), key=lambda w: w.distributed_context.world_rank)
+    return [{"roles": ["worker"], "rank": w.distributed_context.world_rank,
+             "ip": w.metadata.node_ip, "pid": w.metadata.pid} for w in workers]
 
 
 def state(controller_state) -> tuple[str, BaseException | None] | None:
