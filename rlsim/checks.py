@@ -21,7 +21,18 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from rlsim.contract import DETECTION_EVENTS
-from rlsim.fields import DAY, Bounds, NodeIndex, Role, Step, Strict, first_error, regex
+from rlsim.fields import (
+    DAY,
+    Bounds,
+    NodeIndex,
+    PatternTooSlow,
+    Role,
+    Step,
+    Strict,
+    first_error,
+    regex,
+    search,
+)
 from rlsim.files import read_file
 from rlsim.history import HARNESS_EVENTS, MAX_HISTORY, Outcome, is_number, read_events
 from rlsim.registry import Registry
@@ -186,7 +197,7 @@ class Fails(Strict):
 def fails(o: Outcome, p) -> Verdict:
     errors = o.trainer("error")
     text = " | ".join(f"{e.get('kind', 'error')}: {e.get('message', '')}" for e in errors)
-    matched = bool(errors) and re.search(p.pattern, text) is not None
+    matched = bool(errors) and search(p.pattern, text)
     took = (errors[-1]["ts"] - o.started) if errors else None
     in_time = took is not None and (p.within_s is None or took <= p.within_s)
     ok = o.returncode not in (0, None) and matched and in_time
@@ -679,7 +690,7 @@ def event(o: Outcome, p) -> Verdict:
     # Ray's own events (rlsim.scenario.watch) are the runner's; every other type the trainer's
     found = (o.rlsim if p.type in HARNESS_EVENTS else o.trainer)(p.type)
     if p.matching is not None:
-        found = [e for e in found if re.search(p.matching, json.dumps(e, default=str))]
+        found = [e for e in found if search(p.matching, json.dumps(e, default=str))]
     fault = _first_fault(o) if p.before_fault else None
     if fault is not None:
         found = [e for e in found if e["ts"] < fault["ts"]]
@@ -704,7 +715,7 @@ class Refused(Strict):
 
 @check(Refused, _text("pattern"), excludes=("completes", "fails"))
 def refused(o: Outcome, p) -> Verdict:
-    ok = o.refusal is not None and re.search(p.pattern, o.refusal) is not None
+    ok = o.refusal is not None and search(p.pattern, o.refusal)
     if ok:
         msg = f"the cluster refused to form: {o.refusal[:300]}"
     elif o.refusal is None:
@@ -726,7 +737,7 @@ class DoctorWarns(Strict):
 @check(DoctorWarns, _text("pattern"))
 def doctor_warns(o: Outcome, p) -> Verdict:
     findings = [f for e in o.rlsim("doctor") for f in e["findings"]]
-    hit = next((f for f in findings if re.search(p.pattern, f)), None)
+    hit = next((f for f in findings if search(p.pattern, f)), None)
     if hit:
         msg = f"the pre-flight doctor warned: {hit[:300]}"
     elif not o.rlsim("doctor"):
@@ -759,7 +770,14 @@ def judge(o: Outcome) -> list[Verdict]:
     checks = o.scenario.checks()
     implied = [("faults_landed", FaultsLanded())] if o.scenario.faults and not any(
         name == "faults_landed" for name, _ in checks) else []
-    return [CHECKS[name].judge(o, params) for name, params in [*checks, *implied]]
+    return [_judged(name, o, params) for name, params in [*checks, *implied]]
+
+
+def _judged(name: str, o: Outcome, params) -> Verdict:
+    try:
+        return CHECKS[name].judge(o, params)
+    except PatternTooSlow as e:  # a failed check saying why, never a hung or crashed judge
+        return Verdict(name, False, str(e))
 
 
 

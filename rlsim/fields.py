@@ -121,14 +121,71 @@ class Bounds(Strict):
         return self
 
 
-def regex(pattern: str) -> str:
-    """A field validator: ``pattern`` compiles as a Python regular expression."""
+PATTERN_MAX = 500  # characters: a pattern of a scenario names an error, a role, an event
+# How long one search of a scenario's pattern may take, and how long one may take at validation
+# on a text built to make it backtrack (2,000 characters)
+SEARCH_S = 2.0
+PROBE_S = 0.05
+
+
+class PatternTooSlow(ValueError):
+    """A scenario's pattern did not finish searching one text within :data:`SEARCH_S`."""
+
+
+def search(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` (checked by :func:`regex`) is found in ``text``, searched with a time
+    limit by the ``regex`` engine (Python's ``re`` cannot be interrupted): PatternTooSlow names
+    the pattern and the fix when it runs over."""
+    import regex as engine
+
     try:
-        re.compile(pattern)
-    except re.error as e:
+        return engine.search(pattern, text, timeout=SEARCH_S) is not None
+    except TimeoutError:
+        raise PatternTooSlow(f"the pattern {pattern!r} searched one text of {len(text)} "
+                             f"characters for over {SEARCH_S:g} s: write it with fewer "
+                             "repetitions (e.g. one '.*' between two words)") from None
+
+
+def regex(pattern: str) -> str:
+    """A field validator: ``pattern`` compiles as a regular expression (Python's syntax) that
+    searches a long text quickly. Python's own engine backtracks without bound: ``(.+)+QQ``
+    searched one event of 40 characters for over 20 s, ``.*.*.*QQ`` 1,000 characters for 43 s,
+    and cannot be interrupted. So every pattern of a scenario is searched by the ``regex`` engine
+    (:func:`search`), which cuts those short and takes a time limit, and one that is still slow
+    on a text made to make it backtrack is refused here, with the fix."""
+    import regex as engine
+
+    if len(pattern) > PATTERN_MAX:
+        raise ValueError(f"a pattern of {len(pattern)} characters, over {PATTERN_MAX}: match "
+                         "a shorter, telling part of the text")
+    try:
+        engine.compile(pattern)
+        re.compile(pattern)  # the syntax of Python's re, which the docs promise
+    except (re.error, engine.error) as e:
         raise ValueError(f"not a valid regular expression ({e}); escape special characters "
                          "with a backslash") from None
+    if slow := _slow_on(pattern):
+        raise ValueError(f"searching a text of {len(slow)} characters ({slow[:8]!r}...) took "
+                         f"over {PROBE_S * 1000:.0f} ms: repetitions one after another (such as "
+                         "'.*.*.*') search a long text for minutes; keep one between two words")
     return pattern
+
+
+def _slow_on(pattern: str) -> str | None:
+    """A text of 2,000 characters that ``pattern`` takes over :data:`PROBE_S` to search, or None:
+    runs of one character (a letter, a space, a digit, each of the pattern's own letters) and of
+    the pattern's letters in turn, on which nested or adjacent repetitions backtrack."""
+    import regex as engine
+
+    letters = "".join(dict.fromkeys(c for c in pattern if c.isalnum() or c in " _-:./"))
+    texts = ["a" * 2000, " " * 2000, "1" * 2000, *(c * 2000 for c in letters[:16]),
+             (letters * 2000)[:2000]]
+    for text in dict.fromkeys(texts):
+        try:
+            engine.search(pattern, text, timeout=PROBE_S)
+        except TimeoutError:
+            return text
+    return None
 
 
 def first_error(e, within: str = "") -> str:

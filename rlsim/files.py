@@ -3,8 +3,9 @@
 rlsim often runs as root, in folders other people can write to (a shared report folder, a
 checkout, ``/tmp``). So a file is written whole into a fresh temp file beside its target (created
 exclusively, never through a symlink), flushed, then renamed over the target: an existing path is
-never opened for writing, a symlink planted at the target is replaced, not followed, and no mode is
-ever changed on a path rlsim did not create. A file is read only when it is a regular file, and at
+never opened for writing, only a regular file (or nothing) is ever replaced (a symlink, a device, a
+folder at the target is refused, named), and no mode is ever changed on a path rlsim did not
+create. A file is read only when it is a regular file, and at
 most ``limit`` bytes of it: a FIFO would block the reader forever, a device would never end, a
 folder or a symlink where a file of rlsim's is expected is someone else's doing.
 
@@ -33,14 +34,19 @@ class FileRefused(OSError):
 
 def write_file(path: str | Path, data: str | bytes, mode: int = 0o644) -> Path:
     """Write ``path`` whole: a fresh temp file in its folder (``O_EXCL``, never through a
-    symlink), flushed to disk, then renamed over the target. A folder at the target is refused;
-    a symlink there is replaced by the file, its target left as it was. The folder must exist."""
+    symlink), flushed to disk, then renamed over the target. Only a regular file or nothing is
+    ever replaced: a symlink, a folder, a device, a FIFO or a socket at the target is refused as
+    FileRefused naming what is there and the fix (as root, ``--out /dev/null`` would otherwise
+    replace the system's ``/dev/null``), and so is a folder that does not exist."""
     path = Path(path)
-    if path.is_dir() and not path.is_symlink():
-        raise FileRefused(errno.EISDIR, f"{path} is a folder, where rlsim writes a file; remove it "
-                          "or choose another place")
+    if problem := write_problem(path):
+        raise FileRefused(errno.EEXIST, problem)
     blob = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:  # an unwritable or read-only folder, a full disk
+        raise FileRefused(e.errno, f"{path} cannot be written ({e.strerror} in {path.parent}): "
+                          "choose a folder you can write") from None
     try:
         os.fchmod(fd, mode)  # the temp file is rlsim's own, just made
         view = memoryview(blob)
@@ -54,6 +60,26 @@ def write_file(path: str | Path, data: str | bytes, mode: int = 0o644) -> Path:
     os.close(fd)
     os.replace(tmp, path)
     return path
+
+
+def write_problem(path: str | Path) -> str | None:
+    """Why rlsim must not write a file at ``path`` (something other than a regular file there,
+    or no folder to hold it), or None."""
+    path = Path(path)
+    parent = path.parent
+    if not parent.is_dir():
+        what = "does not exist" if not os.path.lexists(parent) else "is not a folder"
+        return f"{parent}, the folder of {path}, {what}: create it or choose another place"
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        return f"{path} cannot be looked at ({e.strerror}): choose another place"
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return (f"{path} is {_kind(st.st_mode)}, where rlsim writes a file: rlsim replaces only "
+                "a regular file; remove it or choose another place")
+    return None
 
 
 def read_file(path: str | Path, limit: int = MAX_READ, follow: bool = False) -> bytes:
@@ -119,10 +145,18 @@ def append_line(path: str | Path, line: str) -> None:
         os.close(fd)
 
 
+def shown(path: str | Path) -> str:
+    """``path`` as it may be printed: a control character (a newline, an escape) written as its
+    escape, so that a file's name can never forge a line of rlsim's output or move the cursor."""
+    text = str(path)
+    return text if text.isprintable() else "".join(
+        c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _kind(mode: int) -> str:
-    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
+    for test, what in ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return what
     return "not a regular file"

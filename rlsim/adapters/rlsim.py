@@ -16,6 +16,7 @@ from rlsim.adapters.base import (
     TrainerProblem,
     resolve,
 )
+from rlsim.fields import search
 from trainer.events import RUN_EVENT_TYPES
 
 
@@ -104,7 +105,7 @@ class RlsimAdapter(Adapter):
                 preflight(cfg)
                 plan = plan_placement(cfg)
         except ConfigError as e:
-            if any(re.search(pattern, str(e)) for pattern in refusals):
+            if any(search(pattern, str(e)) for pattern in refusals):
                 return None  # the scenario's story is this refusal
             raise _problem(trainer, " ".join(str(e).split())) from None
         ranks = {role: len(plan.of(role)) for role in cfg.roles()}

@@ -6,13 +6,15 @@ they are put together into one app, and the process's signals handled."""
 
 from __future__ import annotations
 
+import functools
 import signal
 import sys
 
 import typer
 
 from rlsim.commands import cluster, demo, doctor, fault, init, launch, plan, ray, scenarios
-from rlsim.commands.console import err
+from rlsim.commands.console import err, fail
+from rlsim.files import FileRefused
 from rlsim.host.home import HomeError
 from rlsim.registry import RegistryError
 
@@ -32,13 +34,32 @@ def _version(shown: bool) -> None:
 def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                           help="Print rlsim's version and exit.")) -> None:
     """Rehearse multi-node RL training failures on simulated Ray clusters."""
+
+
+# What a command refuses with the path, or the plugin, and the fix in its message: a home or a
+# plugin that cannot serve, a file rlsim must not write or read. Each ends its command with exit 2,
+# whichever command met it.
+REFUSALS = (HomeError, RegistryError, FileRefused)
+
+
+def _refusing(command):
+    @functools.wraps(command)  # typer reads the options from the wrapped signature
+    def run(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except REFUSALS as e:
+            raise fail(f"rlsim {command.__name__}: {e}", 2) from None
+
+    return run
+
+
 for command in (cluster.cluster, cluster.status, cluster.down, doctor.doctor, demo.demo,
                 scenarios.run, scenarios.validate, scenarios.report, scenarios.schema,
                 launch.launch, init.init, ray.ray):
-    app.command()(command)
+    app.command()(_refusing(command))
 for command in (fault.fault, plan.plan):  # take options of their own after the arguments
     app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
-        command)
+        _refusing(command))
 
 
 _signalled: list[int] = []
@@ -61,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         app(args=argv, prog_name="rlsim")
-    except (HomeError, RegistryError) as e:  # the home, or a plugin, that cannot serve
+    except REFUSALS as e:  # met outside a command (a plugin loaded as the app is built)
         err.print(f"rlsim: {e}", style="red", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
     except SystemExit as e:

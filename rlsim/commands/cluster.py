@@ -14,7 +14,7 @@ from rich.table import Table
 from rlsim.backends import DEFAULT, attach, cluster_class, described, unknown
 from rlsim.backends.base import ClusterStartError, NodeInfo
 from rlsim.backends.reaper import reap, reap_abandoned, reap_corrupt, reap_orphans
-from rlsim.commands.console import check_name, console, err, fail, no_such
+from rlsim.commands.console import check_name, console, err, fail, no_such, styled
 from rlsim.host import iptables, procs, state
 from rlsim.host.home import HomeError
 from rlsim.host.shape import NODE_TYPES, NodeShape
@@ -31,7 +31,7 @@ def table(cluster, nodes: list[NodeInfo]) -> Table:
     for n in nodes:
         table.add_row(
             str(n.index), n.role, n.address, str(n.gpus), n.shape(),
-            "yes" if n.alive else "[red]no[/red]",
+            "yes" if n.alive else styled(("no", "red")),
             str(len(n.pids)), str(st.pids.get(n.index, n.pids[0] if n.pids else "-")),
         )
     return table
@@ -75,7 +75,7 @@ def start_cluster(spec: ClusterSpec, detached: bool, backend: str = DEFAULT):
     except HomeError as e:
         raise fail(f"rlsim cluster: {e}", 2) from None
     except (ClusterStartError, TimeoutError, RuntimeError) as e:
-        err.print(f"[red]rlsim cluster: {e}[/red]")
+        err.print(f"rlsim cluster: {e}", style="red")
         raise typer.Exit(1) from e
 
 _CLUSTER_OPTIONS = {"name": "--name", "nodes": "--nodes", "gpus_per_node": "--fake-gpus",

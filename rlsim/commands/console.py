@@ -1,15 +1,32 @@
 """What every command prints through: the consoles, one-line refusals with their exit code, and the
-cluster-name check the commands that name a cluster share."""
+cluster-name check the commands that name a cluster share.
+
+Every console prints text as text: no markup (a file named ``[red]x.yaml`` is printed as named), no
+emoji codes (``run:fire:1.yaml`` is not an emoji), no highlighting. Colour is given as a style, or
+with :func:`styled`, never inside a string that may hold a path or a message."""
 
 from __future__ import annotations
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from rlsim.host.spec import name_problem
 
-console = Console()
-err = Console(stderr=True)
+
+def plain_console(**options) -> Console:
+    """A console that prints every string as plain text (see above)."""
+    return Console(markup=False, emoji=False, highlight=False, **options)
+
+
+console = plain_console()
+err = plain_console(stderr=True)
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """One line of text from ``parts``: a plain string, or ``(text, style)`` such as
+    ``("FAIL", "red")``."""
+    return Text.assemble(*parts)
 
 
 def fail(message: str, code: int) -> typer.Exit:

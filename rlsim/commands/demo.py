@@ -9,7 +9,7 @@ import time
 import typer
 
 from rlsim.commands.cluster import default, print_connect, start_cluster, table, to_spec
-from rlsim.commands.console import console
+from rlsim.commands.console import console, styled
 
 
 def _run_on_every_node(c) -> list[tuple[int, str, str]]:
@@ -83,7 +83,8 @@ def _train_tiny(c) -> bool:
         rows = [json.loads(x) for x in Path(run_dir, "metrics.jsonl").read_text().splitlines()] \
             if Path(run_dir, "metrics.jsonl").exists() else []
     if out.returncode or not rows:
-        console.print(f"[red]trainer failed[/red]\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+        console.print(styled(("trainer failed", "red"),
+                             f"\n{out.stdout[-2000:]}{out.stderr[-2000:]}"))
         return False
     first = sum(r["rollout/reward_mean"] for r in rows[:5]) / min(5, len(rows))
     last = sum(r["rollout/reward_mean"] for r in rows[-5:]) / min(5, len(rows))

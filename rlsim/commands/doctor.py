@@ -9,7 +9,7 @@ from rich.table import Table
 
 from rlsim.backends.ray_internals.gcs import refusal as gcs_refusal
 from rlsim.commands.cluster import attach_named
-from rlsim.commands.console import console, err
+from rlsim.commands.console import console, err, styled
 from rlsim.host import state
 
 
@@ -34,11 +34,11 @@ def doctor(
     elif name or len(state.load_all()) == 1:
         name = name or state.load_all()[0].spec.name
         if state.load(name) is None:
-            err.print(f"[red]no rlsim cluster named {name!r} (see `rlsim status`)[/red]")
+            err.print(f"no rlsim cluster named {name!r} (see `rlsim status`)", style="red")
             raise typer.Exit(2)
         cluster = attach_named(name)
     else:
-        err.print("[red]name an rlsim cluster (`rlsim status`) or give --ray-address[/red]")
+        err.print("name an rlsim cluster (`rlsim status`) or give --ray-address", style="red")
         raise typer.Exit(2)
     try:
         report = doc.examine(cluster, checkpoint_dir)
@@ -51,11 +51,11 @@ def doctor(
     console.print(_doctor_table(report, checkpoint_dir))
     for f in report.findings:
         colour = "red" if f.level == "error" else "yellow"
-        console.print(f"[{colour}]{f.level}[/{colour}] {f.check}: {f.message}.\n  fix: {f.fix}")
+        console.print(styled((f.level, colour), f" {f.check}: {f.message}.\n  fix: {f.fix}"))
     for line in _ray_lines(report.ray):
         console.print(line, highlight=False, markup=False)
     if not report.findings:
-        console.print(f"[green]no findings[/green] ({report.seconds:.1f} s)")
+        console.print(styled(("no findings", "green"), f" ({report.seconds:.1f} s)"))
     raise typer.Exit(0 if report.ok else 1)
 
 DOCTOR_CONNECT_TIMEOUT_S = 90.0  # joining and placing an agent on every node of a real cluster
@@ -110,7 +110,7 @@ def _doctor_table(report, checkpoint_dir: str | None) -> Table:
     for ep in report.endpoints:
         look = report.looks.get(ep["index"], {})
         if "error" in look:
-            table.add_row(str(ep["index"]), ep["address"], f"[red]{look['error'][:60]}[/red]")
+            table.add_row(str(ep["index"]), ep["address"], styled((look["error"][:60], "red")))
             continue
         v, reach = look.get("versions", {}), look.get("reach", [])
         row = [str(ep["index"]), ep["address"], *(str(v.get(k)) for k in cols[2:6]),

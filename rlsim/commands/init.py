@@ -5,7 +5,12 @@ written, so the starter passes as written."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import shlex
+import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +18,9 @@ import typer
 import yaml
 
 from rlsim.commands.console import console, fail
-from rlsim.files import write_file
+from rlsim.files import read_file, write_file
+from rlsim.scenario.jsonschema import TITLE
+from rlsim.scenario.jsonschema import text as schema_text
 
 PYTEST_CONFIGS = ("pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 HERE = Path(".")
@@ -46,7 +53,6 @@ def init(
                    f"{', '.join(ADAPTERS)}", 2)
     argv = _argv(adapter, command)
     stories = {"clean_run": _clean(adapter, argv), "node_lost": _node_lost(adapter, argv)}
-    from rlsim.scenario.jsonschema import text as schema_text
 
     files = {Path("scenarios") / f"{name}.yaml": MODELINE + HEADER + yaml.safe_dump(
         story, sort_keys=False, width=100, default_flow_style=None)
@@ -55,23 +61,22 @@ def init(
     if not any((folder / c).exists() for c in PYTEST_CONFIGS):
         files[Path("pytest.ini")] = PYTEST_INI
     files[Path(".github") / "workflows" / "rlsim.yml"] = WORKFLOW
-    there = [str(folder / p) for p in files if (folder / p).exists()]
-    if there and not force:
-        raise fail(f"rlsim init: {', '.join(there)} already there; fix: --force to replace, or "
-                   "init another folder", 2)
-    made = [d for d in (folder, folder / "scenarios") if not d.exists()]
-    (folder / "scenarios").mkdir(parents=True, exist_ok=True)
-    for rel, text in files.items():  # read as rlsim validate will read them, before any is written
-        if rel.suffix == ".yaml":
-            try:
+    if problem := _path_problem(folder, files, force):
+        raise fail(f"rlsim init: {problem}", 2)
+    def check() -> None:  # read as rlsim validate will read them, where they are
+        for rel, text in files.items():
+            if rel.suffix == ".yaml":
                 read(text, folder / rel)
-            except ScenarioError as e:
-                for d in reversed(made):  # nothing left behind
-                    d.rmdir()
-                raise fail(f"rlsim init: the starter would not run as written: {e}", 2) from None
-    for rel, text in files.items():
-        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-        write_file(folder / rel, text)
+
+    try:
+        _write_all(folder, files, check)
+    except ScenarioError as e:
+        raise fail(f"rlsim init: the starter would not run as written: {e}; nothing was "
+                   "written", 2) from None
+    except OSError as e:
+        raise fail(f"rlsim init: {e.filename or folder}: {e.strerror or e}; "
+                   "nothing was written; fix: init a folder you can write", 2) from None
+    for rel in files:
         console.print(f"wrote {folder / rel}", markup=False, highlight=False)
     if Path("pytest.ini") not in files:
         console.print(f"{folder} has a pytest configuration: add rlsim_scenarios = "
@@ -79,6 +84,91 @@ def init(
                       markup=False, highlight=False)
     console.print(f"next: cd {folder} && rlsim run scenarios  (or: python -m pytest)",
                   markup=False, highlight=False)
+
+
+MARKER = "# written by rlsim init"
+
+
+def _init_wrote(path: Path) -> bool:
+    """Whether ``path`` is a file rlsim init wrote: its first lines say so (the schema, JSON,
+    is rlsim's scenario schema). --force replaces only those, never a file of the user's that
+    happens to have the same name."""
+    text = read_file(path, limit=1 << 24).decode(errors="replace")
+    if path.suffix == ".json":
+        try:
+            return json.loads(text).get("title") == TITLE
+        except (ValueError, AttributeError):
+            return False
+    return MARKER in "\n".join(text.splitlines()[:3])
+
+
+def _path_problem(folder: Path, files: dict[Path, str], force: bool) -> str | None:
+    """Why init must not write ``files`` under ``folder``, checked before anything is written:
+    a symlink anywhere on the way (a planted ``scenarios -> elsewhere`` would send the files
+    there), something other than a folder where one goes or other than a regular file where a
+    file goes, a file already there (without ``--force``; with it, one init did not write)."""
+    if os.path.islink(folder) and not folder.exists():
+        return f"{folder} is a dangling symlink; fix: init a folder, or remove the link"
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} is not a folder; fix: init a folder (made if missing)"
+    there = []
+    for rel in files:
+        for depth in range(1, len(rel.parts) + 1):
+            path = folder.joinpath(*rel.parts[:depth])
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                break
+            last = depth == len(rel.parts)
+            if stat.S_ISLNK(mode):
+                return (f"{path} is a symlink; rlsim init writes only into folders and files of "
+                        "the project itself; fix: remove the link, or init another folder")
+            if not last and not stat.S_ISDIR(mode):
+                return f"{path} is not a folder, where init writes {rel}; fix: move it away"
+            if last and not stat.S_ISREG(mode):
+                return f"{path} is not a regular file, where init writes one; fix: move it away"
+            if last:
+                there.append(path)
+    if there and not force:
+        return (f"{', '.join(map(str, there))} already there; fix: --force to replace what "
+                "rlsim init wrote, or init another folder")
+    for path in there:
+        if not _init_wrote(path):
+            return (f"{path} was not written by rlsim init (it lacks the line `# written by "
+                    "rlsim init`): --force replaces only init's own files; fix: move it away")
+    return None
+
+
+def _write_all(folder: Path, files: dict[Path, str], check: Callable[[], None]) -> None:
+    """Write every file, then ``check`` them, or leave nothing: what was made (folders, files) is
+    removed again, and a file init replaced put back, when a write or the check fails."""
+    made: list[Path] = []
+    kept: dict[Path, bytes] = {}
+    try:
+        for parent in reversed([folder, *folder.parents]):
+            if not parent.exists():
+                parent.mkdir()
+                made.append(parent)
+        for rel, text in files.items():
+            for parent in reversed([folder / p for p in [*rel.parents][:-1]]):
+                if not parent.exists():
+                    parent.mkdir()
+                    made.append(parent)
+            path = folder / rel
+            if path.exists():
+                kept[path] = read_file(path)
+            else:
+                made.append(path)
+            write_file(path, text)
+        check()
+    except BaseException:
+        for path, old in kept.items():
+            with contextlib.suppress(OSError):
+                write_file(path, old)
+        for path in reversed(made):
+            with contextlib.suppress(OSError):
+                path.rmdir() if path.is_dir() else path.unlink()
+        raise
 
 
 def _argv(adapter: str, command: str | None) -> list[str] | None:

@@ -10,14 +10,14 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 
+from rlsim.commands.console import plain_console
 from rlsim.files import write_file
 from rlsim.launch import kuberay, slurm, tasks
 from rlsim.launch.model import Launch
 from rlsim.scenario.loader import catalogue
 
-console = Console(soft_wrap=True, highlight=False)
+console = plain_console(soft_wrap=True)
 # platform -> (render, file name, how to start it, the Python the nodes run by default)
 PLATFORMS = {
     "slurm": (slurm.script, "rlsim-acceptance.sbatch", "sbatch {path}", sys.executable),

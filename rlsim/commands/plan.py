@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from rlsim.commands.console import plain_console
 from rlsim.plan import openrlhf, rlinf, roll, verl
 from rlsim.plan.model import Layout, NodeCapacity, PlanInputError, parse_cluster, place, render
 
-console = Console(soft_wrap=True, highlight=False)
+console = plain_console(soft_wrap=True)
 FRAMEWORKS = {"openrlhf": "command", "verl": "command", "roll": "file", "rlinf": "file"}
 
 

@@ -7,7 +7,7 @@ import json
 import typer
 from rich.table import Table
 
-from rlsim.commands.console import console
+from rlsim.commands.console import console, styled
 
 
 def ray(as_json: bool = typer.Option(False, "--json", help="The same as JSON: the version, "
@@ -26,16 +26,16 @@ def ray(as_json: bool = typer.Option(False, "--json", help="The same as JSON: th
              "plain": s.plain, "required": s.required} for s in statuses]}, indent=1))
         raise typer.Exit(1 if missing else 0)
     outside = ri.version_problem()
-    console.print(f"Ray {ri.ray_version()} at {ri.surface().root}; rlsim is proven on Ray "
-                  f"{ri.SUPPORTED_TEXT}" + (f" [yellow]({outside})[/yellow]" if outside else ""),
-                  highlight=False)
+    console.print(styled(f"Ray {ri.ray_version()} at {ri.surface().root}; rlsim is proven on "
+                         f"Ray {ri.SUPPORTED_TEXT}",
+                         (f" ({outside})" if outside else "", "yellow")))
     table = Table(title="what rlsim uses of Ray's internals")
     for col in ("capability", "in force", "gives / plain path"):
         table.add_column(col)
     for s in statuses:
-        table.add_row(s.name, "yes" if s.available else "[yellow]no[/yellow]",
+        table.add_row(s.name, "yes" if s.available else styled(("no", "yellow")),
                       s.gives if s.available else f"{s.plain}; because {s.why}")
     console.print(table)
     if not ri.token_auth():
-        console.print(f"[yellow]{ri.open_cluster_line()}[/yellow]", highlight=False)
+        console.print(ri.open_cluster_line(), style="yellow")
     raise typer.Exit(1 if missing else 0)

@@ -9,18 +9,17 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
 
 from rlsim.backends import BACKENDS, DEFAULT, cluster_class, described, ray_internals, unknown
 from rlsim.backends.base import Unsupported
+from rlsim.commands.console import plain_console, styled
 from rlsim.result import ScenarioResult, write_summary
 from rlsim.scenario.loader import ScenarioError, discover, load
 from rlsim.scenario.schema import parse_overrides
 
-console = Console(soft_wrap=True)
+console = plain_console(soft_wrap=True)
 
 
 def _paths(paths: list[Path]) -> list[Path]:
@@ -133,8 +132,8 @@ def run(
     scenarios = []
     for path, sc in _load_all(paths):  # all valid before anything starts
         if sc.slow and not slow and path.resolve() not in named:
-            console.print(f"[yellow]SKIP[/] {sc.name}: slow tier; name its file or pass --slow",
-                          highlight=False)
+            console.print(styled(("SKIP", "yellow"), f" {sc.name}: slow tier; name its file "
+                                 "or pass --slow"))
         else:
             scenarios.append(sc.with_overrides(extra))
     if backend is not None and (problem := unknown(backend)):
@@ -182,7 +181,7 @@ def run(
     finally:
         leaks = pool.close()
     if leaks:
-        console.print(f"[red]kept clusters leaked at teardown:[/] {escape('; '.join(leaks))}")
+        console.print(styled(("kept clusters leaked at teardown:", "red"), " " + "; ".join(leaks)))
     write_summary(root, results)
     from rlsim.report import render, signoff
 
@@ -227,13 +226,13 @@ def _run_one(sc, root: Path, seed, backend: str, ray_address, pool) -> ScenarioR
     try:
         result = _run_live(sc, root, seed, backend, ray_address, pool)
     except Unsupported as e:
-        console.print(f"[yellow]SKIP[/] {sc.name}: {escape(str(e))}", highlight=False)
+        console.print(styled(("SKIP", "yellow"), f" {sc.name}: {e}"))
         return None
-    console.print(f"{'[green]PASS' if result.ok else '[red]FAIL'}[/] {sc.name} "
-                  f"({result.seconds:.1f} s)")
+    console.print(styled(("PASS", "green") if result.ok else ("FAIL", "red"),
+                         f" {sc.name} ({result.seconds:.1f} s)"))
     for v in result.checks:
-        mark = "[green]ok[/]  " if v.ok else "[red]no[/]  "
-        console.print(f"   {mark}{v.check}: {escape(v.message)}", highlight=False)
+        console.print(styled("   ", ("ok", "green") if v.ok else ("no", "red"),
+                             f"  {v.check}: {v.message}"))
         if not v.ok:
             for line in v.evidence[-10:]:
                 console.print(f"        {line}", highlight=False, markup=False)

@@ -148,14 +148,14 @@ def role_hosts(ctx: FaultContext, role: str) -> tuple[list[dict], str]:
     scenario's ``trainer.roles`` pattern (ranked by node address, then pid)."""
     if role in ctx.roles:
         import ipaddress
-        import re
 
         from rlsim.backends.ray_state import alive_actors
+        from rlsim.fields import search
         from rlsim.host.home import auth_token_path
 
         pattern = ctx.roles[role]
         actors = alive_actors(ctx.cluster.address, str(auth_token_path()))
-        hosts = sorted((a for a in actors if re.search(pattern, a["class"])),
+        hosts = sorted((a for a in actors if search(pattern, a["class"])),
                        key=lambda a: (ipaddress.ip_address(a["ip"]), a["pid"]))
         return hosts, f"alive Ray actors whose class matches {pattern!r}"
     # the table lists workers in index order; ranks follow it

@@ -83,10 +83,13 @@ def scenario_schema() -> dict[str, Any]:
     root["properties"]["expect"]["items"] = {"oneOf": one_check}
     for model in (Scenario, FaultEntry):
         defs.pop(ref(model)["$ref"].rsplit("/", 1)[1])
-    return {"$schema": DRAFT, "title": "rlsim scenario",
+    return {**root, "$schema": DRAFT, "title": TITLE,
             "description": "A scenario file of rlsim: a cluster, a trainer, faults on a schedule "
                            "and the expectations judged after the run.",
-            **root, "$defs": defs}
+            "$defs": defs}
+
+
+TITLE = "rlsim scenario"  # what names a file as rlsim's schema (rlsim init replaces only its own)
 
 
 def text(schema: dict[str, Any] | None = None) -> str:

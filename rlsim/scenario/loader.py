@@ -25,7 +25,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from rlsim.adapters import ADAPTERS
 from rlsim.adapters.base import TrainerProblem, resolve
 from rlsim.fields import World
-from rlsim.files import FileRefused, read_file
+from rlsim.files import FileRefused, read_file, shown
 from rlsim.scenario.schema import Scenario
 
 MAX_BYTES = 1 << 20
@@ -51,10 +51,12 @@ def read(text: str, p: Path) -> Scenario:
     paths are relative to ``p``'s folder): what :func:`load` does once the file is read."""
     data, lines = _parse(p, text)
     if data is None:
-        raise ScenarioError(f"{p}:1: the file is empty; a scenario is a mapping (name, cluster, "
+        raise ScenarioError(f"{shown(p)}:1: the file is empty; a scenario is a mapping (name, "
+                            "cluster, "
                             "trainer, faults, expect): see scenarios/ for examples")
     if not isinstance(data, dict):
-        raise ScenarioError(f"{p}:1: a scenario is a mapping (name, cluster, trainer, faults, "
+        raise ScenarioError(f"{shown(p)}:1: a scenario is a mapping (name, cluster, trainer, "
+                            "faults, "
                             "expect), not a " + type(data).__name__)
     try:
         scenario = Scenario.model_validate(data)
@@ -75,7 +77,7 @@ def resolve_paths(p: Path, lines: dict[tuple, int], sc: Scenario) -> None:
     folder = p.resolve().parent
     workdir = resolve(sc.trainer.cwd or ".", folder).resolve()
     if not workdir.is_dir():
-        raise ScenarioError(f"{p}:{_line_of(lines, ('trainer', 'cwd'))}: trainer.cwd: "
+        raise ScenarioError(f"{shown(p)}:{_line_of(lines, ('trainer', 'cwd'))}: trainer.cwd: "
                             f"{str(workdir)!r} is not a folder (it is relative to the scenario's "
                             "folder); give a folder the command can run in")
     sc.trainer.cwd = str(workdir)
@@ -106,23 +108,26 @@ def _read(p: Path) -> str:
     try:
         raw = read_file(p, MAX_BYTES, follow=True)
     except FileNotFoundError:
-        raise ScenarioError(f"{p}:1: no such file; give a scenario .yaml file or a directory of "
+        raise ScenarioError(f"{shown(p)}:1: no such file; give a scenario .yaml file or a "
+                            "directory of "
                             "them") from None
     except FileRefused as e:
         if e.errno == errno.EFBIG:
-            raise ScenarioError(f"{p}:1: larger than {MAX_BYTES // 1024} KiB, the limit for a "
+            raise ScenarioError(f"{shown(p)}:1: larger than {MAX_BYTES // 1024} KiB, the limit "
+                                "for a "
                                 "scenario file (a real one is a few KiB): is this the right "
                                 "file?") from None
         what = str(e).removeprefix(f"{p} is ").removesuffix("; give a file")
-        raise ScenarioError(f"{p}:1: {what}; give a scenario .yaml file") from None
+        raise ScenarioError(f"{shown(p)}:1: {what}; give a scenario .yaml file") from None
     except OSError as e:
-        raise ScenarioError(f"{p}:1: cannot read the file ({e.strerror}); make it readable by "
+        raise ScenarioError(f"{shown(p)}:1: cannot read the file ({e.strerror}); make it "
+                            "readable by "
                             "this user") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[:e.start].count(b"\n") + 1
-        raise ScenarioError(f"{p}:{line}: not UTF-8 text (byte {e.start}): a binary file? A "
+        raise ScenarioError(f"{shown(p)}:{line}: not UTF-8 text (byte {e.start}): a binary file? A "
                             "scenario is a YAML text file") from None
 
 
@@ -135,7 +140,7 @@ def _parse(p: Path, text: str) -> tuple[object, dict[tuple, int]]:
     except ScenarioError:
         raise
     except yaml.reader.ReaderError as e:
-        raise ScenarioError(f"{p}:{text[:e.position].count(chr(10)) + 1}: not valid YAML: "
+        raise ScenarioError(f"{shown(p)}:{text[:e.position].count(chr(10)) + 1}: not valid YAML: "
                             f"character #x{e.character:04x} at offset {e.position}: "
                             f"{e.reason}; remove it (a scenario is plain text)") from None
     except yaml.YAMLError as e:
@@ -143,16 +148,17 @@ def _parse(p: Path, text: str) -> tuple[object, dict[tuple, int]]:
         problem = getattr(e, "problem", None) or getattr(e, "context", None) or str(e)
         if "nesting depth" in str(problem):  # libyaml's own limit (PyYAML >= 6.0.4), met first
             raise ScenarioError(_too_deep(p, mark.line + 1 if mark else 1)) from None
-        raise ScenarioError(f"{p}:{mark.line + 1 if mark else 1}: not valid YAML: "
+        raise ScenarioError(f"{shown(p)}:{mark.line + 1 if mark else 1}: not valid YAML: "
                             f"{' '.join(str(problem).split())}") from None
     except (ValueError, OverflowError) as e:  # a value that looks like a date but is none
-        raise ScenarioError(f"{p}:1: not valid YAML: {e}") from None
+        raise ScenarioError(f"{shown(p)}:1: not valid YAML: {e}") from None
     finally:
         loader.dispose()
 
 
 def _too_deep(p: Path, line: int) -> str:
-    return (f"{p}:{line}: nested more than {MAX_DEPTH} levels deep; a scenario is a few levels "
+    return (f"{shown(p)}:{line}: nested more than {MAX_DEPTH} levels deep; a scenario is a few "
+            "levels "
             "of mappings and lists")
 
 
@@ -167,23 +173,26 @@ def _compose(p: Path, loader) -> tuple[Node | None, dict[tuple, int]]:
         if isinstance(e, ev.DocumentStartEvent):
             docs += 1
             if docs > 1:
-                raise ScenarioError(f"{p}:{line}: a second YAML document (---); a scenario file "
+                raise ScenarioError(f"{shown(p)}:{line}: a second YAML document (---); a "
+                                    "scenario file "
                                     "holds one")
         elif isinstance(e, ev.AliasEvent):
-            raise ScenarioError(f"{p}:{line}: alias *{e.anchor} is not allowed in a scenario "
+            raise ScenarioError(f"{shown(p)}:{line}: alias *{e.anchor} is not allowed in a "
+                                "scenario "
                                 "file: write the value out in full")
         elif isinstance(e, ev.CollectionEndEvent):
             stack.pop()[0].end_mark = e.end_mark
         elif isinstance(e, ev.NodeEvent):
             if e.anchor is not None:
-                raise ScenarioError(f"{p}:{line}: anchor &{e.anchor} is not allowed in a "
+                raise ScenarioError(f"{shown(p)}:{line}: anchor &{e.anchor} is not allowed in a "
                                     "scenario file: write each value out in full")
             node = _node(loader, e)
             path = _attach(p, stack[-1], node, lines) if stack else ()
             if isinstance(node, ScalarNode):
                 _check_number(p, loader, node, path)
                 if "\0" in node.value:  # a path or a name cut short by every C API it reaches
-                    raise ScenarioError(f"{p}:{line}: {_dotted(path)}: a NUL byte in a value "
+                    raise ScenarioError(f"{shown(p)}:{line}: {_dotted(path)}: a NUL byte in a "
+                                        "value "
                                         "(written \\0 or \\x00 in quotes); remove it")
             root = node if root is None else root
             if not isinstance(node, ScalarNode):
@@ -207,7 +216,8 @@ def _attach(p: Path, frame: list, node: Node, lines: dict[tuple, int]) -> tuple:
             ident = (node.tag, node.value)
             if ident in seen:
                 where = f"lines {seen[ident]} and {line}" if seen[ident] != line else "same line"
-                raise ScenarioError(f"{p}:{line}: {_dotted(path)}: key {node.value!r} appears "
+                raise ScenarioError(f"{shown(p)}:{line}: {_dotted(path)}: key {node.value!r} "
+                                    "appears "
                                     f"twice ({where}): keep one")
             seen[ident] = line
             lines[(*path, node.value)] = line
@@ -240,7 +250,8 @@ def _check_number(p: Path, loader, node: ScalarNode, path: tuple) -> None:
         return
     if not math.isfinite(value) or abs(value) >= MAX_NUMBER:
         what = "not a finite number" if not math.isfinite(value) else "too large"
-        raise ScenarioError(f"{p}:{node.start_mark.line + 1}: {_dotted(path)}: {node.value} is "
+        raise ScenarioError(f"{shown(p)}:{node.start_mark.line + 1}: {_dotted(path)}: "
+                            f"{node.value} is "
                             f"{what}; write a plain number (below {MAX_NUMBER:.0e})")
 
 
@@ -251,7 +262,7 @@ def _schema_problem(p: Path, lines: dict[tuple, int], err: dict) -> str:
         msg = "unknown key (see rlsim/scenario/schema.py for the vocabulary)"
     elif err["type"] == "missing":
         msg = "required, missing"
-    return f"{p}:{_line_of(lines, loc)}: {_dotted(loc)}: {msg}"
+    return f"{shown(p)}:{_line_of(lines, loc)}: {_dotted(loc)}: {msg}"
 
 
 def _where(loc: tuple, msg: str) -> tuple[tuple, str]:
@@ -290,13 +301,14 @@ def _check_against_trainer(p: Path, lines: dict[tuple, int], sc: Scenario) -> No
     try:
         facts = ADAPTERS[sc.trainer.adapter].facts(sc.trainer, refusals)
     except TrainerProblem as e:
-        raise ScenarioError(f"{p}:{_line_of(lines, e.where)}: {e.field}: {e}") from None
+        raise ScenarioError(f"{shown(p)}:{_line_of(lines, e.where)}: {e.field}: {e}") from None
     if facts is None:  # refused, as the scenario expects
         return
     world = World(sc.cluster.nodes, facts.total_steps, facts.ranks, facts.steps_knob)
     found = sc.problems(world)  # steps never reached, roles and ranks the run does not have
     if found:
-        raise ScenarioError("\n".join(f"{p}:{_line_of(lines, _key_path(where))}: {where}: {said}"
+        raise ScenarioError("\n".join(f"{shown(p)}:{_line_of(lines, _key_path(where))}: "
+                                      f"{where}: {said}"
                                        for where, said in found))
 
 

@@ -10,7 +10,6 @@ events, by time) is what the checks (:mod:`rlsim.checks`) judge.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import os
 import random
@@ -121,11 +120,35 @@ def check_runnable(sc: Scenario, backend: str) -> type:
     return found
 
 
+def installed(module: str) -> bool:
+    """Whether ``module`` (a dotted name) could be imported here, decided without importing
+    anything: ``importlib.util.find_spec("a.b")`` imports ``a`` to find ``b``, and reading a
+    scenario (``rlsim validate``, ``run --dry-run``, pytest's collection) must never run code a
+    scenario names. The top package is found as ``import`` would find it; each submodule in its
+    parent's folders."""
+    import importlib.machinery
+
+    if module in sys.modules:  # already imported here (os.path, rlsim's own)
+        return True
+    top, *rest = module.split(".")
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level name: found, not imported
+    except (ImportError, ValueError):
+        return False
+    name = top
+    for part in rest:
+        if spec is None or not spec.submodule_search_locations:
+            return False
+        name = f"{name}.{part}"
+        spec = importlib.machinery.PathFinder.find_spec(name, list(spec.submodule_search_locations))
+    return spec is not None
+
+
 def _runnable(sc: Scenario, backend: str) -> type:
     if backend in sc.cluster.skip_on:
         raise Unsupported(sc.cluster.skip_on[backend])
     for module, how in sc.trainer.requires.items():
-        if importlib.util.find_spec(module) is None:
+        if not installed(module):
             raise Unsupported(f"trainer.requires: {module} is not installed in {sys.prefix} "
                               f"({how})")
     try:

@@ -41,6 +41,7 @@ from rlsim.host.spec import ClusterShape, per_node_problem
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
 # what the runner sets for every launch of a trainer, and why
 RUNNER_ENV = {"RAY_ADDRESS": "the cluster's own GCS address", "RLSIM_RUN_DIR": "the run directory",
               "RLSIM_ATTEMPT": "the launch's number", "RAY_AUTH_MODE": "the cluster's token auth",
@@ -137,6 +138,15 @@ class TrainerSection(Strict):
             except ValueError as e:
                 raise ValueError(f"roles.{role}: {e}") from None
         return roles
+
+    @field_validator("requires")
+    @classmethod
+    def _module_names(cls, requires: dict[str, str]) -> dict[str, str]:
+        for module in requires:
+            if not MODULE_NAME.match(module):
+                raise ValueError(f"requires: {module!r} is not a Python module name (dotted "
+                                 "names such as verl or vllm.engine)")
+        return requires
 
     @field_validator("env")
     @classmethod

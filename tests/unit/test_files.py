@@ -24,21 +24,55 @@ def victim(tmp_path):
     return path
 
 
-def test_a_symlink_at_the_target_is_replaced_never_followed(tmp_path, victim):
-    link = tmp_path / "out" / "junit.xml"
-    link.parent.mkdir()
-    link.symlink_to(victim)
-    write_file(link, "<testsuite/>", 0o755)
+def _plant(path, kind: str, victim) -> None:
+    if kind == "symlink":
+        path.symlink_to(victim)
+    elif kind == "dangling symlink":
+        path.symlink_to(path.parent / "nowhere")
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "FIFO":
+        os.mkfifo(path)
+    elif kind == "character device":  # what /dev/null is (rlsim often runs as root)
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    else:
+        import socket
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+
+
+KINDS = ["symlink", "dangling symlink", "folder", "FIFO", "character device", "socket"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_only_a_regular_file_or_nothing_is_ever_replaced(tmp_path, victim, kind):
+    if kind == "character device" and os.geteuid() != 0:
+        pytest.skip("making a device needs root")
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "junit.xml"
+    _plant(target, kind, victim)
+    before = os.lstat(target)
+    with pytest.raises(FileRefused, match=f"is {'a symlink' if 'symlink' in kind else 'a ' + kind}"
+                       r".*replaces only a regular file; remove it or choose another place"):
+        write_file(target, "<testsuite/>", 0o755)
+    after = os.lstat(target)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
     assert victim.read_text() == "precious\n" and stat.S_IMODE(victim.stat().st_mode) == 0o600
-    assert not link.is_symlink() and link.read_text() == "<testsuite/>"
-    assert stat.S_IMODE(link.stat().st_mode) == 0o755
-    assert [p.name for p in link.parent.iterdir()] == ["junit.xml"]  # no temp file left
+    assert [p.name for p in out.iterdir()] == ["junit.xml"]  # no temp file left
 
 
-def test_a_folder_at_the_target_is_refused(tmp_path):
-    (tmp_path / "summary.json").mkdir()
-    with pytest.raises(FileRefused, match="is a folder, where rlsim writes a file"):
-        write_file(tmp_path / "summary.json", "[]")
+def test_a_regular_file_is_replaced_whole_and_a_missing_folder_named(tmp_path):
+    target = tmp_path / "summary.json"
+    target.write_text("old")
+    write_file(target, "[]", 0o640)
+    assert target.read_text() == "[]" and stat.S_IMODE(target.stat().st_mode) == 0o640
+    with pytest.raises(FileRefused, match="missing, the folder of .* does not exist: create it"):
+        write_file(tmp_path / "missing" / "x.json", "[]")
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(FileRefused, match="is not a folder"):
+        write_file(tmp_path / "afile" / "x.json", "[]")
 
 
 def test_reads_refuse_links_fifos_devices_folders_and_oversized_files(tmp_path, victim):
@@ -72,9 +106,10 @@ def test_rlsim_report_rewrites_no_file_a_planted_link_points_at(tmp_path, victim
     for name in ("junit.xml", "signoff.html", "report.html"):
         (root / name).symlink_to(victim)
     result = CliRunner().invoke(cli.app, ["report", str(root)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2, result.output
+    assert "is a symlink, where rlsim writes a file" in result.output
     assert victim.read_text() == "precious\n" and stat.S_IMODE(victim.stat().st_mode) == 0o600
-    assert not any((root / n).is_symlink() for n in ("junit.xml", "signoff.html", "report.html"))
+    assert all((root / n).is_symlink() for n in ("junit.xml", "signoff.html", "report.html"))
 
 
 def test_a_summary_that_is_a_link_or_a_fifo_is_refused_not_read(tmp_path, victim):
@@ -99,7 +134,10 @@ def test_rlsim_launch_does_not_write_or_chmod_through_a_planted_script(tmp_path,
     (out / "rlsim-acceptance.sbatch").symlink_to(victim)
     result = CliRunner().invoke(cli.app, ["launch", "slurm", "--nodes", "2", "--gpus-per-node",
                                           "8", "--out", str(out)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2 and "is a symlink" in result.output, result.output
     assert victim.read_text() == "precious\n" and stat.S_IMODE(victim.stat().st_mode) == 0o600
-    script = out / "rlsim-acceptance.sbatch"
-    assert not script.is_symlink() and os.access(script, os.X_OK)
+    (out / "rlsim-acceptance.sbatch").unlink()
+    result = CliRunner().invoke(cli.app, ["launch", "slurm", "--nodes", "2", "--gpus-per-node",
+                                          "8", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert os.access(out / "rlsim-acceptance.sbatch", os.X_OK)
