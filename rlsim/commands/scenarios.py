@@ -15,6 +15,7 @@ from rich.table import Table
 from rlsim.backends import BACKENDS, DEFAULT, cluster_class, described, ray_internals, unknown
 from rlsim.backends.base import Unsupported
 from rlsim.commands.console import plain_console, styled
+from rlsim.files import shown
 from rlsim.result import ScenarioResult, write_summary
 from rlsim.scenario.loader import ScenarioError, discover, load
 from rlsim.scenario.schema import parse_overrides
@@ -28,8 +29,9 @@ def _paths(paths: list[Path]) -> list[Path]:
     for p in paths:
         found = discover(p) if p.is_dir() else [p]
         if not found:
-            raise ScenarioError(f"{p}: a directory with no scenario files (*.yaml) in it; give "
-                                "a scenario file or a directory holding some, e.g. scenarios/")
+            raise ScenarioError(f"{shown(p)}: a directory with no scenario files (*.yaml) in "
+                                "it; give a scenario file or a directory holding some, e.g. "
+                                "scenarios/")
         out += found
     return out
 
@@ -56,9 +58,9 @@ def _load_all(paths: list[Path]) -> list:
     first: dict[str, Path] = {}
     for path, sc in scenarios:  # one report folder per name: a second would take the first's
         if sc.name in first:
-            _refuse(ScenarioError(f"{path}:1: name: two scenarios are named {sc.name!r} "
-                                  f"({first[sc.name]} and {path}); their results would share "
-                                  "one report folder: rename one"))
+            _refuse(ScenarioError(f"{shown(path)}:1: name: two scenarios are named {sc.name!r} "
+                                  f"({shown(first[sc.name])} and {shown(path)}); their "
+                                  "results would share one report folder: rename one"))
             bad += 1
         first.setdefault(sc.name, path)
     if bad:
@@ -75,8 +77,8 @@ def validate(paths: Paths) -> None:
     all are valid; 2 when one is not (each problem as ``file:line: field: what and the fix``) or
     a directory holds no scenarios."""
     for path, sc in _load_all(paths):
-        console.print(f"ok  {path}: {sc.name} ({len(sc.faults)} faults, {len(sc.expect)} checks)",
-                      markup=False, highlight=False)
+        console.print(f"ok  {shown(path)}: {sc.name} ({len(sc.faults)} faults, "
+                      f"{len(sc.expect)} checks)")
 
 
 def schema(
