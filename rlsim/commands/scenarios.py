@@ -17,8 +17,7 @@ from rlsim.backends.base import Unsupported
 from rlsim.commands.console import plain_console, styled
 from rlsim.files import shown
 from rlsim.result import ScenarioResult, write_summary
-from rlsim.scenario.loader import ScenarioError, discover, load
-from rlsim.scenario.schema import parse_overrides
+from rlsim.scenario.loader import ScenarioError, discover, load, parse_overrides
 
 console = plain_console(soft_wrap=True)
 
@@ -41,8 +40,9 @@ def _refuse(e: ScenarioError) -> None:
     console.print(str(e), style="red", markup=False, highlight=False)
 
 
-def _load_all(paths: list[Path]) -> list:
-    """Every scenario named, validated; exit 2 after printing every problem found."""
+def _load_all(paths: list[Path], overrides: dict | None = None) -> list:
+    """Every scenario named, validated (with ``overrides``, ``--override``, as if the files
+    held them); exit 2 after printing every problem found."""
     try:
         files = _paths(paths)
     except ScenarioError as e:
@@ -51,7 +51,7 @@ def _load_all(paths: list[Path]) -> list:
     scenarios, bad = [], 0
     for path in files:
         try:
-            scenarios.append((path, load(path)))
+            scenarios.append((path, load(path, overrides)))
         except ScenarioError as e:
             _refuse(e)
             bad += 1
@@ -132,12 +132,12 @@ def run(
         console.print(str(e), style="red", markup=False, highlight=False)
         raise typer.Exit(2) from None
     scenarios = []
-    for path, sc in _load_all(paths):  # all valid before anything starts
+    for path, sc in _load_all(paths, extra):  # all valid before anything starts
         if sc.slow and not slow and path.resolve() not in named:
             console.print(styled(("SKIP", "yellow"), f" {sc.name}: slow tier; name its file "
                                  "or pass --slow"))
         else:
-            scenarios.append(sc.with_overrides(extra))
+            scenarios.append(sc)
     if backend is not None and (problem := unknown(backend)):
         console.print(problem, style="red", markup=False, highlight=False)
         raise typer.Exit(2)

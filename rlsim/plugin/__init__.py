@@ -19,6 +19,7 @@ import itertools
 import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -60,15 +61,51 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "share a cluster within a worker, checked clean in between)")
 
 
+SEEN = pytest.StashKey[set]()  # scenario files outside the rootdir collected through a link
+
+
 def pytest_collect_file(parent: pytest.Collector, file_path):
     """A file the ``rlsim_scenarios`` patterns match (``scenarios/**/*.yaml`` unless the ini
     file says otherwise) -> one item per scenario (see rlsim.plugin.items); a matched file that
-    is no scenario is a collection error naming the file."""
+    is no scenario is a collection error naming the file. A file reached through a symlinked
+    folder is collected once, by its own path (a link loop reaches one file dozens of times)."""
+    config = parent.config
+    patterns = config.getini("rlsim_scenarios")
     if file_path.suffix in (".yaml", ".yml") and is_scenario_file(
-            file_path, parent.config.rootpath, parent.config.getini("rlsim_scenarios")):
+            file_path, config.rootpath, patterns):
         from rlsim.plugin.items import ScenarioFile
 
+        real = Path(os.path.realpath(file_path))
+        if real != Path(os.path.abspath(file_path)):
+            if real.is_relative_to(config.rootpath) and is_scenario_file(
+                    real, config.rootpath, patterns):
+                return None  # collected by its own path
+            seen = config.stash.setdefault(SEEN, set())
+            if real in seen:
+                return None
+            seen.add(real)
         return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+def patterns_problem(patterns: list[str]) -> str | None:
+    """Why the ``rlsim_scenarios`` globs cannot be used as written, or None: each is relative
+    to the rootdir, inside it, and uses only what :func:`_regex` reads (``**``, ``*``, ``?``).
+    A pattern that can match nothing collects no scenario, and pytest would say nothing."""
+    for pattern in patterns:
+        fix = "write a glob relative to the rootdir, e.g. scenarios/**/*.yaml"
+        if not pattern.strip():
+            return f"rlsim_scenarios: an empty pattern; {fix}"
+        if pattern.startswith("/") or pattern.startswith("~"):
+            return f"rlsim_scenarios: {pattern!r} is not relative to the rootdir; {fix}"
+        if ".." in pattern.split("/"):
+            return (f"rlsim_scenarios: {pattern!r} climbs out of the rootdir ('..'); pytest "
+                    f"collects inside it: {fix}")
+        if any(c in pattern for c in "[]{}\\"):
+            return (f"rlsim_scenarios: {pattern!r} uses [ ] {{ }} or \\, which these globs do "
+                    f"not read (only **, * and ?); {fix}")
+        if not pattern.endswith((".yaml", ".yml", "*")):
+            return f"rlsim_scenarios: {pattern!r} names no .yaml files; {fix}"
     return None
 
 
@@ -170,6 +207,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if problem := patterns_problem(config.getini("rlsim_scenarios")):
+        raise pytest.UsageError(f"{config.inipath or 'the ini file'}: {problem}")
     # before any test module imports ray: Ray fixes its auth mode at import (see export_auth_env)
     export_auth_env()
     for line in (

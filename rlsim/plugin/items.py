@@ -14,12 +14,12 @@ import pytest
 from rlsim.backends import BACKENDS, ray_internals
 from rlsim.backends.base import Unsupported
 from rlsim.checks import FIGURES
+from rlsim.files import shown
 from rlsim.plugin.session import require, scenario_pool
 from rlsim.result import ScenarioResult
-from rlsim.scenario.loader import ScenarioError, load
+from rlsim.scenario.loader import ScenarioError, load, parse_overrides
 from rlsim.scenario.pool import scenario_key
 from rlsim.scenario.runner import play
-from rlsim.scenario.schema import parse_overrides
 
 
 def shape_scheduler(config: pytest.Config, log):
@@ -56,12 +56,23 @@ class ScenarioFailed(Exception):
         self.result = result
 
 
+NAMES = pytest.StashKey[dict]()  # scenario name -> the file that holds it, as collected
+
+
 class ScenarioFile(pytest.File):
     def collect(self):
         try:
-            scenario = load(self.path)
+            scenario = load(self.path, overrides(self.config))
         except ScenarioError as e:
             yield InvalidScenario.from_parent(self, name=self.path.stem, error=str(e))
+            return
+        names = self.config.stash.setdefault(NAMES, {})
+        first = names.setdefault(scenario.name, self.path)
+        if first != self.path:  # as rlsim validate refuses it: one report folder for both
+            yield InvalidScenario.from_parent(self, name=self.path.stem, error=(
+                f"{shown(self.path)}:1: name: two scenarios are named {scenario.name!r} "
+                f"({shown(first)} and {shown(self.path)}); their results would share one "
+                "report folder: rename one"))
             return
         yield ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
 
@@ -100,7 +111,7 @@ class ScenarioItem(pytest.Item):
         report = self.config.getoption("rlsim_report")
         out = Path(report) / self.scenario.name if report else \
             self.config._tmp_path_factory.mktemp(self.scenario.name)
-        scenario = self.scenario.with_overrides(overrides(self.config))
+        scenario = self.scenario
         if BACKENDS[backend].starts and (refused := ray_internals.auth_refusal()):
             pytest.fail(refused, pytrace=False)
         try:

@@ -16,6 +16,7 @@ import errno
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -26,7 +27,7 @@ from rlsim.adapters import ADAPTERS
 from rlsim.adapters.base import TrainerProblem, resolve
 from rlsim.fields import World
 from rlsim.files import FileRefused, read_file, shown
-from rlsim.scenario.schema import Scenario
+from rlsim.scenario.schema import OVERRIDE_KEY, Scenario
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
@@ -40,15 +41,19 @@ class ScenarioError(ValueError):
     """A scenario file that cannot be run; ``str()`` is one line per problem, ``path:line: ...``."""
 
 
-def load(path: str | Path) -> Scenario:
-    """Parse and validate one scenario file; raise :class:`ScenarioError` with every problem."""
+def load(path: str | Path, overrides: dict[str, Any] | None = None) -> Scenario:
+    """Parse and validate one scenario file; raise :class:`ScenarioError` with every problem.
+    ``overrides`` (``--override``): more reference-trainer overrides, checked with the file."""
     p = Path(path)
-    return read(_read(p), p)
+    return read(_read(p), p, overrides)
 
 
-def read(text: str, p: Path) -> Scenario:
+def read(text: str, p: Path, overrides: dict[str, Any] | None = None) -> Scenario:
     """A scenario's ``text`` read as if it were the file ``p`` (its messages name ``p``, its
-    paths are relative to ``p``'s folder): what :func:`load` does once the file is read."""
+    paths are relative to ``p``'s folder): what :func:`load` does once the file is read.
+    ``overrides`` are added to the reference trainer's before anything is checked, so that a
+    run with them is held to what the file is (a fault at step 7 against total_steps=3 is
+    refused); a trainer of another adapter takes none."""
     data, lines = _parse(p, text)
     if data is None:
         raise ScenarioError(f"{shown(p)}:1: the file is empty; a scenario is a mapping (name, "
@@ -58,14 +63,33 @@ def read(text: str, p: Path) -> Scenario:
         raise ScenarioError(f"{shown(p)}:1: a scenario is a mapping (name, cluster, trainer, "
                             "faults, "
                             "expect), not a " + type(data).__name__)
+    trainer = data.get("trainer")
+    if overrides and isinstance(trainer, dict) and trainer.get("adapter", "rlsim") == "rlsim":
+        given = trainer.get("overrides")
+        data = {**data, "trainer": {**trainer, "overrides": {
+            **(given if isinstance(given, dict) else {}), **overrides}}}
     try:
-        scenario = Scenario.model_validate(data)
-    except ValidationError as e:
-        raise ScenarioError("\n".join(_schema_problem(p, lines, err) for err in e.errors())) \
-            from None
-    resolve_paths(p, lines, scenario)
-    _check_against_trainer(p, lines, scenario)
+        try:
+            scenario = Scenario.model_validate(data)
+        except ValidationError as e:
+            raise ScenarioError("\n".join(_schema_problem(p, lines, err)
+                                          for err in e.errors())) from None
+        resolve_paths(p, lines, scenario)
+        _check_against_trainer(p, lines, scenario)
+    except ScenarioError as e:
+        if not overrides:
+            raise
+        given = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+        raise ScenarioError(f"{e}\n{shown(p)}: (run with --override {given})") from None
     return scenario
+
+
+def read_value(text: str) -> Any:
+    """One YAML value given outside a file (an ``--override``), read as a scenario file is:
+    ScenarioError for what a scenario file may not hold (too deep, an anchor, two
+    documents)."""
+    data, _ = _parse(Path("--override"), text)
+    return data
 
 
 def resolve_paths(p: Path, lines: dict[tuple, int], sc: Scenario) -> None:
@@ -75,7 +99,12 @@ def resolve_paths(p: Path, lines: dict[tuple, int], sc: Scenario) -> None:
     what its adapter reads (the reference trainer's ``config`` when it is a file, not a preset).
     The one place a scenario's relative paths are resolved."""
     folder = p.resolve().parent
-    workdir = resolve(sc.trainer.cwd or ".", folder).resolve()
+    try:
+        workdir = resolve(sc.trainer.cwd or ".", folder).resolve()
+    except (RuntimeError, OSError) as e:  # a symlink loop (RuntimeError before Python 3.13)
+        raise ScenarioError(f"{shown(p)}:{_line_of(lines, ('trainer', 'cwd'))}: trainer.cwd: "
+                            f"{sc.trainer.cwd!r} cannot be resolved ({e}); give a folder the "
+                            "command can run in") from None
     if not workdir.is_dir():
         raise ScenarioError(f"{shown(p)}:{_line_of(lines, ('trainer', 'cwd'))}: trainer.cwd: "
                             f"{str(workdir)!r} is not a folder (it is relative to the scenario's "
@@ -316,3 +345,22 @@ def _key_path(where: str) -> tuple:
     """``faults[2].at.step`` -> ("faults", 2, "at", "step"), for the line of a field."""
     return tuple(int(part) if part.isdigit() else part
                  for part in where.replace("[", ".").replace("]", "").split("."))
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` words (``--override``) as reference-trainer overrides, values read as YAML
+    by the scenario file's own reader (its depth limit, no anchors, no second document);
+    ValueError naming the word and the fix. Applied where a scenario is read
+    (:func:`rlsim.scenario.loader.load`), so that they are checked as the file is."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not OVERRIDE_KEY.match(key):
+            raise ValueError(f"--override {item[:200]!r}: write KEY=VALUE with a dotted config "
+                             "key, e.g. step_delay_s=0.1")
+        try:
+            out[key] = read_value(value)
+        except ScenarioError as e:
+            problem = str(e).partition(": ")[2]
+            raise ValueError(f"--override {key}: {problem}") from None
+    return out

@@ -41,6 +41,12 @@ from rlsim.host.spec import ClusterShape, per_node_problem
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+TAG = re.compile(r"^[A-Za-z_]\w{0,63}$", re.ASCII)
+# pytest's own marks, and what each would do to a scenario that carried it as a tag
+PYTEST_MARKS = {"skip": "skip the scenario", "skipif": "break its collection",
+                "xfail": "turn its failure into a pass", "parametrize": "break its collection",
+                "usefixtures": "break its collection", "filterwarnings": "break its collection",
+                "tryfirst": "reorder hooks", "trylast": "reorder hooks"}
 MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
 # what the runner sets for every launch of a trainer, and why
 RUNNER_ENV = {"RAY_ADDRESS": "the cluster's own GCS address", "RLSIM_RUN_DIR": "the run directory",
@@ -263,7 +269,8 @@ class FaultEntry(BaseModel):
 
 class Scenario(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_]{0,62}$")
-    tags: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list, description="words to select scenarios by "
+                            "(pytest -m / -k); slow: the slow tier")
     description: str = ""
     seed: int = 0
     cluster: ClusterSection = Field(default_factory=ClusterSection)
@@ -272,6 +279,18 @@ class Scenario(Strict):
     expect: list[dict[str, Any]] = Field(min_length=1)
     _parsed: list[tuple[str, Strict]] | None = PrivateAttr(None)
     _runnable: dict[str, object] = PrivateAttr(default_factory=dict)  # backend -> class or refusal
+
+    @field_validator("tags")
+    @classmethod
+    def _tags_ok(cls, tags: list[str]) -> list[str]:
+        for tag in tags:
+            if not TAG.match(tag):
+                raise ValueError(f"tags: {tag!r} is not a tag: a word of letters, digits and _ "
+                                 "(pytest selects by it: -m TAG)")
+            if tag in PYTEST_MARKS:
+                raise ValueError(f"tags: {tag!r} is one of pytest's own marks: as a tag it would "
+                                 f"{PYTEST_MARKS[tag]}; name it otherwise")
+        return tags
 
     @field_validator("expect")
     @classmethod
@@ -360,16 +379,6 @@ class Scenario(Strict):
                 out.append((f"expect[{i}].{name}.{found[0]}", found[1]))
         return out
 
-    def with_overrides(self, extra: dict[str, Any]) -> Scenario:
-        """This scenario with more reference-trainer overrides (``--override``): the same story
-        on another knob (a slower step, ``step_delay_s``), for every scenario of a catalogue.
-        Scenarios of other adapters are returned as they are."""
-        if not extra or self.trainer.adapter != "rlsim":
-            return self
-        trainer = self.trainer.model_copy(update={"overrides": {**self.trainer.overrides,
-                                                                **extra}})
-        return self.model_copy(update={"trainer": trainer})
-
     @property
     def slow(self) -> bool:
         return SLOW in self.tags
@@ -409,21 +418,3 @@ class Scenario(Strict):
             self._parsed = [(name, CHECKS[name].params(p))
                             for entry in self.expect for name, p in entry.items()]
         return self._parsed
-
-
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` words (``--override``) as reference-trainer overrides, values read as YAML
-    as in a scenario file; ValueError naming the word and the fix."""
-    import yaml
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq or not OVERRIDE_KEY.match(key):
-            raise ValueError(f"--override {item!r}: write KEY=VALUE with a dotted config key, "
-                             "e.g. step_delay_s=0.1")
-        try:
-            out[key] = yaml.safe_load(value)
-        except yaml.YAMLError as e:
-            raise ValueError(f"--override {item!r}: the value is not YAML ({e})") from None
-    return out

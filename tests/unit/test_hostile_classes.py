@@ -106,3 +106,91 @@ def test_a_files_name_is_printed_as_text(tmp_path, name):
     done = CliRunner().invoke(cli.app, ["validate", str(good)])
     assert done.exit_code == 2 and shown in done.output and "\x1b" not in done.output
     assert not any(line.startswith("ok") for line in done.output.splitlines())
+
+
+# ---- what a run is given beside the file is held to the file's rules ----------------------------
+
+CATALOGUE_FAULT_AT_7 = """name: s
+trainer: {config: grpo_tiny, overrides: {total_steps: 10}}
+cluster: {nodes: 2, gpus_per_node: 1}
+faults: [{at: {step: 7}, kill_node: {node: 1}}]
+expect: [{completes: {}}]
+"""
+
+
+@pytest.mark.parametrize("override,said", [
+    ("total_steps=3", "step 7"),
+    ("a=" + "[" * 100_000, "nested more than"),
+    ("a=&x [1, *x]", "anchor"),
+    ("a=1\n---\n2", "second YAML document"),
+])
+def test_an_override_is_read_and_checked_as_the_file_is(tmp_path, override, said):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(CATALOGUE_FAULT_AT_7)
+    assert CliRunner().invoke(cli.app, ["run", "--dry-run", str(scenario)]).exit_code == 0
+    done = CliRunner().invoke(cli.app, ["run", "--dry-run", "--override", override,
+                                        str(scenario)])
+    assert done.exit_code == 2 and said in done.output, done.output[-2000:]
+    assert "Traceback" not in done.output
+
+
+@pytest.mark.parametrize("tag", ["skip", "xfail", "skipif", "not a word", "x" * 65])
+def test_a_tag_pytest_would_act_on_or_cannot_select_is_refused(tmp_path, tag):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"name: s\ntags: ['{tag}']\n{EVENTS}expect: [{{completes: {{}}}}]\n")
+    with pytest.raises(ScenarioError, match="tags: "):
+        load(scenario)
+
+
+def test_a_cwd_that_is_a_link_loop_is_refused(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"name: s\n{EVENTS}  cwd: a\nexpect: [{{completes: {{}}}}]\n")
+    with pytest.raises(ScenarioError, match=r"s.yaml:\d+: trainer.cwd: 'a' cannot be resolved"):
+        load(scenario)
+
+
+# ---- the pytest plugin collects as strictly as rlsim validate reads -----------------------------
+
+def _collect(tmp_path, ini: str) -> subprocess.CompletedProcess:
+    (tmp_path / "pytest.ini").write_text(f"[pytest]\nrlsim_scenarios = {ini}\n")
+    return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                           "-p", "no:cacheprovider"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("pattern,said", [
+    ("../*.yaml", "climbs out"), ("/abs/*.yaml", "not relative"),
+    ("scenarios/[ab].yaml", "do not read"), ("scenarios/*.txt", "names no .yaml"),
+])
+def test_a_pattern_that_would_collect_nothing_is_a_usage_error(tmp_path, pattern, said):
+    done = _collect(tmp_path, pattern)
+    assert done.returncode == 4 and said in done.stderr and "rlsim_scenarios" in done.stderr, \
+        done.stdout + done.stderr
+
+
+def test_a_file_reached_again_through_a_link_loop_is_collected_once(tmp_path):
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    (scenarios / "s.yaml").write_text(f"name: s\n{EVENTS}expect: [{{completes: {{}}}}]\n")
+    (scenarios / "loop").symlink_to(scenarios)
+    done = _collect(tmp_path, "scenarios/**/*.yaml")
+    assert "1 test collected" in done.stdout, done.stdout + done.stderr
+
+
+def test_two_files_with_one_scenario_name_are_refused_as_validate_does(tmp_path):
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    for name in ("a.yaml", "b.yaml"):
+        (scenarios / name).write_text(f"name: same\n{EVENTS}expect: [{{completes: {{}}}}]\n")
+    done = _collect(tmp_path, "scenarios/*.yaml")
+    assert "2 tests collected" in done.stdout, done.stdout + done.stderr
+    # the second file read is the refused one (selected alone: no cluster starts)
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k",
+                          "b", "scenarios"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert "1 failed, 1 deselected" in ran.stdout, ran.stdout + ran.stderr
+    assert "two scenarios are named 'same'" in ran.stdout, ran.stdout + ran.stderr
+    validated = CliRunner().invoke(cli.app, ["validate", str(scenarios)])
+    assert validated.exit_code == 2 and "two scenarios are named 'same'" in validated.output
