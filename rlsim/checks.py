@@ -79,6 +79,10 @@ class Check:
             return self.Params.model_validate(value)
         except ValidationError as e:
             raise ValueError(first_error(e, self.name)) from None
+        except Exception as e:  # noqa: BLE001 - a plugin's validator with a bug: named
+            raise ValueError(f"{self.name}: the check's own validator failed ({type(e).__name__}: "
+                             f"{e}); that is a bug of the package that provides "
+                             f"{self.name!r}") from None
 
 
     def __call__(self, o: Outcome, params) -> Verdict:
@@ -86,7 +90,9 @@ class Check:
 
 
 # name -> Check, from the entry point group rlsim.checks (the ones below, and any package's)
-CHECKS: Registry = Registry("rlsim.checks", "check", lambda c: c.name)
+CHECKS: Registry = Registry("rlsim.checks", "check", lambda c: c.name,
+                            accepts=lambda c: isinstance(c, Check),
+                            kind="Check (made with @rlsim.checks.check)")
 
 
 def check(Params: type[Strict], scalar: Callable[[str, Any], dict] | None = None,

@@ -8,7 +8,9 @@ one without editing rlsim::
 
 A registry loads its group once, on first use. Two packages registering one name is refused,
 naming both (which one wins would depend on the install order), and so is an object whose own
-name is not its entry point's.
+name is not its entry point's, one that is not what the group holds (a check that is no Check),
+one that cannot be built, and one whose import fails or exits (``SystemExit(0)`` at import would
+end ``rlsim validate bad.yaml`` with exit 0, saying nothing): each is named with its package.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ class Registry(Mapping):
     entry point names into what the registry holds (an adapter's class into its instance)."""
 
     def __init__(self, group: str, what: str, name_of: Callable[[object], str],
-                 make: Callable[[object], object] = lambda obj: obj) -> None:
+                 make: Callable[[object], object] = lambda obj: obj, *,
+                 accepts: Callable[[object], bool] = lambda obj: True,
+                 kind: str = "") -> None:
         self.group, self.what, self.name_of, self.make = group, what, name_of, make
+        self.accepts, self.kind = accepts, kind or what
         self._items: dict[str, object] | None = None
 
     def _load(self) -> dict[str, object]:
@@ -42,15 +47,24 @@ class Registry(Mapping):
                     f"{self.what} {ep.name!r} is registered by two packages, {found[ep.name][1]} "
                     f"and {owner} (entry point group {self.group}); uninstall one or rename its "
                     "entry point")
+            where = f"{self.what} {ep.name!r} of package {owner} ({ep.value})"
             try:
                 obj = ep.load()
-            except Exception as e:  # noqa: BLE001 - a broken plugin is named, not a traceback
-                raise RegistryError(f"{self.what} {ep.name!r} of package {owner} does not load "
-                                    f"({ep.value}: {type(e).__name__}: {e})") from e
-            if self.name_of(obj) != ep.name:
-                raise RegistryError(f"{self.what} {ep.name!r} of package {owner} names itself "
-                                    f"{self.name_of(obj)!r}; make the two the same")
-            found[ep.name] = (self.make(obj), owner)
+            except (Exception, SystemExit) as e:  # noqa: BLE001 - named, not a traceback or exit
+                raise RegistryError(f"{where} does not load: {type(e).__name__}: {e}; fix or "
+                                    "uninstall that package") from None
+            if not self.accepts(obj):
+                raise RegistryError(f"{where} is {type(obj).__name__} {obj!r:.80}, not a "
+                                    f"{self.kind}; fix or uninstall that package")
+            try:
+                own = self.name_of(obj)
+                made = self.make(obj)
+            except (Exception, SystemExit) as e:  # noqa: BLE001 - as above
+                raise RegistryError(f"{where} cannot be used: {type(e).__name__}: {e}; fix or "
+                                    "uninstall that package") from None
+            if own != ep.name:
+                raise RegistryError(f"{where} names itself {own!r}; make the two the same")
+            found[ep.name] = (made, owner)
         if not found:
             raise RegistryError(f"no {self.what}s are registered (entry point group "
                                 f"{self.group}): rlsim is not installed in this environment; "

@@ -11,6 +11,9 @@ from rlsim.faults.base import Fault, FaultContext
 from rlsim.registry import Registry
 
 # name -> Fault class, from the entry point group rlsim.faults (rlsim's own and any package's)
-FAULTS: Registry = Registry("rlsim.faults", "fault", lambda f: f.name)
+FAULTS: Registry = Registry(
+    "rlsim.faults", "fault", lambda f: f.name,
+    accepts=lambda f: isinstance(f, type) and issubclass(f, Fault),
+    kind="subclass of rlsim.faults.Fault")
 
 __all__ = ["FAULTS", "Fault", "FaultContext"]

@@ -256,6 +256,10 @@ class FaultEntry(BaseModel):
                 self.model_extra[names[0]] or {})
         except ValidationError as e:
             raise ValueError(first_error(e, names[0])) from None
+        except Exception as e:  # noqa: BLE001 - a plugin's validator with a bug: named
+            raise ValueError(f"{names[0]}: the fault's own validator failed "
+                             f"({type(e).__name__}: {e}); that is a bug of the package that "
+                             f"provides {names[0]!r}") from None
         return self
 
     @property
