@@ -29,6 +29,7 @@ from rlsim.fields import (
     Role,
     Step,
     Strict,
+    World,
     first_error,
     regex,
     search,
@@ -61,6 +62,12 @@ class Check:
     # it compares the run with its fault-free twin (same config and seed, same cluster, trained
     # first): the runner trains one when a scenario asks for such a check
     twin: bool = False
+    # why it can never pass in this scenario, as (field, what and the fix), or None: given its
+    # parameters, the scenario and the World (the trainer's steps, where the adapter knows them)
+    cannot: Callable[[Any, Any, World], tuple[str, str] | None] | None = None
+
+    def cannot_pass(self, params, scenario, world: World) -> tuple[str, str] | None:
+        return self.cannot(params, scenario, world) if self.cannot else None
 
     def params(self, value: Any) -> Strict:
         """The parameters of an ``expect`` entry, long form or shorthand; ValueError says which
@@ -97,12 +104,26 @@ CHECKS: Registry = Registry("rlsim.checks", "check", lambda c: c.name,
 
 def check(Params: type[Strict], scalar: Callable[[str, Any], dict] | None = None,
           needs: tuple[str, ...] = (), figure: str | None = None,
-          excludes: tuple[str, ...] = (), twin: bool = False):
+          excludes: tuple[str, ...] = (), twin: bool = False,
+          cannot: Callable[[Any, Any, World], tuple[str, str] | None] | None = None):
     """Make the decorated judge a :class:`Check` of its name (register it with an entry point in
-    the group ``rlsim.checks``; rlsim's own are in its pyproject.toml)."""
+    the group ``rlsim.checks``; rlsim's own are in its pyproject.toml). ``cannot``: why it can
+    never pass in a scenario (refused when the scenario is read)."""
     def make(judge: Callable[[Outcome, Any], Verdict]) -> Check:
-        return Check(judge.__name__, Params, judge, scalar, needs, figure, excludes, twin)
+        return Check(judge.__name__, Params, judge, scalar, needs, figure, excludes, twin,
+                     cannot)
     return make
+
+
+def _needs_a_fault(what: str, disruptive: bool = False):
+    """A ``cannot`` for a check that judges a fault's effect: refused with none to judge."""
+    def cannot(params, scenario, world: World) -> tuple[str, str] | None:
+        has = scenario.disrupts if disruptive else bool(scenario.faults)
+        if not has:
+            kind = "disruptive fault (one that kills, cuts or stalls)" if disruptive else "fault"
+            return "", f"the scenario has no {kind}: {what}; add one, or drop the check"
+        return None
+    return cannot
 
 
 # -- shorthands: each reads (check name, scalar) into the long form's mapping ----------------------
@@ -309,7 +330,16 @@ class FinalStep(Strict):
     step: Step
 
 
-@check(FinalStep, _count("step"), needs=("step_end",))
+def _final_step_cannot(params, scenario, world: World) -> tuple[str, str] | None:
+    completes = any(name == "completes" for name, _ in scenario.checks())
+    if completes and world.total_steps is not None and params.step < world.total_steps:
+        return "step", (f"{params.step} is short of the run's {world.total_steps} steps, and the "
+                        f"scenario expects it to complete (at step {world.total_steps}); expect "
+                        f"{world.total_steps}, or drop completes")
+    return None
+
+
+@check(FinalStep, _count("step"), needs=("step_end",), cannot=_final_step_cannot)
 def final_step(o: Outcome, p) -> Verdict:
     """The last step the trainer committed: the highest its steps, its checkpoints and its end
     report (a framework may drop the reports in flight when it replaces workers, and a later
@@ -329,7 +359,8 @@ class WithinS(Strict):
     seconds: float = Field(gt=0, le=DAY)
 
 
-@check(WithinS, _seconds, figure="detected in (s)")
+@check(WithinS, _seconds, figure="detected in (s)",
+       cannot=_needs_a_fault("there is nothing to detect", disruptive=True))
 def detected_within_s(o: Outcome, p) -> Verdict:
     fault = _first_fault(o)
     if fault is None:
@@ -477,9 +508,10 @@ def _same_weights(run: Path, twin: Path, step: int, rtol: float = 0.0,
 
 
 class ThroughputWithin(Strict):
-    ratio: float = Field(gt=0, le=10, description="the run's steps per second over its "
-                         "fault-free twin's, at least (0.8: a fifth slower at most)")
-    after: float | None = Field(None, gt=0, le=10, description="the ratio the window after "
+    ratio: float = Field(gt=0, le=1, description="the run's steps per second over its "
+                         "fault-free twin's, at least (0.8: a fifth slower at most; a run with a "
+                         "fault is not faster than without, so at most 1)")
+    after: float | None = Field(None, gt=0, le=1, description="the ratio the window after "
                                 "the heal must reach, where it differs (default: ratio)")
     below: float | None = Field(None, gt=0, le=10, description="the ratio in the fault's window "
                                 "must also be at most this: a gray fault that cost no speed "
@@ -530,7 +562,8 @@ def window_ratios(run: dict[int, tuple[float, float]], twin: dict[int, tuple[flo
     return out
 
 
-@check(ThroughputWithin, _ratio, needs=("step_end",), figure="throughput vs twin", twin=True)
+@check(ThroughputWithin, _ratio, needs=("step_end",), figure="throughput vs twin", twin=True,
+       cannot=_needs_a_fault("it compares the fault's window with the twin's"))
 def throughput_within(o: Outcome, p) -> Verdict:
     """Steps per second against the fault-free twin over the same steps, judged separately in
     the first fault's window (from its injection to its heal) and after its heal: a gray failure
@@ -566,7 +599,14 @@ class RewardImproves(Strict):
     by: float = Field(0.1, description="mean of the last 5 steps minus the first 5")
 
 
-@check(RewardImproves, needs=("step_end",))
+def _reward_cannot(params, scenario, world: World) -> tuple[str, str] | None:
+    if world.total_steps is not None and world.total_steps < 10:
+        return "", (f"the run has {world.total_steps} steps; the check compares its first 5 "
+                    f"with its last 5: give {world.steps_knob} 10 or more, or drop the check")
+    return None
+
+
+@check(RewardImproves, needs=("step_end",), cannot=_reward_cannot)
 def reward_improves(o: Outcome, p) -> Verdict:
     rewards = [e["metrics"]["rollout/reward_mean"] for e in o.trainer("step_end")
                if isinstance(e.get("metrics"), dict)

@@ -133,22 +133,9 @@ class Adapter:
         the scenario's ``fails`` checks: that refusal is the story). Raises TrainerProblem.
         Default: the program the command starts exists (and, run by ``{python}``, its
         script); ``total_steps`` as the section says."""
-        program, *args = trainer.command
-        where, field = ("trainer", "command"), "trainer.command"
-        here = trainer.workdir
-        if program == "{python}":
-            script = resolve(args[0], here) if args and args[0].endswith(".py") else None
-            if script is not None and not script.is_file():
-                raise TrainerProblem(where, field, f"no such script {args[0]!r} (looked for "
-                                     f"{str(script)!r}); the command runs in the scenario's "
-                                     "folder (or trainer.cwd), as a shell there would run it")
-        elif "{" not in program:  # a placeholder is filled in at launch
-            found = resolve(program, here) if "/" in program else shutil.which(program)
-            if found is None or not Path(found).is_file() or not os.access(found, os.X_OK):
-                raise TrainerProblem(where, field, f"{program!r} is not an executable here "
-                                     "(a relative path is from the folder the command runs in, "
-                                     "a bare name is looked up on PATH); fix the path, or start "
-                                     "a script with \"{python}\"")
+        check_program(trainer.command, trainer.workdir, "command")
+        if trainer.prepare:
+            check_program(trainer.prepare, trainer.workdir, "prepare")
         return TrainerFacts(trainer.total_steps)
 
     def events(self, trainer, run_dir: Path) -> EventSource:
@@ -157,14 +144,42 @@ class Adapter:
         return EventTail(run_dir / "events.jsonl")
 
 
+def check_program(argv: list[str], here: Path, key: str) -> None:
+    """Raise TrainerProblem (``trainer.<key>``) unless the program ``argv`` starts exists here
+    (and, run by ``{python}``, its script): a command or a ``prepare`` that cannot start is
+    refused when the scenario is read, not found at launch."""
+    program, *args = argv
+    where, field = ("trainer", key), f"trainer.{key}"
+    if program == "{python}":
+        script = resolve(args[0], here) if args and args[0].endswith(".py") else None
+        if script is not None and not script.is_file():
+            raise TrainerProblem(where, field, f"no such script {args[0]!r} (looked for "
+                                 f"{str(script)!r}); the {key} runs in the scenario's "
+                                 "folder (or trainer.cwd), as a shell there would run it")
+    elif "{" not in program:  # a placeholder is filled in at launch
+        found = resolve(program, here) if "/" in program else shutil.which(program)
+        if found is None or not Path(found).is_file() or not os.access(found, os.X_OK):
+            raise TrainerProblem(where, field, f"{program!r} is not an executable here "
+                                 "(a relative path is from the folder the command runs in, "
+                                 "a bare name is looked up on PATH); fix the path, or start "
+                                 "a script with \"{python}\"")
+
+
 def placeholder_problem(arg: str) -> str | None:
-    """Why ``arg`` (one element of a command) cannot be filled in, or None."""
+    """Why ``arg`` (one element of a command) cannot be filled in, or None: a placeholder rlsim
+    does not know, or one with a format spec or conversion (``{run_dir:>999999999999}`` would
+    ask for a string of a trillion characters at launch)."""
     try:
-        names = [name for _, name, _, _ in string.Formatter().parse(arg) if name is not None]
+        parts = list(string.Formatter().parse(arg))
     except ValueError as e:
         return f"{arg!r}: {e}; write a literal brace as {{{{ or }}}}"
-    for name in names:
+    for _, name, spec, conversion in parts:
+        if name is None:
+            continue
         if name not in PLACEHOLDERS:
             return (f"{arg!r}: unknown placeholder {{{name}}}; known: "
                     + ", ".join(f"{{{p}}}" for p in PLACEHOLDERS))
+        if spec or conversion:
+            return (f"{arg!r}: {{{name}}} with a format ({spec or '!' + conversion}): a "
+                    f"placeholder is filled in as it is; write {{{name}}}")
     return None

@@ -32,9 +32,12 @@ class FlapLink(Partition):
     class Params(Strict):
         groups: NodeGroups = Field(description="node groups cut off from the rest and each "
                                    "other while the link is down")
-        period_s: float = Field(gt=0, le=DAY, description="one down and up cycle")
-        down_s: float = Field(gt=0, le=DAY, description="how long the link is down in each "
-                              "cycle (the first starts at once)")
+        # each cut and each mend rewrites the cluster's firewall rules (tens of ms here), and
+        # Ray's heartbeats need a down time they can miss: faster flapping is no flapping
+        period_s: float = Field(ge=1.0, le=DAY, description="one down and up cycle (1 s at "
+                                "least)")
+        down_s: float = Field(ge=0.5, le=DAY, description="how long the link is down in each "
+                              "cycle (the first starts at once; 0.5 s at least)")
 
         @model_validator(mode="after")
         def _up_some_of_the_time(self):

@@ -38,6 +38,14 @@ class PreemptNode(Fault):
                                 "(GCP gives spot VMs 30 s, AWS 120 s)")
 
     @classmethod
+    def trainer_problem(cls, params, trainer, adapter):
+        if params.notice_s >= trainer.timeout_s:
+            return "notice_s", (f"{params.notice_s:g} s of notice outlasts the whole run "
+                                f"(trainer.timeout_s {trainer.timeout_s:g}): the node would "
+                                "never be reclaimed; give a shorter notice or a longer timeout")
+        return super().trainer_problem(params, trainer, adapter)
+
+    @classmethod
     def cluster_problem(cls, params, shape):
         if params.node == 0:
             return "node", ("node 0 is the head: its GCS holds the cluster, so nothing would "

@@ -25,6 +25,20 @@ class SlowNode(Fault):
         cpu: float = Field(gt=0, le=1024, description="CPU cores the whole node may use (0.2: "
                            "a fifth of one core)")
 
+    @classmethod
+    def cluster_problem(cls, params, shape):
+        shapes = getattr(shape, "node_shapes", None)
+        if shapes is not None:
+            nodes = shapes()
+            aimed = [nodes[params.node]] if isinstance(params.node, int) and \
+                params.node < len(nodes) else nodes
+            if params.cpu >= max(n.cpus for n in aimed):
+                most = max(n.cpus for n in aimed)
+                return "cpu", (f"{params.cpu:g} cores is not below the {most:g} the node has: "
+                               "the quota would slow nothing; give fewer (0.2 is a fifth of a "
+                               "core)")
+        return super().cluster_problem(params, shape)
+
     def inject(self):
         node = self.target()
         before = self.ctx.cluster.throttle_cpu(node, self.params.cpu)

@@ -41,6 +41,7 @@ from rlsim.host.spec import ClusterShape, per_node_problem
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MIN_RUN_S = 10.0  # a cluster, a trainer and its first step: no run is shorter here
 TAG = re.compile(r"^[A-Za-z_]\w{0,63}$", re.ASCII)
 # pytest's own marks, and what each would do to a scenario that carried it as a tag
 PYTEST_MARKS = {"skip": "skip the scenario", "skipif": "break its collection",
@@ -120,7 +121,7 @@ class TrainerSection(Strict):
                                     "adapters; the reference trainer's config says its own)")
     relaunch: Relaunch | None = Field(None, description="relaunch a command that exited non-zero, "
                                       "as a scheduler would")
-    timeout_s: float = Field(300, gt=0, le=7 * DAY, description="the whole run, faults and "
+    timeout_s: float = Field(300, ge=MIN_RUN_S, le=7 * DAY, description="the whole run, faults and "
                              "relaunches included")
     roles: dict[Annotated[str, Field(pattern=f"^{ROLE_NAME}$")], str] = Field(
         default_factory=dict, description="role -> pattern searched in Ray actor class names: "
@@ -173,6 +174,10 @@ class TrainerSection(Strict):
             if not OVERRIDE_KEY.match(key):
                 raise ValueError(f"override key {key!r} is not a trainer config key: write a "
                                  "dotted name such as total_steps or actor.lr")
+            if key == "run_dir" or key.startswith("run_dir."):
+                raise ValueError("overrides.run_dir: rlsim gives each run its folder and reads "
+                                 "the trainer's events there; elsewhere they would never be "
+                                 "read: drop it")
         return overrides
 
     @model_validator(mode="after")
@@ -251,6 +256,12 @@ class FaultEntry(BaseModel):
             raise ValueError(f"one fault per entry, found {names or 'none'}")
         if self.for_s is not None and self.heal_at is not None:
             raise ValueError("heal_at: give for_s or heal_at, not both")
+        if (heal := self.heal_at) is not None:
+            for unit, fire, end in (("step", self.at.step, heal.step),
+                                    ("seconds", self.at.seconds, heal.seconds)):
+                if fire is not None and end is not None and end <= fire:
+                    raise ValueError(f"heal_at.{unit}: {end:g} is not after at.{unit} {fire:g}: "
+                                     "a fault is healed after it fires; heal it later")
         try:  # validated once, kept as the fault's parameters
             self._params = FAULTS[names[0]].Params.model_validate(
                 self.model_extra[names[0]] or {})
@@ -348,7 +359,15 @@ class Scenario(Strict):
                                  f"expect[{names.index(clash)}].{clash}; keep the one the story "
                                  "expects")
         held: dict[tuple, int] = {}  # (node, when) -> the fault that takes it out of service
+        lost: dict[tuple, int] = {}  # (node, gpu) -> the gpu_lost fault that takes it
         for i, fault in enumerate(self.faults):
+            if fault.kind == "gpu_lost" and fault.params.node is not None:
+                gpu = (fault.params.node, fault.params.gpu)
+                if gpu in lost:
+                    raise ValueError(f"faults[{i}].gpu_lost.gpu: GPU {gpu[1]} of node {gpu[0]} "
+                                     f"is already lost (faults[{lost[gpu]}]); a GPU is lost "
+                                     "once: name another")
+                lost[gpu] = i
             node = getattr(fault.params, "node", None)
             if not FAULTS[fault.kind].holds_node or node is None or node == "random":
                 continue
@@ -379,8 +398,9 @@ class Scenario(Strict):
             if found := problem(fault.at, world):
                 out.append((f"faults[{i}].at.{found[0]}", found[1]))
         for i, (name, params) in enumerate(self.checks()):
-            if found := problem(params, world):
-                out.append((f"expect[{i}].{name}.{found[0]}", found[1]))
+            if found := problem(params, world) or CHECKS[name].cannot_pass(params, self, world):
+                out.append((f"expect[{i}].{name}" + (f".{found[0]}" if found[0] else ""),
+                            found[1]))
         return out
 
     @property
@@ -393,6 +413,12 @@ class Scenario(Strict):
         real cluster: a trainer of the user's own is read from its output (some adapters read
         those prints); the reference trainer logs its events itself and needs none."""
         return self.trainer.adapter != "rlsim"
+
+    @property
+    def disrupts(self) -> bool:
+        """Whether a fault of this scenario disrupts the trainer (kills, cuts, stalls), rather
+        than waiting for it to meet the fault (a damaged checkpoint, slow storage)."""
+        return any(FAULTS[f.kind].disruptive for f in self.faults)
 
     @property
     def may_down_node(self) -> bool:

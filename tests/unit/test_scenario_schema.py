@@ -64,8 +64,9 @@ SHORT_AND_LONG = [
 
 @pytest.mark.parametrize("short,long", SHORT_AND_LONG, ids=[s for s, _ in SHORT_AND_LONG])
 def test_scalar_shorthand_reads_as_the_long_form(tmp_path, short, long):
-    a = load(write(tmp_path, BASE + f"expect:\n  - {short}\n")).checks()
-    b = load(write(tmp_path, BASE + f"expect:\n  - {long}\n")).checks()
+    base = BASE + "faults: [{at: {step: 3}, kill_node: {node: 1}}]\n"  # one to detect
+    a = load(write(tmp_path, base + f"expect:\n  - {short}\n")).checks()
+    b = load(write(tmp_path, base + f"expect:\n  - {long}\n")).checks()
     assert a == b and a[0][0] == short.split(":")[0]
 
 
