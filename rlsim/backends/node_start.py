@@ -28,7 +28,7 @@ from rlsim.backends import redis_store
 from rlsim.backends.ray_internals import launch
 from rlsim.backends.ray_internals.worker_setup import AGENT_ZYGOTE_VAR, ZYGOTE_VAR
 from rlsim.contract import MEMORY_LABEL
-from rlsim.host import cgroups, procs, state
+from rlsim.host import cgroups, listeners, procs, state
 from rlsim.host.home import auth_token_path
 from rlsim.host.state import ClusterState
 
@@ -159,8 +159,15 @@ def start_nodes(st: ClusterState, indices: list[int]) -> None:
                               "rewrites": launch.rewrites()}), flush=True)
 
     if 0 in indices:
+        if holders := listeners.at(listeners.listening(), st.layout.head.address,
+                                   st.layout.gcs_port):
+            raise RuntimeError(
+                f"cluster {st.spec.name!r}: {holders[0]} already listens, before its head "
+                f"started: its GCS would not bind, and its nodes would join whatever holds that "
+                f"port. Stop what listens there (`ss -ltnp 'sport = {st.layout.gcs_port}'`)")
         start(0)
     rest = [i for i in indices if i != 0]
+    check_own_gcs(st)
     # a few at a time: on 2 cores three worker nodes start in 2.4 s at once and 3.1 s in turn,
     # but 31 at once would each take the whole fleet's CPU time to register
     with concurrent.futures.ThreadPoolExecutor(min(4, max(1, len(rest)))) as pool:
@@ -170,6 +177,23 @@ def start_nodes(st: ClusterState, indices: list[int]) -> None:
 
 
 _PRINT_LOCK = threading.Lock()
+
+
+def check_own_gcs(st: ClusterState) -> None:
+    """Raise unless the GCS at the cluster's address is a process of this cluster: a node that
+    joined another cluster's GCS (one of another home, on the same address) would register
+    there, and each cluster would see nodes and jobs of the other's."""
+    plan = st.layout
+    found = listeners.at(listeners.listening(), plan.head.address, plan.gcs_port)
+    if not found:
+        raise RuntimeError(f"cluster {st.spec.name!r}: nothing listens at its GCS "
+                           f"{plan.gcs_address}: its head is down")
+    if not listeners.held_by({sock.inode for sock in found}, procs.find(st.session, 0)):
+        raise RuntimeError(
+            f"cluster {st.spec.name!r}: what listens at its GCS address {found[0]} is not its "
+            f"head's GCS (another cluster's, or another program's): its nodes are not started "
+            f"there. Stop what holds port {plan.gcs_port} (`ss -ltnp 'sport = "
+            f"{plan.gcs_port}'`)")
 
 
 def _reap_forever() -> None:

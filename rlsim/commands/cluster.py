@@ -254,6 +254,8 @@ def status(
             {
                 "name": entry.spec.name,
                 "backend": c.name,
+                "slot": entry.slot,
+                "session": entry.session,
                 "address": c.address,
                 "dashboard": c.dashboard_url,
                 "abandoned": gone,

@@ -170,17 +170,6 @@ def lay_out(slot: int, nodes: int) -> ClusterLayout:
     )
 
 
-def pick_slot(taken: set[int]) -> int:
-    """The lowest free slot. Raises RuntimeError naming the fix when all are taken."""
-    for slot in range(MAX_SLOTS):
-        if slot not in taken:
-            return slot
-    raise RuntimeError(
-        f"all {MAX_SLOTS} rlsim cluster slots on this machine are in use: "
-        "stop one with `rlsim down NAME` (or `rlsim down --all`)"
-    )
-
-
 def named_ports(plan: ClusterLayout) -> dict[str, tuple[int, int]]:
     """Symbolic port names a fault may block, as inclusive ranges.
 

@@ -3,8 +3,10 @@
 (:class:`ClusterState`).
 
 Slot allocation happens under an exclusive ``flock`` so that pytest-xdist workers starting clusters
-at the same moment get different slots. A cluster whose owner is gone (and that was not detached,
-or whose processes are all gone) is abandoned: its slot is reclaimed and its leftovers reaped.
+at the same moment get different slots, and picks only slots free on the whole machine, whoever
+holds the others (:mod:`rlsim.host.slots`: another user's, another home's). A cluster whose owner
+is gone (and that was not detached, or whose processes are all gone) is abandoned: its slot is
+reclaimed and its leftovers reaped.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from rlsim.files import read_file
-from rlsim.host import procs
+from rlsim.host import procs, slots
 from rlsim.host.home import (
     HOME_FIX,
     HomeError,
@@ -32,7 +34,7 @@ from rlsim.host.home import (
     run_dir,
     write_private,
 )
-from rlsim.host.layout import MAX_SLOTS, ClusterLayout, lay_out, pick_slot
+from rlsim.host.layout import MAX_SLOTS, ClusterLayout, lay_out
 from rlsim.host.spec import SESSION_RE, ClusterSpec, name_problem
 
 
@@ -199,6 +201,8 @@ def forget(st: ClusterState | Corrupt) -> bool:
         mine = isinstance(current, Corrupt) and current.reason == st.reason
     if mine:
         remove(name)
+        if st.session:
+            slots.release(st.session)
     return mine
 
 
@@ -251,18 +255,20 @@ def reserve(spec: ClusterSpec, backend: str, detached: bool) -> ClusterState:
     Raises RuntimeError naming the fix when a live cluster already has that name, a corrupt state
     file has it, or all slots are taken. A corrupt state file holds its slot; one whose slot is
     unknown holds them all until removed. Abandoned clusters give their slot back; the caller
-    reaps their leftovers first through :func:`abandoned`.
+    reaps their leftovers first through :func:`abandoned`. The slot is claimed machine-wide
+    (:mod:`rlsim.host.slots`) before the state is written, and released by :func:`forget`.
     """
-    with locked():
+    with locked(), slots.lock():
         live = procs.sessions()
-        taken = set()
-        for other in scan():
+        taken: dict[int, str] = {}
+        entries = scan()
+        for other in entries:
             if isinstance(other, Corrupt):
                 if other.name == spec.name or other.slot is None:
                     raise RuntimeError(
                         f"the state file {other.path} does not parse ({other.reason}) and may "
                         f"belong to a running cluster: {other.fix}")
-                taken.add(other.slot)
+                taken[other.slot] = f"the corrupt state file {other.path}"
                 continue
             if other.spec.name == spec.name and not is_abandoned(other, live):
                 raise RuntimeError(
@@ -270,17 +276,34 @@ def reserve(spec: ClusterSpec, backend: str, detached: bool) -> ClusterState:
                     f"(slot {other.slot}): pick another --name or run `rlsim down {spec.name}`"
                 )
             if not is_abandoned(other, live):
-                taken.add(other.slot)
+                taken[other.slot] = f"this home's cluster {other.spec.name!r}"
+        # this home's sessions are judged by its registry above (an abandoned one's slot is
+        # free once reaped, whatever its claim says); what still listens holds its slot
+        ours = frozenset(e.session for e in entries if e.session)
+        for slot, holder in slots.busy(exclude=ours).items():
+            taken.setdefault(slot, holder)
+        free = [slot for slot in range(MAX_SLOTS) if slot not in taken]
+        if not free:
+            held = "; ".join(f"slot {slot}: {holder}" for slot, holder in sorted(taken.items()))
+            raise RuntimeError(
+                f"all {MAX_SLOTS} rlsim cluster slots on this machine are in use ({held}): stop "
+                "one with `rlsim down NAME` (or `rlsim down --all`), or wait for the other "
+                "users' and jobs' clusters to end")
         state = ClusterState(
             spec=spec,
-            slot=pick_slot(taken),
+            slot=free[0],
             session=f"{spec.name}-{secrets.token_hex(4)}",
             backend=backend,
             owner_pid=os.getpid(),
             detached=detached,
         )
         run_dir()
-        save(state)
+        slots.claim(state.slot, state.session, state.owner_pid)
+        try:
+            save(state)
+        except BaseException:
+            slots.release(state.session)
+            raise
         return state
 
 

@@ -69,13 +69,6 @@ def test_too_many_nodes_names_the_limit():
         alloc.lay_out(alloc.MAX_SLOTS, 2)
 
 
-def test_pick_slot_takes_the_lowest_free_and_names_the_fix_when_full():
-    assert alloc.pick_slot(set()) == 0
-    assert alloc.pick_slot({0, 1, 3}) == 2
-    with pytest.raises(RuntimeError, match="rlsim down"):
-        alloc.pick_slot(set(range(alloc.MAX_SLOTS)))
-
-
 def test_named_ports_cover_head_services_and_worker_ranges():
     plan = alloc.lay_out(0, 2)
     names = alloc.named_ports(plan)
