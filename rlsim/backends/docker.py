@@ -333,6 +333,7 @@ class DockerCluster(StartedCluster):
                 "clusters do not run: kill_head ends the cluster; start a new one")
         old = self.nodes()[index].node_id
         self.kill_node(index)
+        self.wait_for_dead(index, old)
         self._container(index).start()  # same address, same command: the node joins again
         return self.wait_for_nodes(timeout, [index], frozenset({old}) - {None})[index]
 

@@ -294,6 +294,8 @@ class LocalCluster(StartedCluster):
             )
         old = self.nodes()[index].node_id
         self.kill_node(index)
+        if index != 0:  # the head's GCS is the one that would declare it: it restarts whole
+            self.wait_for_dead(index, old)
         self._launch([index])
         return self.wait_for_nodes(timeout, None if index == 0 else [index],
                                    frozenset({old}) - {None})[index]

@@ -18,12 +18,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from rlsim.backends import ray_internals
+from rlsim.backends import ray_internals, ray_state
 from rlsim.backends.base import PROBE_MODULE, ClusterStartError, NodeInfo
 from rlsim.backends.reaper import reap_abandoned
 from rlsim.contract import RESERVE_FILE
 from rlsim.files import read_file, write_file
 from rlsim.host import delayer, iptables, links, procs, state
+from rlsim.host.home import auth_token_path
 from rlsim.host.iptables import Drop
 from rlsim.host.layout import named_ports
 from rlsim.host.links import LinkShape
@@ -238,6 +239,38 @@ class StartedCluster:
                     f"ready_timeout_s (--ready-timeout, per node) if the machine is just slow. "
                     f"Node {first} log tail:\n" + self.logs(first)
                 )
+            time.sleep(0.1)
+
+    def wait_for_dead(self, index: int, node_id: str | None, timeout: float | None = None) -> None:
+        """Wait until Ray's GCS has declared the registration ``node_id`` of node ``index`` dead
+        (its health checks failed): a node restarted at the same address and ports before that
+        registered beside its old self, which Ray then declared dead under the node's address,
+        and the new registration was never given work (two relaunches waited 120 s for their
+        placement group). Raises TimeoutError naming the node when Ray keeps it alive."""
+        if node_id is None:
+            return
+        st = self._st
+        h = st.spec.health
+        # Ray declares a node dead after its health checks fail failure_threshold times in a
+        # row (each within period + timeout); ready_timeout_s bounds it where that is longer
+        timeout = timeout if timeout is not None else max(
+            st.spec.ready_timeout_s,
+            (h.initial_delay_ms + (h.period_ms + h.timeout_ms) * (h.failure_threshold + 2)) / 1000)
+        deadline = time.monotonic() + timeout
+        token = str(auth_token_path())
+        while True:
+            try:
+                table = ray_state.node_table(self.address, token)
+            except Exception:  # noqa: BLE001 - a GCS that does not answer has no say yet
+                table = None
+            if table is not None and not any(e["NodeID"] == node_id and e["Alive"]
+                                             for e in table):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"cluster {st.spec.name!r}: Ray still counts node {index}'s old registration "
+                    f"({node_id[:12]}) alive {timeout:.0f} s after the node was killed; its "
+                    "health checks (cluster.health) decide when Ray gives up on a node")
             time.sleep(0.1)
 
     def _check_starting(self, infos: list[NodeInfo], missing: set[int]) -> None:
