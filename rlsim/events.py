@@ -42,12 +42,19 @@ placement           workers: where each rank runs, ``{"roles": [...], "ip", "pid
 ==================  ============================================================================
 
 ``attempt`` is RLSIM_ATTEMPT (0 for the first launch, n for the n-th relaunch).
+
+A fault the scenario fires at a step (``at: {step: N}``) holds the run there: the runner lists
+those steps in RLSIM_HOLD_STEPS, and :meth:`EventLog.emit` of the first ``step_end`` at or past
+each returns only once rlsim has fired the fault (it writes ``<run_dir>/released-<N>``), so the
+fault lands at step N however long it takes to inject, never a step or a checkpoint later. A
+trainer that writes the file itself does not wait: its faults land when rlsim gets to them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -55,6 +62,8 @@ from rlsim.files import append_line
 
 RUN_DIR_VAR = "RLSIM_RUN_DIR"
 ATTEMPT_VAR = "RLSIM_ATTEMPT"
+HOLD_VAR = "RLSIM_HOLD_STEPS"
+HOLD_MAX_S = 300.0  # a runner that never releases (killed): the run goes on after this
 
 # each type with the fields its events must carry; every other field is optional
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -80,6 +89,7 @@ class EventLog:
             raise ValueError(f"{ATTEMPT_VAR}={attempt!r}: the launch's number, 0 for the first; "
                              "the scenario runner sets it (unset it to log as launch 0)")
         self.attempt = int(attempt)
+        self.holds = Holds(self.path.parent)
 
     def emit(self, type: str, **fields) -> dict:
         """Append one event; a type outside :data:`EVENT_TYPES` is refused (no check reads it)."""
@@ -88,4 +98,45 @@ class EventLog:
         event = {"ts": round(time.time(), 4), "type": type, "attempt": self.attempt, **fields}
         # opened per event and flushed to disk: a killed trainer loses nothing
         append_line(self.path, json.dumps(event, default=str))
+        self.holds.after(event)
         return event
+
+
+def released(run_dir: str | Path, step: int) -> Path:
+    """The file rlsim writes once the faults due at ``step`` have fired."""
+    return Path(run_dir) / f"released-{step}"
+
+
+class Holds:
+    """The steps (RLSIM_HOLD_STEPS, comma-separated) at which the run waits for rlsim to fire
+    the faults due there: :meth:`after` a ``step_end`` at or past one, until
+    :func:`released` exists (at most :data:`HOLD_MAX_S`)."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        raw = os.environ.get(HOLD_VAR, "")
+        parts = [p.strip() for p in raw.split(",") if p.strip()]
+        if not all(p.isascii() and p.isdigit() for p in parts):
+            raise ValueError(f"{HOLD_VAR}={raw!r}: the steps where a fault is due, e.g. '3,7'; "
+                             "the scenario runner sets it (unset it to hold nowhere)")
+        self.dir = Path(run_dir)
+        self.steps = sorted({int(p) for p in parts})
+
+    def after(self, event: dict) -> None:
+        if event.get("type") != "step_end" or not self.steps:
+            return
+        try:
+            step = int(event["step"])
+        except (KeyError, TypeError, ValueError):
+            return
+        while self.steps and self.steps[0] <= step:
+            self._wait(self.steps.pop(0))
+
+    def _wait(self, step: int) -> None:
+        marker = released(self.dir, step)
+        deadline = time.monotonic() + HOLD_MAX_S
+        while not marker.exists():
+            if time.monotonic() > deadline:
+                print(f"rlsim: no word from the runner {HOLD_MAX_S:.0f} s after step {step} "
+                      f"(no {marker}); going on", file=sys.stderr, flush=True)
+                return
+            time.sleep(0.01)

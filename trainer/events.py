@@ -45,7 +45,7 @@ import threading
 import time
 from pathlib import Path
 
-from rlsim.events import EVENT_TYPES
+from rlsim.events import EVENT_TYPES, Holds
 
 # rlsim's documented vocabulary (what any trainer may write, and the checks read), and what the
 # reference trainer writes besides
@@ -67,6 +67,7 @@ class RunLog:
         self.attempt = 0
         self._lock = threading.Lock()
         self._tb = _tensorboard(self.dir) if tensorboard else None
+        self._holds = Holds(self.dir)  # a fault due at a step: wait there until it fired
 
     def emit(self, type: str, **fields) -> dict:
         """Append one event; unknown types are a programming error, refused at once."""
@@ -76,6 +77,7 @@ class RunLog:
         with self._lock:  # the head watchdog writes from its own thread
             self._events.write(json.dumps(event, default=str) + "\n")
             os.fsync(self._events.fileno())
+        self._holds.after(event)
         return event
 
     def metrics(self, step: int, metrics: dict[str, float]) -> None:

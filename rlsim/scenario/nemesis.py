@@ -14,8 +14,10 @@ import threading
 import time
 from collections.abc import Iterator
 
+from rlsim.events import released
 from rlsim.faults import FAULTS, Fault, FaultContext
 from rlsim.faults.base import where_trainer_is
+from rlsim.files import write_file
 from rlsim.history import Recorder
 from rlsim.scenario.schema import FaultEntry
 
@@ -30,6 +32,12 @@ class Schedule:
         fire = [(i, e) for i, e in self.pending if _reached(e, events, elapsed)]
         self.pending = [p for p in self.pending if p not in fire]
         return fire
+
+
+def _at_step(entry: FaultEntry) -> int | None:
+    """The step of a fault due at a ``step_end`` (``at: {step: N}``), else None."""
+    at = entry.at
+    return at.step if at.seconds is None and at.event in (None, "step_end") else None
 
 
 def _reached(entry: FaultEntry, events: list[dict], elapsed: float) -> bool:
@@ -62,6 +70,7 @@ class Nemesis:
         self._next_look = 0.0
         self.heal_at: list[tuple[float, Fault]] = []  # for_s: healed at a monotonic time
         self.heal_when: list[tuple[object, float, Fault]] = []  # heal_at: (when, fired at)
+        self.held: set[int] = set()  # steps a launch waits at (rlsim.events), not yet released
 
     def setup(self) -> None:
         """Each fault's preparation, before the trainer starts (raises: the scenario fails), and
@@ -74,6 +83,20 @@ class Nemesis:
                 self.ctx.open_reader()
             except Exception as e:  # noqa: BLE001 - read when a fault fires, or said unknown
                 self.log.emit("fault_reach_unread", message=f"{type(e).__name__}: {e}"[:300])
+
+    def hold_steps(self) -> tuple[int, ...]:
+        """The steps at which the next launch waits until the faults due there fired: those of
+        the faults not fired yet that are due at a step."""
+        steps = {s for _, e in self.schedule.pending if (s := _at_step(e)) is not None}
+        self.held |= steps
+        return tuple(sorted(steps))
+
+    def release(self, run_dir) -> None:
+        """Let the trainer go on past each held step whose faults have all fired."""
+        due = {_at_step(e) for _, e in self.schedule.pending}
+        for step in sorted(self.held - due):
+            self.held.discard(step)
+            write_file(released(run_dir, step), b"")
 
     def tick(self, events: list[dict], elapsed: float) -> None:
         """Fire what is due; heal what has lasted its ``for_s`` or reached its ``heal_at``."""

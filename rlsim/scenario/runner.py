@@ -24,7 +24,7 @@ from rlsim.adapters import ADAPTERS, TrainerLaunch
 from rlsim.backends import DEFAULT, cluster_class, every_class
 from rlsim.backends.base import ClusterStartError, HoldsGpuMemory, StartsClusters, Unsupported
 from rlsim.checks import CHECKS
-from rlsim.events import ATTEMPT_VAR, RUN_DIR_VAR
+from rlsim.events import ATTEMPT_VAR, HOLD_VAR, RUN_DIR_VAR
 from rlsim.faults import FAULTS, FaultContext
 from rlsim.files import new_file, read_file, write_file
 from rlsim.history import MAX_HISTORY, Outcome, Recorder
@@ -51,12 +51,14 @@ def trainer_command(sc: Scenario, run_dir: Path, attempt: int = 0,
 
 
 def launch_env(sc: Scenario, run_dir: Path, attempt: int,
-               ray_address: str = "") -> dict[str, str]:
-    """What a launch adds to the environment: the scenario's own variables, the adapter's, and
-    where rlsim's event log goes (:mod:`rlsim.events`)."""
+               ray_address: str = "", holds: tuple[int, ...] = ()) -> dict[str, str]:
+    """What a launch adds to the environment: the scenario's own variables, the adapter's,
+    where rlsim's event log goes and the steps where it waits for a fault to fire
+    (:mod:`rlsim.events`)."""
     launch = _launch_of(run_dir, attempt, ray_address)
     return {**sc.trainer.env, **ADAPTERS[sc.trainer.adapter].env(sc.trainer, launch),
-            RUN_DIR_VAR: str(run_dir), ATTEMPT_VAR: str(attempt)}
+            RUN_DIR_VAR: str(run_dir), ATTEMPT_VAR: str(attempt),
+            HOLD_VAR: ",".join(map(str, holds))}
 
 
 def warm_up(sc: Scenario, cluster, log: Recorder) -> None:
@@ -72,10 +74,11 @@ def warm_up(sc: Scenario, cluster, log: Recorder) -> None:
         log.emit("workers_prestarted", per_node=cluster.prestart_workers(per_node))
 
 
-def _start(sc: Scenario, cluster, run_dir: Path, attempt: int, **popen) -> subprocess.Popen:
+def _start(sc: Scenario, cluster, run_dir: Path, attempt: int, holds: tuple[int, ...] = (),
+           **popen) -> subprocess.Popen:
     """One launch of the trainer as a driver of ``cluster``, in the folder the trainer runs in
-    (the scenario's, or its ``trainer.cwd``)."""
-    extra = launch_env(sc, run_dir, attempt, cluster.address)
+    (the scenario's, or its ``trainer.cwd``), waiting at ``holds`` for rlsim's faults."""
+    extra = launch_env(sc, run_dir, attempt, cluster.address, holds)
     cmd = cluster.driver_command(trainer_command(sc, run_dir, attempt, cluster.address), extra,
                                  sc.trainer.workdir)
     return subprocess.Popen(cmd, cwd=sc.trainer.workdir,
@@ -342,7 +345,7 @@ def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -
         for attempt in range(relaunches + 1):
             if attempt:
                 log.emit("relaunch", attempt=attempt, returncode=outcome.returncode)
-            proc, output = _launch(sc, cluster, run_dir, attempt, log)
+            proc, output = _launch(sc, cluster, run_dir, attempt, log, nemesis.hold_steps())
             try:
                 timed_out = _follow(proc, tail, watch, nemesis, log, on_progress, outcome,
                                     deadline)
@@ -395,16 +398,19 @@ def _prepare(sc, cluster, outcome, log: Recorder, deadline: float) -> bool:
     return proc.returncode == 0
 
 
-def _launch(sc, cluster, run_dir: Path, attempt: int, log: Recorder):
+def _launch(sc, cluster, run_dir: Path, attempt: int, log: Recorder, holds: tuple[int, ...]):
     """Start one launch of the trainer; its output goes to ``trainer-<attempt>.log`` beside the
-    run directory (a file, not a pipe: a talkative trainer would fill a pipe and stall)."""
+    run directory (a file, not a pipe: a talkative trainer would fill a pipe and stall). It
+    waits at ``holds`` until the faults due there fired (:mod:`rlsim.events`)."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     output = run_dir.parent / f"trainer-{attempt}.log"
     if attempt > 0:  # the first launch's workers were started with the cluster (or the twin)
         warm_up(sc, cluster, log)
     with new_file(output) as out:
-        proc = _start(sc, cluster, run_dir, attempt, stdout=out, stderr=subprocess.STDOUT)
-    log.emit("trainer_started", pid=proc.pid, attempt=attempt)
+        proc = _start(sc, cluster, run_dir, attempt, holds, stdout=out,
+                      stderr=subprocess.STDOUT)
+    log.emit("trainer_started", pid=proc.pid, attempt=attempt,
+             **({"holds": list(holds)} if holds else {}))
     return proc, output
 
 
@@ -423,6 +429,7 @@ def _follow(proc, tail, watch, nemesis: Nemesis, log: Recorder, on_progress, out
             log.emit(**e)
         seen = tail.events + (watch.events if watch is not None else [])
         nemesis.tick(seen, time.time() - outcome.started)
+        nemesis.release(outcome.run_dir)
         if proc.poll() is not None:
             return False
         if time.monotonic() > deadline:
