@@ -135,3 +135,26 @@ def test_a_killed_trainer_that_does_not_exit_has_the_fired_faults_healed_first()
 
     runner._wait_killed(Blocked(), Healer())
     assert calls == [("wait", runner.STOP_WAIT_S), ("heal_fired",), ("wait", None)]
+
+
+def test_the_runner_holds_step_faults_and_releases_each_once_fired(tmp_path, monkeypatch):
+    monkeypatch.setitem(nem.FAULTS, "pause_node", Plain)
+    entries = [FaultEntry.model_validate(e) for e in (
+        {"at": {"step": 3}, "pause_node": {"node": 2}, "for_s": 60},
+        {"at": {"step": 5, "event": "step_end"}, "pause_node": {"node": 2}, "for_s": 60},
+        {"at": {"seconds": 30}, "pause_node": {"node": 2}},
+        {"at": {"event": "checkpoint_saved", "step": 4}, "pause_node": {"node": 2}})]
+    outcome = Outcome(scenario=None, run_dir=tmp_path)
+    n = nem.Nemesis(entries, FaultContext(None, tmp_path, random.Random(0)), Recorder(outcome))
+    assert n.hold_steps() == (3, 5)  # only faults due at a step_end
+    n.release(tmp_path)
+    assert not list(tmp_path.glob("released-*"))
+    n.tick([{"ts": time.time(), "type": "step_end", "step": 3}], 1.0)
+    n.release(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("released-*")) == ["released-3"]
+    assert n.hold_steps() == (5,)  # a relaunch holds only where a fault is still due
+    n.tick([{"ts": time.time(), "type": "step_end", "step": 5}], 2.0)
+    n.release(tmp_path)
+    assert sorted(p.name for p in Path(tmp_path).glob("released-*")) == ["released-3",
+                                                                         "released-5"]
+    n.heal_all()
