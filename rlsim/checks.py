@@ -13,6 +13,7 @@ import itertools
 import json
 import math
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -464,15 +465,26 @@ def matches_baseline(o: Outcome, p) -> Verdict:
         s = differ[0]
         return Verdict("matches_baseline", False, f"metrics differ from the fault-free twin from "
                        f"step {s} on ({len(differ)} steps): run {a.get(s)} vs twin {b.get(s)}"
-                       + (f" ({tol})" if tol else ""))
+                       + (f" ({tol})" if tol else "") + _twin(o))
     msg = f"all {len(a)} steps' metrics {f'are within {tol} of' if tol else 'equal'} the " \
         "fault-free twin's"
     if p.weights:
         same, what = _same_weights(o.run_dir, o.baseline_dir, max(a), p.rtol, p.atol)
         if not same:
-            return Verdict("matches_baseline", False, what)
+            return Verdict("matches_baseline", False, what + _twin(o))
         msg += "; " + what
-    return Verdict("matches_baseline", True, msg)
+    return Verdict("matches_baseline", True, msg + _twin(o))
+
+
+def _twin(o: Outcome) -> str:
+    """How a verdict names the twin it compared against: its key and when it was made."""
+    about = o.baseline_about
+    if not about:
+        return ""
+    made = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(about["made"])) \
+        if isinstance(about.get("made"), (int, float)) else "?"
+    how = "kept from an earlier run" if about.get("cached") else "trained for this run"
+    return f" (twin {about.get('key', '?')}, {how}, made {made})"
 
 
 def _close_rows(run: dict | None, twin: dict | None, p) -> bool:
@@ -581,8 +593,8 @@ def throughput_within(o: Outcome, p) -> Verdict:
     healed = [e["ts"] for e in o.rlsim("fault_healed") if e.get("index") == fault.get("index")]
     ratios = window_ratios(step_seconds(o.trainer("step_end")), twin, fault["ts"],
                            healed[0] if healed else None)
-    said = [f"{name}: {r[0]:.2f} of the twin's steps/s over {r[1]} steps" if r else
-            f"{name}: no steps" for name, r in ratios.items() if r or name == "during"]
+    parts = [f"{name}: {r[0]:.2f} of the twin's steps/s over {r[1]} steps" if r else
+             f"{name}: no steps" for name, r in ratios.items() if r or name == "during"]
     limits = {"during": p.ratio, "after": p.ratio if p.after is None else p.after}
     judged = {name: r[0] for name, r in ratios.items() if r}
     ok = bool(judged) and all(r >= limits[name] for name, r in judged.items())
@@ -590,8 +602,8 @@ def throughput_within(o: Outcome, p) -> Verdict:
     if p.below is not None:
         ok = ok and "during" in judged and judged["during"] <= p.below
         want += f", and at most {p.below} during"
-    return Verdict("throughput_within", ok, f"{fault['fault']}: " + "; ".join(said) +
-                   f" (at least {want} expected)",
+    return Verdict("throughput_within", ok, f"{fault['fault']}: " + "; ".join(parts) +
+                   f" (at least {want} expected)" + _twin(o),
                    round(min(judged.values()), 3) if judged else None, _interesting(o))
 
 

@@ -69,6 +69,7 @@ class Outcome:
     leaks: list[Leftover] = field(default_factory=list)
     leaks_waited_s: float | None = None  # how long Ray was given to clean up (None: not asked)
     baseline_dir: Path | None = None
+    baseline_about: dict | None = None  # the twin: its key, when it was made, whether kept
     refusal: str | None = None  # why the cluster did not form, when it did not
 
     def trainer(self, type: str | None = None) -> list[dict]:

@@ -106,6 +106,9 @@ def run(
     ray_address: str = typer.Option(None, help="the real cluster's GCS address (--backend real)"),
     report: Annotated[Path | None, typer.Option(help="write timelines and summary.json")] = None,
     seed: int = typer.Option(None, help="override every scenario's seed (replay)"),
+    fresh_twin: bool = typer.Option(False, "--fresh-twin", help="train each fault-free twin "
+                                    "again (matches_baseline, throughput_within), replacing the "
+                                    "one an earlier run kept under the rlsim home"),
     no_reuse: bool = typer.Option(False, "--no-reuse", help="a fresh cluster per scenario "
                                   "(default: scenarios of one shape share one, checked clean)"),
     slow: bool = typer.Option(False, "--slow", help="also run the scenarios tagged slow that a "
@@ -173,7 +176,7 @@ def run(
             raise typer.Exit(2)
     root = report or Path(f"reports/run-{time.strftime('%Y%m%d-%H%M%S')}")
     results: list[ScenarioResult] = []
-    pool = Pool(reuse=not no_reuse)
+    pool = Pool(reuse=not no_reuse, fresh_twin=fresh_twin)
     scenarios = hand_on_order(scenarios)
     try:
         for sc in scenarios:

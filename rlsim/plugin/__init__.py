@@ -56,6 +56,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     metavar="KEY=VALUE", help="a reference-trainer override for every scenario "
                     "that runs it (repeatable), e.g. step_delay_s=0.1: the catalogue on slower "
                     "steps")
+    group.addoption("--rlsim-fresh-twin", dest="rlsim_fresh_twin", action="store_true",
+                    default=False, help="train each fault-free twin again, replacing the one an "
+                    "earlier run kept under the rlsim home (default: reuse it)")
     group.addoption("--no-reuse", dest="rlsim_no_reuse", action="store_true", default=False,
                     help="start and stop a cluster per scenario (default: scenarios of one shape "
                          "share a cluster within a worker, checked clean in between)")

@@ -16,7 +16,8 @@ POOL = pytest.StashKey[Pool]()
 def scenario_pool(config: pytest.Config) -> Pool:
     """This process's clusters kept between scenarios (each xdist worker has its own)."""
     if POOL not in config.stash:
-        config.stash[POOL] = Pool(reuse=not config.getoption("rlsim_no_reuse"))
+        config.stash[POOL] = Pool(reuse=not config.getoption("rlsim_no_reuse"),
+                                  fresh_twin=config.getoption("rlsim_fresh_twin"))
     return config.stash[POOL]
 
 

@@ -17,9 +17,10 @@ backend whose class says it is ``reusable`` (local: docker nodes mount the scena
 directory, so a docker cluster is not). ``Pool(reuse=False)`` starts
 and stops a cluster per scenario, as before pools existed.
 
-The fault-free twin of ``matches_baseline`` is cached by everything that decides its numbers (the
-trainer command, config file contents, cluster shape, the trainer's code), so two scenarios with
-the same twin train it once.
+The fault-free twin of ``matches_baseline`` is keyed by everything that decides its numbers (the
+trainer command, config file contents, cluster shape, the trainer's code and environment, the
+versions it runs on), so two scenarios with the same twin train it once, in this process and in
+the next ones (:mod:`rlsim.scenario.twins` keeps it under the home).
 """
 
 from __future__ import annotations
@@ -27,11 +28,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 from rlsim.backends import cluster_class
 from rlsim.history import Leftover
+from rlsim.host.home import HomeError
 from rlsim.host.spec import ClusterSpec
+from rlsim.scenario import twins
 from rlsim.scenario.leftovers import examine, tidy
 
 
@@ -90,11 +94,12 @@ def _shape(spec: ClusterSpec) -> dict:
 class Pool:
     """Clusters kept between the scenarios of one process, one per shape; see the module doc."""
 
-    def __init__(self, reuse: bool = True) -> None:
+    def __init__(self, reuse: bool = True, fresh_twin: bool = False) -> None:
         self.reuse = reuse
+        self.fresh_twin = fresh_twin  # train every twin once here, whatever earlier runs kept
         self.idle: dict[str, object] = {}
         self.teardown_leaks: list[str] = []
-        self.twins: dict[str, Path] = {}
+        self.twins: dict[str, tuple[Path, dict]] = {}
 
     def take(self, fresh, backend: str) -> tuple[object, bool]:
         """A running cluster of ``fresh``'s shape if one is idle (and True), else ``fresh`` itself,
@@ -161,22 +166,41 @@ class Pool:
 
     # ---- fault-free twins ----------------------------------------------------------------------
 
-    def twin(self, key: str) -> Path | None:
-        """The run directory of a finished twin with this key, if this process trained one."""
-        path = self.twins.get(key)
-        return path if path is not None and path.exists() else None
+    def twin(self, key: str) -> tuple[Path, dict] | None:
+        """A finished twin with this key (where its record is, and what ``twin.json`` says of
+        it): one this process trained, else one an earlier run kept (unless ``fresh_twin``)."""
+        got = self.twins.get(key)
+        if got is not None and got[0].exists():
+            return got
+        return None if self.fresh_twin else twins.stored(key)
 
-    def keep_twin(self, key: str, run_dir: Path) -> None:
-        self.twins[key] = run_dir
+    def keep_twin(self, key: str, run_dir: Path, about: dict) -> dict:
+        """Keep the twin just trained in ``run_dir``, for this process and the next ones; what
+        its record says (``not_kept`` when the home could not take it: it serves this process
+        alone)."""
+        try:
+            record = twins.keep(key, run_dir, about)
+        except (OSError, HomeError) as e:
+            record = {**about, "key": key, "made": round(time.time(), 3),
+                      "not_kept": f"{type(e).__name__}: {e}"[:300]}
+        self.twins[key] = (run_dir, record)
+        return record
 
 
-def twin_key(command: list[str], inputs: list[Path], spec: ClusterSpec, backend: str) -> str:
-    """What decides a twin's numbers: its command line (config path, overrides), the contents of
-    the files its adapter names as its inputs (the config, the trainer's code), the cluster
-    shape. Run directories are left out of the command (the twin's own path differs per
-    scenario)."""
+def twin_inputs(command: list[str], spec: ClusterSpec, backend: str,
+                env: dict[str, str]) -> dict:
+    """What decides a twin's numbers besides its input files: its command line (config path,
+    overrides), its environment, the cluster's shape and backend, and the versions it runs on."""
+    return {"command": command, "env": env, "backend": backend, "shape": _shape(spec),
+            "versions": twins.versions()}
+
+
+def twin_key(about: dict, inputs: list[Path]) -> str:
+    """The twin's key: :func:`twin_inputs` and the contents of the files its adapter names as
+    its inputs (the config, the trainer's code). Run directories are left out of the command
+    (the twin's own path differs per scenario)."""
     h = hashlib.sha256()
-    h.update(json.dumps([command, backend, _shape(spec)], sort_keys=True, default=str).encode())
+    h.update(json.dumps(about, sort_keys=True, default=str).encode())
     for path in inputs:
         h.update(str(path).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]

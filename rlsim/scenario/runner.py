@@ -31,7 +31,7 @@ from rlsim.history import MAX_HISTORY, Outcome, Recorder
 from rlsim.host.spec import ClusterSpec
 from rlsim.result import ScenarioResult
 from rlsim.scenario.nemesis import Nemesis
-from rlsim.scenario.pool import Pool, preload_modules, twin_key, warm
+from rlsim.scenario.pool import Pool, preload_modules, twin_inputs, twin_key, warm
 from rlsim.scenario.schema import Scenario
 from rlsim.scenario.watch import WatchProcess
 
@@ -483,12 +483,19 @@ def _wait_killed(proc: subprocess.Popen, nemesis: Nemesis) -> None:
 
 def _baseline(sc: Scenario, cluster, run_dir: Path, log, pool: Pool, backend: str) -> Path:
     """The fault-free twin (same config, same seed) on the same healthy cluster, run first; or
-    the run directory of an identical twin this process already trained."""
-    key = twin_key(trainer_command(sc, Path("<twin>")),
-                   ADAPTERS[sc.trainer.adapter].inputs(sc.trainer), cluster.spec, backend)
+    the record of an identical twin this process trained or an earlier run kept
+    (:mod:`rlsim.scenario.twins`). What it is and when it was made go to ``outcome``'s
+    ``baseline_about`` and the timeline's ``baseline_done``."""
+    about = twin_inputs(trainer_command(sc, Path("<twin>")), cluster.spec, backend,
+                        {**sc.trainer.env, **ADAPTERS[sc.trainer.adapter].env(
+                            sc.trainer, _launch_of(Path("<twin>"), 0, ""))})
+    key = twin_key(about, ADAPTERS[sc.trainer.adapter].inputs(sc.trainer))
     if cached := pool.twin(key):
-        log.emit("baseline_done", returncode=0, run_dir=str(cached), cached=True, key=key)
-        return cached
+        where, record = cached
+        log.outcome.baseline_about = {**record, "cached": True}
+        log.emit("baseline_done", returncode=0, run_dir=str(where), cached=True, key=key,
+                 made=record.get("made"), made_in=record.get("from_run_dir"))
+        return where
     proc = _start(sc, cluster, run_dir, 0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     warm_up(sc, cluster, log)  # for the run after the twin
     try:
@@ -497,7 +504,12 @@ def _baseline(sc: Scenario, cluster, run_dir: Path, log, pool: Pool, backend: st
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    log.emit("baseline_done", returncode=proc.returncode, run_dir=str(run_dir), key=key)
+    kept = {}
     if proc.returncode == 0:
-        pool.keep_twin(key, run_dir)
+        record = pool.keep_twin(key, run_dir, about)
+        log.outcome.baseline_about = {**record, "cached": False}
+        kept = {"made": record["made"], "not_kept": record["not_kept"]} \
+            if "not_kept" in record else {"made": record["made"], "kept": True}
+    log.emit("baseline_done", returncode=proc.returncode, run_dir=str(run_dir), key=key,
+             cached=False, **kept)
     return run_dir

@@ -3,7 +3,7 @@
 
 from rlsim.backends.base import Unsupported
 from rlsim.host.spec import ClusterSpec
-from rlsim.scenario.pool import shape_key, twin_key
+from rlsim.scenario.pool import shape_key, twin_inputs, twin_key
 from trainer.config import PRESETS
 
 SPEC = ClusterSpec(name="x", nodes=2, gpus_per_node=1)
@@ -19,17 +19,27 @@ def test_only_local_clusters_of_one_shape_without_node_local_storage_are_shared(
     assert shape_key(SPEC.model_copy(update={"node_local": ["/tmp/c"]}), "local") is None
 
 
-def test_a_twin_is_the_same_only_for_the_same_command_config_and_shape(tmp_path):
+def _key(cmd, inputs, spec=SPEC, backend="local", env=None):
+    return twin_key(twin_inputs(cmd, spec, backend, env or {}), inputs)
+
+
+def test_a_twin_is_the_same_only_for_the_same_command_config_shape_env_and_versions(
+        tmp_path, monkeypatch):
     cmd = ["python", "-m", "trainer", "--config", str(CONFIG), "run_dir=<twin>", "save_freq=4"]
-    key = twin_key(cmd, [CONFIG], SPEC, "local")
-    assert key == twin_key(list(cmd), [CONFIG], SPEC.model_copy(update={"name": "y"}), "local")
-    assert key != twin_key([*cmd[:-1], "save_freq=5"], [CONFIG], SPEC, "local")
-    assert key != twin_key(cmd, [CONFIG], SPEC.model_copy(update={"nodes": 3}), "local")
+    key = _key(cmd, [CONFIG])
+    assert key == _key(list(cmd), [CONFIG], SPEC.model_copy(update={"name": "y"}))
+    assert key != _key([*cmd[:-1], "save_freq=5"], [CONFIG])
+    assert key != _key(cmd, [CONFIG], SPEC.model_copy(update={"nodes": 3}))
+    assert key != _key(cmd, [CONFIG], env={"STEPS": "7"})
     copy = tmp_path / "grpo_tiny.yaml"
     copy.write_text(CONFIG.read_text())
-    before = twin_key(cmd, [copy], SPEC, "local")
+    before = _key(cmd, [copy])
     copy.write_text(CONFIG.read_text() + "\nseed: 2\n")  # same path, other contents
-    assert twin_key(cmd, [copy], SPEC, "local") != before
+    assert _key(cmd, [copy]) != before
+    from rlsim.scenario import twins
+    real = twins.versions()
+    monkeypatch.setattr(twins, "versions", lambda: {**real, "torch": "0.0.1"})
+    assert _key(cmd, [CONFIG]) != key  # another torch: another twin
 
 
 def test_the_catalogue_runs_each_shape_in_a_row_node_killers_last():

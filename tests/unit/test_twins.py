@@ -1,0 +1,86 @@
+"""Fault-free twins kept across runs (rlsim.scenario.twins, through the Pool): the record is the
+twin's own bytes, found again by a new process, replaced by --fresh-twin, and the store stays
+bounded."""
+
+import json
+import os
+
+import pytest
+
+from rlsim.scenario import twins
+from rlsim.scenario.pool import Pool
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _twin_run(root, step=4, weights=b"\x00weights"):
+    run = root / "baseline"
+    (run / "checkpoints" / f"global_step_{step}" / "hf").mkdir(parents=True)
+    (run / "checkpoints" / "global_step_2" / "hf").mkdir(parents=True)
+    (run / "events.jsonl").write_text('{"ts": 1.5, "type": "step_end", "step": 1}\n')
+    (run / "metrics.jsonl").write_text('{"step": 1, "attempt": 0, "train/loss": 0.1}\n')
+    (run / "checkpoints" / f"global_step_{step}" / "hf" / "model.safetensors").write_bytes(weights)
+    (run / "checkpoints" / "global_step_2" / "hf" / "model.safetensors").write_bytes(b"old")
+    (run / "checkpoints" / f"global_step_{step}" / "optim.pt").write_bytes(b"x" * 100)
+    return run
+
+
+def test_a_kept_twin_is_the_same_bytes_and_found_by_the_next_process(home, tmp_path):
+    run = _twin_run(tmp_path)
+    first = Pool(reuse=False)
+    record = first.keep_twin("k1", run, {"command": ["x"]})
+    assert "not_kept" not in record and record["key"] == "k1"
+    later = Pool(reuse=False)  # a new rlsim run: nothing in memory
+    where, about = later.twin("k1")
+    assert where != run and about["made"] == record["made"] and about["command"] == ["x"]
+    for rel in ("events.jsonl", "metrics.jsonl",
+                "checkpoints/global_step_4/hf/model.safetensors"):
+        assert (where / rel).read_bytes() == (run / rel).read_bytes(), rel
+    # only what the checks read: the final export, no older step, no optimizer state
+    assert not (where / "checkpoints" / "global_step_2").exists()
+    assert not (where / "checkpoints" / "global_step_4" / "optim.pt").exists()
+    assert later.twin("other") is None
+
+
+def test_fresh_twin_trains_again_and_replaces_the_record(home, tmp_path):
+    Pool(reuse=False).keep_twin("k1", _twin_run(tmp_path / "a", weights=b"one"), {})
+    fresh = Pool(reuse=False, fresh_twin=True)
+    assert fresh.twin("k1") is None  # whatever an earlier run kept
+    fresh.keep_twin("k1", _twin_run(tmp_path / "b", weights=b"two"), {})
+    assert fresh.twin("k1")[0] == tmp_path / "b" / "baseline"  # its own, in this process
+    where, _ = Pool(reuse=False).twin("k1")
+    assert (where / "checkpoints/global_step_4/hf/model.safetensors").read_bytes() == b"two"
+    assert sorted(p.name for p in where.parent.iterdir()) == ["k1"]
+
+
+def test_a_home_that_cannot_keep_it_serves_this_process_alone(home, tmp_path):
+    home.parent.mkdir(parents=True, exist_ok=True)
+    home.write_text("not a folder")
+    pool = Pool(reuse=False)
+    run = _twin_run(tmp_path)
+    record = pool.keep_twin("k1", run, {})
+    assert "not_kept" in record
+    assert pool.twin("k1")[0] == run
+
+
+def test_the_store_keeps_the_newest(home, tmp_path, monkeypatch):
+    monkeypatch.setattr(twins, "KEEP", 3)
+    run = _twin_run(tmp_path)
+    for i in range(5):
+        twins.keep(f"k{i}", run, {})
+        os.utime(twins.store() / f"k{i}", (1000 + i, 1000 + i))
+    twins.keep("k5", run, {})
+    assert sorted(p.name for p in twins.store().iterdir()) == ["k3", "k4", "k5"]
+
+
+def test_a_record_for_another_key_or_torn_is_not_read(home, tmp_path):
+    twins.keep("k1", _twin_run(tmp_path), {})
+    record = twins.store() / "k1" / "twin.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "key": "k2"}))
+    assert twins.stored("k1") is None
+    record.write_text("{")
+    assert twins.stored("k1") is None
