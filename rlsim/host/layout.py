@@ -22,6 +22,10 @@ The stride is ``NODE_STRIDE`` (60 ports a node: 50 worker ports) up to 16 nodes;
 share the block evenly (32 nodes: 30 ports a node, 20 of them for workers). Every Ray worker
 process of a node (an actor, a task worker, the driver on the head) holds one port of its node's
 range while it lives, so a node needs at least as many as it runs workers at once.
+
+A cluster of more than 32 nodes *spans* consecutive slots (:func:`span`): its port block is
+theirs together (64 nodes: two slots, 2000 ports, 31 a node) and its addresses those of its first
+slot (``127.77.s.10`` to ``.73``); the other slots are claimed with it and hold nothing.
 """
 
 from __future__ import annotations
@@ -35,10 +39,11 @@ PORT_LO = 20000
 SLOT_PORTS = 1000
 MAX_SLOTS = 12  # 20000..31999: below Linux's ephemeral range (32768+) and Ray's defaults
 NODE_STRIDE = 60
+MIN_STRIDE = 30  # 20 worker ports a node, the fewest any cluster gets (32 nodes in one slot)
 WORKER_OFFSET = 10
-# Measured on a 2-core, 24 GB machine (bench/cluster.py --scale): 32 nodes x 8 fake GPUs come up
-# and detect a killed node; the port block would allow more, but each node needs worker ports
-MAX_NODES = 32
+# Measured on a 2-core, 24 GB machine (bench/cluster.py --scale): 64 nodes x 8 fake GPUs come up
+# and detect a killed node (two slots' ports)
+MAX_NODES = 64
 # CPU-only Ray workers (task workers, a framework's controller and reward actors) a node must have
 # worker ports for beside one per GPU: the advertised CPUs count up to this many. A node type's
 # 192 CPUs are there for placement; this host could not run 192 task workers of one node at once
@@ -79,6 +84,7 @@ class ClusterLayout:
     """Where every node of one cluster lives. Derived from (slot, nodes) alone."""
 
     slot: int
+    span: int  # slots taken, from ``slot`` on (:func:`span`)
     gcs_port: int
     dashboard_port: int
     client_port: int
@@ -92,9 +98,13 @@ class ClusterLayout:
         return self.nodes[0]
 
     @property
+    def slots(self) -> range:
+        return range(self.slot, self.slot + self.span)
+
+    @property
     def port_block(self) -> tuple[int, int]:
-        """The slot's whole port block (inclusive): every port any of its daemons listens on."""
-        return self.gcs_port, self.gcs_port + SLOT_PORTS - 1
+        """The slots' whole port block (inclusive): every port any of its daemons listens on."""
+        return self.gcs_port, self.gcs_port + self.span * SLOT_PORTS - 1
 
     @property
     def gcs_address(self) -> str:
@@ -111,17 +121,22 @@ class ClusterLayout:
 
     @property
     def port_range(self) -> tuple[int, int]:
-        base = slot_base(self.slot)
-        return base, base + SLOT_PORTS - 1
+        return self.port_block
 
 
 def slot_base(slot: int) -> int:
     return PORT_LO + slot * SLOT_PORTS
 
 
+def span(nodes: int) -> int:
+    """Consecutive slots a cluster of ``nodes`` nodes takes: one up to 32 nodes, then as many as
+    give every node :data:`MIN_STRIDE` ports."""
+    return max(1, -(-(10 + nodes * MIN_STRIDE) // SLOT_PORTS))
+
+
 def node_stride(nodes: int) -> int:
     """Ports each node of a ``nodes``-node cluster owns (its daemons, then its workers)."""
-    return min(NODE_STRIDE, (SLOT_PORTS - 10) // nodes)
+    return min(NODE_STRIDE, (span(nodes) * SLOT_PORTS - 10) // nodes)
 
 
 def worker_ports(nodes: int) -> int:
@@ -139,13 +154,15 @@ def lay_out(slot: int, nodes: int) -> ClusterLayout:
 
     Raises ValueError naming the limit when the slot or node count is out of range.
     """
-    if not 0 <= slot < MAX_SLOTS:
-        raise ValueError(f"slot {slot} is outside 0..{MAX_SLOTS - 1}")
     if not 1 <= nodes <= MAX_NODES:
         raise ValueError(
             f"nodes={nodes}: a simulated cluster has 1..{MAX_NODES} nodes (the most measured "
-            f"to fit one machine; the nodes share their cluster's {SLOT_PORTS}-port block)"
+            f"to fit one machine; up to 32 share one slot's {SLOT_PORTS}-port block, more span "
+            "two)"
         )
+    if not 0 <= slot <= MAX_SLOTS - span(nodes):
+        raise ValueError(f"slot {slot} is outside 0..{MAX_SLOTS - span(nodes)} for a cluster of "
+                         f"{nodes} nodes ({span(nodes)} slot(s) from it)")
     base = slot_base(slot)
     stride = node_stride(nodes)
     plans = []
@@ -160,6 +177,7 @@ def lay_out(slot: int, nodes: int) -> ClusterLayout:
         plans.append(NodeLayout(index=i, address=node_address(slot, i), ports=ports))
     return ClusterLayout(
         slot=slot,
+        span=span(nodes),
         gcs_port=base,
         dashboard_port=base + 1,
         client_port=base + 2,

@@ -34,7 +34,7 @@ from rlsim.host.home import (
     run_dir,
     write_private,
 )
-from rlsim.host.layout import MAX_SLOTS, ClusterLayout, lay_out
+from rlsim.host.layout import MAX_SLOTS, ClusterLayout, lay_out, span
 from rlsim.host.spec import SESSION_RE, ClusterSpec, name_problem
 
 
@@ -211,7 +211,7 @@ def slot_held_by_other(st: ClusterState) -> bool:
     slot of ``st``? Then its network rules are not ``st``'s to remove. Call under the lock."""
     for other in scan():
         if isinstance(other, ClusterState):
-            if other.slot == st.slot and other.session != st.session:
+            if other.session != st.session and set(other.layout.slots) & set(st.layout.slots):
                 return True
         elif other.slot in (st.slot, None) and other.session != st.session:
             return True
@@ -276,18 +276,23 @@ def reserve(spec: ClusterSpec, backend: str, detached: bool) -> ClusterState:
                     f"(slot {other.slot}): pick another --name or run `rlsim down {spec.name}`"
                 )
             if not is_abandoned(other, live):
-                taken[other.slot] = f"this home's cluster {other.spec.name!r}"
+                for slot in other.layout.slots:
+                    taken[slot] = f"this home's cluster {other.spec.name!r}"
         # this home's sessions are judged by its registry above (an abandoned one's slot is
         # free once reaped, whatever its claim says); what still listens holds its slot
         ours = frozenset(e.session for e in entries if e.session)
         for slot, holder in slots.busy(exclude=ours).items():
             taken.setdefault(slot, holder)
-        free = [slot for slot in range(MAX_SLOTS) if slot not in taken]
+        need = span(spec.nodes)
+        free = [slot for slot in range(MAX_SLOTS - need + 1)
+                if not any(s in taken for s in range(slot, slot + need))]
         if not free:
             held = "; ".join(f"slot {slot}: {holder}" for slot, holder in sorted(taken.items()))
+            want = f"{need} free slots in a row for {spec.nodes} nodes" if need > 1 else \
+                "a free slot"
             raise RuntimeError(
-                f"all {MAX_SLOTS} rlsim cluster slots on this machine are in use ({held}): stop "
-                "one with `rlsim down NAME` (or `rlsim down --all`), or wait for the other "
+                f"no {want} among the {MAX_SLOTS} rlsim cluster slots on this machine ({held}): "
+                "stop one with `rlsim down NAME` (or `rlsim down --all`), or wait for the other "
                 "users' and jobs' clusters to end")
         state = ClusterState(
             spec=spec,
@@ -298,7 +303,8 @@ def reserve(spec: ClusterSpec, backend: str, detached: bool) -> ClusterState:
             detached=detached,
         )
         run_dir()
-        slots.claim(state.slot, state.session, state.owner_pid)
+        for slot in state.layout.slots:
+            slots.claim(slot, state.session, state.owner_pid)
         try:
             save(state)
         except BaseException:

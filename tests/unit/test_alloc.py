@@ -32,15 +32,18 @@ def test_ports_are_unique_and_inside_the_slot_block(nodes):
     assert all(lo <= p <= hi for p in ports)
 
 
-def test_no_two_slots_share_a_port_or_an_address():
-    plans = [alloc.lay_out(s, alloc.MAX_NODES) for s in range(alloc.MAX_SLOTS)]
+@pytest.mark.parametrize("nodes", [32, alloc.MAX_NODES])
+def test_no_two_slots_share_a_port_or_an_address(nodes):
+    span = alloc.span(nodes)
+    plans = [alloc.lay_out(s, nodes) for s in range(0, alloc.MAX_SLOTS - span + 1, span)]
     for a, b in itertools.combinations(plans, 2):
         assert not set(all_ports(a)) & set(all_ports(b))
         assert not {n.address for n in a.nodes} & {n.address for n in b.nodes}
+        assert not set(a.slots) & set(b.slots)
 
 
 def test_ports_stay_below_the_ephemeral_range_and_ray_defaults():
-    plan = alloc.lay_out(alloc.MAX_SLOTS - 1, alloc.MAX_NODES)
+    plan = alloc.lay_out(alloc.MAX_SLOTS - alloc.span(alloc.MAX_NODES), alloc.MAX_NODES)
     assert max(all_ports(plan)) < 32768
     assert min(all_ports(alloc.lay_out(0, 1))) >= 20000  # above Ray's 10002-19999 workers
 
@@ -48,9 +51,19 @@ def test_ports_stay_below_the_ephemeral_range_and_ray_defaults():
 def test_up_to_16_nodes_keep_60_ports_and_32_share_the_block_with_20_worker_ports_each():
     assert alloc.node_stride(16) == 60 and alloc.worker_ports(16) == 50
     plan = alloc.lay_out(0, 32)
-    assert alloc.MAX_NODES == 32
+    assert plan.span == 1 and plan.port_block == (20000, 20999)
     assert [n.ports.max_worker - n.ports.min_worker + 1 for n in plan.nodes] == [20] * 32
     assert plan.nodes[-1].address == "127.77.0.41"
+
+
+def test_64_nodes_span_two_slots_with_21_worker_ports_each():
+    plan = alloc.lay_out(3, 64)
+    assert alloc.MAX_NODES == 64 and plan.span == 2 and list(plan.slots) == [3, 4]
+    assert plan.port_block == (23000, 24999)
+    assert [n.ports.max_worker - n.ports.min_worker + 1 for n in plan.nodes] == [21] * 64
+    assert plan.nodes[-1].address == "127.77.3.73"  # every node in its first slot's block
+    with pytest.raises(ValueError, match="2 slot"):
+        alloc.lay_out(alloc.MAX_SLOTS - 1, 64)
 
 
 def test_a_shape_whose_workers_outnumber_their_ports_is_refused_naming_the_fix():

@@ -40,7 +40,7 @@ def abandoned(home: Path) -> None:
 CASES = [
     # (argv, plant, exit, words in the output)
     (["cluster", "--nodes", "0"], None, 2, ["--nodes 0", "greater than or equal to 1", "fix"]),
-    (["cluster", "--nodes", "999"], None, 2, ["--nodes 999", "less than or equal to 32"]),
+    (["cluster", "--nodes", "999"], None, 2, ["--nodes 999", "less than or equal to 64"]),
     (["cluster", "--fake-gpus", "-1"], None, 2, ["--fake-gpus -1", "greater than or equal to 0"]),
     (["cluster", "--name", "../../etc"], None, 2, ["--name ../../etc", "cluster name"]),
     (["cluster", "--backend", "k8s"], None, 2, ["--backend k8s", "fix"]),

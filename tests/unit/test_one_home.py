@@ -101,8 +101,8 @@ def test_one_cluster_shape_with_one_set_of_defaults():
     assert ClusterSection().shape() == ClusterSpec().shape() == ClusterShape().shape()
     assert (_default("nodes"), _default("gpus_per_node")) == (2, 8)
     for model in (ClusterSection, ClusterSpec):
-        with pytest.raises(ValueError, match="less than or equal to 32"):
-            model(nodes=33)
+        with pytest.raises(ValueError, match="less than or equal to 64"):
+            model(nodes=65)
 
 
 @pytest.mark.parametrize("backend,section,needle", [

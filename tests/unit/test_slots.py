@@ -163,6 +163,30 @@ def test_all_slots_held_names_the_holders(home):
         state.reserve(ClusterSpec(name="one-more"), "local", detached=False)
 
 
+def test_a_64_node_cluster_takes_two_free_slots_in_a_row(home):
+    held = set(slots_busy())
+    small = state.reserve(ClusterSpec(name="small"), "local", detached=False)
+    big = state.reserve(ClusterSpec(name="big", nodes=64), "local", detached=False)
+    pair = set(big.layout.slots)
+    assert len(pair) == 2 and not pair & (held | {small.slot})
+    with slots.lock():
+        now = slots.busy()
+    assert all(f"session {big.session}" in now[s] for s in pair)
+    # this home's registry counts both slots too: nothing new lands in the second one
+    other = state.reserve(ClusterSpec(name="other"), "local", detached=False)
+    assert other.slot not in pair
+    assert state.forget(big)
+    with slots.lock():
+        assert not pair & set(slots.busy())
+
+
+def test_no_two_free_slots_in_a_row_names_the_need(home):
+    for i in range(MAX_SLOTS - len(slots_busy()) - 1):
+        state.reserve(ClusterSpec(name=f"c{i}"), "local", detached=False)
+    with pytest.raises(RuntimeError, match="no 2 free slots in a row for 64 nodes"):
+        state.reserve(ClusterSpec(name="big", nodes=64), "local", detached=False)
+
+
 @pytest.mark.parametrize("plant", ["link", "file", "open_mode"])
 def test_a_claims_folder_others_could_tamper_with_is_refused(tmp_path, monkeypatch, plant):
     target = tmp_path / "rlsim-slots"
