@@ -273,6 +273,8 @@ def _process_name(pid: int) -> str:
         args = p.cmdline()
         if p.name().startswith("ray::") or not args:
             return p.name()
+        if "--agents" in p.parent().cmdline():  # forked from the agent zygote: no title of its own
+            return "log monitor (forked from the agent zygote)"
         if "-m" in args[1:-1]:  # python -m MODULE (the agents' zygote)
             return args[args.index("-m") + 1]
         script = next((a for a in args[1:] if a.endswith(".py")), args[0])
@@ -325,7 +327,9 @@ def scale(sizes: list[int], gpus: int) -> None:
         parts.add_row(name, *(f"{m[k]:.0f} MB" for k in ("rss", "pss", "uss")))
     con.print(parts)
     w = rows[sizes[-1]]["worker"]
-    lm = rows[sizes[-1]]["parts"].get("log_monitor.py", {"rss": 0.0, "pss": 0.0, "uss": 0.0})
+    found = rows[sizes[-1]]["parts"]
+    lm = found.get("log_monitor.py") or found.get("log monitor (forked from the agent zygote)") \
+        or {"rss": 0.0, "pss": 0.0, "uss": 0.0}
     for label, m in (("as rlsim cluster starts it", w),
                      ("without the log monitor (the reference trainer's scenarios)",
                       {k: w[k] - lm[k] for k in w})):

@@ -303,9 +303,15 @@ import os, ray
 ray.init()
 @ray.remote(num_cpus=0, resources={"rlsim_node_1": 0.01}, runtime_env={"env_vars": {"X": "set"}})
 def x():
+    print("printed on node 1")  # reaches the driver through node 1's log monitor
     return os.environ.get("X")
 print(ray.get(x.remote(), timeout=120))
+import time; time.sleep(1.5)  # the log monitor's next read of the worker's file
 """
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def _agents(st: state.ClusterState, index: int) -> dict[int, int]:
@@ -315,14 +321,25 @@ def _agents(st: state.ClusterState, index: int) -> dict[int, int]:
         with contextlib.suppress(OSError):
             if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(
                     (b"ray::DashboardAgent", b"ray::RuntimeEnvAgent")):
-                found[pid] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                found[pid] = _parent(pid)
+    return found
+
+
+def _forked(st: state.ClusterState, index: int) -> list[int]:
+    """Node ``index``'s processes forked from the agent zygote (its agents, its log monitor)."""
+    found = []
+    for pid in cgroups.NodeGroup(st.session, index).pids():
+        with contextlib.suppress(OSError):
+            if b"--agents" in Path(f"/proc/{_parent(pid)}/cmdline").read_bytes().split(b"\0"):
+                found.append(pid)
     return found
 
 
 def test_agents_fork_from_the_agent_zygote_and_live_and_die_with_their_node(tmp_path):
-    """With node cgroups, each node's two agents are forked from the cluster's agent zygote, in
-    the node's cgroup: a runtime environment is still set up on that node (the runtime env
-    agent serves it), a node kill ends them, a restarted node gets new ones, and nothing
+    """With node cgroups, each node's two agents and its log monitor are forked from the
+    cluster's agent zygote, in the node's cgroup: a runtime environment is still set up on that
+    node (the runtime env agent serves it), what a task prints there reaches the driver (the log
+    monitor forwards it), a node kill ends them, a restarted node gets new ones, and nothing
     outlives the cluster."""
     require(cgroups.available())
     cluster = LocalCluster(ClusterSpec(name=f"agz-{os.getpid()}", nodes=2, gpus_per_node=1))
@@ -333,10 +350,14 @@ def test_agents_fork_from_the_agent_zygote_and_live_and_die_with_their_node(tmp_
         for parent in set(agents.values()):
             cmd = Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")
             assert b"rlsim.backends.zygote" in cmd and b"--agents" in cmd, cmd
+        forked = _forked(st, 1)
+        assert len(forked) == 3 and set(agents) < set(forked), forked  # and the log monitor
+        assert cluster.rewrites.get("log_monitor") == 2, cluster.rewrites
         out = subprocess.run([sys.executable, "-c", ENV_VAR_TASK], capture_output=True, text=True,
                              env={**os.environ, **cluster.driver_env(),
                                   "RAY_ADDRESS": cluster.address}, timeout=180)
         assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "set", out.stderr
+        assert "printed on node 1" in out.stdout + out.stderr, out.stdout + out.stderr
         cluster.kill_node(1)
         wait_until(lambda: not set(agents) & set(procs.find(st.session)), 15, "the agents' end")
         cluster.restart_node(1)
