@@ -141,11 +141,11 @@ def plain_against_fast(nodes: int, gpus: int, bringups: int) -> None:
 def time_cli(nodes: int, gpus: int) -> dict[str, float]:
     """``rlsim cluster --detach`` as a user types it (dashboard and Jobs API up), timed from the
     command's start to its exit: ``wall``; ``ready`` is what it prints (from its cluster's start
-    to every node registered), ``imports`` a bare ``import rlsim.cli`` in a fresh interpreter,
+    to every node registered), ``imports`` a bare ``import rlsim.commands`` in a fresh interpreter,
     ``down`` the ``rlsim down`` after it."""
     rlsim = str(Path(sys.executable).parent / "rlsim")
     t = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import rlsim.cli"], check=True)
+    subprocess.run([sys.executable, "-c", "import rlsim.commands"], check=True)
     imports = time.monotonic() - t
     t = time.monotonic()
     out = subprocess.run([rlsim, "cluster", "--nodes", str(nodes), "--fake-gpus", str(gpus),
@@ -385,7 +385,7 @@ def main() -> None:
               "", "")
     t.add_row("  of which before and after that (imports, checks, printing)",
               f"{user['wall'] - user['ready']:.2f} s", "", "")
-    t.add_row("  `import rlsim.cli` alone, in a fresh interpreter", f"{user['imports']:.2f} s",
+    t.add_row("  `import rlsim.commands` alone, in a fresh interpreter", f"{user['imports']:.2f} s",
               "", "")
     t.add_row(f"ready {shape}: rlsim local (own IPs, dashboard)", f"{ours:.2f} s",
               f"{ours / theirs:.2f}x", "")
