@@ -6,6 +6,8 @@ they are put together into one app, and the process's signals handled."""
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import functools
 import signal
 import sys
@@ -80,6 +82,15 @@ def main(argv: list[str] | None = None) -> None:
     would die at once and leave them to the next command's reaping). A command it ends with an
     error exits 143."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # A mask is inherited through exec: a parent that blocked SIGINT and SIGTERM (a process that
+    # once connected to Ray in its main thread) had them stay pending here for good, and a
+    # Ctrl-C or a scheduler's cancel healed nothing (seen: `rlsim run` from a pytest worker ran
+    # on 90 s after its SIGINT). A signal the parent *ignores* stays ignored, as a shell wants
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    # `kill -USR1 <pid>`: every thread's stack on stderr, the run goes on (a run that seems stuck)
+    if sys.__stderr__ is not None:
+        with contextlib.suppress(ValueError, OSError):
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     try:
         app(args=argv, prog_name="rlsim")
     except REFUSALS as e:  # met outside a command (a plugin loaded as the app is built)

@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -145,9 +147,11 @@ def test_a_gray_failure_in_force_is_healed_when_the_run_is_stopped(
         try:
             out, _ = run.communicate(timeout=90)
         except subprocess.TimeoutExpired:
+            run.send_signal(signal.SIGUSR1)  # where it is: every thread's stack, on its stderr
+            time.sleep(2)
             run.kill()
             raise AssertionError(f"still running 90 s after the signal; it printed:\n"
-                                 f"{run.communicate()[0][-4000:]}") from None
+                                 f"{run.communicate()[0][-12000:]}") from None
     finally:
         if run.poll() is None:
             run.kill()
@@ -161,3 +165,38 @@ def test_a_gray_failure_in_force_is_healed_when_the_run_is_stopped(
     if name == "slow_storage":  # what the trainer saved is kept where it wrote it
         assert kinds[2:] == ["fault_torn_down"], kinds
         assert any((tmp_path / "out" / name / "run" / "checkpoints").glob("global_step_*"))
+
+
+def _block_stop_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_signal_reaches_rlsim_whose_parent_blocked_it(signum):
+    """A blocked signal stays blocked through exec: `rlsim run` started by a process that had
+    blocked SIGINT (a pytest worker, once) ran on 90 s after its Ctrl-C, healing nothing. rlsim
+    unblocks the stop signals as it starts; here a cluster started so stops at the signal."""
+    name = f"blocked-{os.getpid()}-{int(signum)}"
+    rlsim = str(Path(sys.executable).parent / "rlsim")
+    run = subprocess.Popen([rlsim, "cluster", "--nodes", "1", "--fake-gpus", "1", "--name", name],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                           preexec_fn=_block_stop_signals)
+    watchdog = threading.Timer(240, run.kill)  # a run that never gets there: the test fails
+    watchdog.start()
+    try:
+        seen = []
+        for line in run.stdout:  # up to the line it prints as it starts waiting for the signal
+            seen.append(line)
+            if "tears the cluster down" in line:
+                break
+        assert run.poll() is None, "".join(seen)
+        run.send_signal(signum)
+        out = "".join(seen) + run.communicate(timeout=60)[0]
+    finally:
+        watchdog.cancel()
+        if run.poll() is None:
+            run.kill()
+            subprocess.run([rlsim, "down", name], capture_output=True, timeout=120)
+    assert run.returncode == 0 and f"cluster {name!r} stopped" in out, out
+    assert state.load(name) is None
