@@ -82,10 +82,10 @@ def main(argv: list[str] | None = None) -> None:
     would die at once and leave them to the next command's reaping). A command it ends with an
     error exits 143."""
     signal.signal(signal.SIGTERM, _on_sigterm)
-    # A mask is inherited through exec: a parent that blocked SIGINT and SIGTERM (a process that
-    # once connected to Ray in its main thread) had them stay pending here for good, and a
-    # Ctrl-C or a scheduler's cancel healed nothing (seen: `rlsim run` from a pytest worker ran
-    # on 90 s after its SIGINT). A signal the parent *ignores* stays ignored, as a shell wants
+    # A blocked signal is inherited through exec: Ray blocks SIGINT in every process it starts
+    # (ray._private.services.start_ray_process), so an rlsim started from one of them (a Ray job's
+    # entrypoint, a task) would hold a Ctrl-C pending for good and heal nothing. A signal the
+    # parent *ignores* stays ignored, as a shell wants of a background job (`rlsim run ... &`)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     # `kill -USR1 <pid>`: every thread's stack on stderr, the run goes on (a run that seems stuck)
     if sys.__stderr__ is not None:

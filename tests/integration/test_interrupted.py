@@ -36,6 +36,13 @@ expect:
 """
 
 
+def _as_from_a_terminal() -> None:
+    """The signals of the run as a terminal's Ctrl-C finds them, however pytest was started: a
+    non-interactive shell starts a background job (`pytest ... &`) with SIGINT ignored, which
+    its children inherit (the gray-failure case then failed in every gate started so)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _rules(cluster_name: str) -> list[str]:
     out = subprocess.run(["iptables", "-S"], capture_output=True, text=True, check=True).stdout
     return [line for line in out.splitlines() if f":{cluster_name}-" in line]
@@ -135,7 +142,8 @@ def test_a_gray_failure_in_force_is_healed_when_the_run_is_stopped(
     rlsim = str(Path(sys.executable).parent / "rlsim")
     run = subprocess.Popen([rlsim, "run", str(path), "--report", str(tmp_path / "out")],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env={**os.environ, "PYTHONUNBUFFERED": "1"})  # kept if killed
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"},  # kept if killed
+                           preexec_fn=_as_from_a_terminal)
     cluster = f"sc{run.pid}-0"
     try:
         wait_until(lambda: run.poll() is not None or (
@@ -168,14 +176,16 @@ def test_a_gray_failure_in_force_is_healed_when_the_run_is_stopped(
 
 
 def _block_stop_signals() -> None:
+    _as_from_a_terminal()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_stop_signal_reaches_rlsim_whose_parent_blocked_it(signum):
-    """A blocked signal stays blocked through exec: `rlsim run` started by a process that had
-    blocked SIGINT (a pytest worker, once) ran on 90 s after its Ctrl-C, healing nothing. rlsim
-    unblocks the stop signals as it starts; here a cluster started so stops at the signal."""
+    """A blocked signal stays blocked through exec, and Ray blocks SIGINT in every process it
+    starts: an rlsim started from one would hold a Ctrl-C pending for good, healing nothing.
+    rlsim unblocks the stop signals as it starts; here a cluster started so stops at the
+    signal."""
     name = f"blocked-{os.getpid()}-{int(signum)}"
     rlsim = str(Path(sys.executable).parent / "rlsim")
     run = subprocess.Popen([rlsim, "cluster", "--nodes", "1", "--fake-gpus", "1", "--name", name],
