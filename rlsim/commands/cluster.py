@@ -183,21 +183,22 @@ def cluster(
         **{k: v for k, v in given.items() if v is not None},
     )
     c = start_cluster(spec, detach, backend)
-    console.print(table(c, c.nodes()))
-    console.print(f"ready in {c.timings['ready_s']:.1f} s")
-    print_connect(c)
-    if detach:
-        console.print(f"# detached: `rlsim status {name}`, `rlsim down {name}`")
-        return
-    console.print("# Ctrl-C (or SIGTERM) tears the cluster down")
-    try:
+    try:  # a Ctrl-C from here on stops it, even one landing before the wait (seen once)
+        console.print(table(c, c.nodes()))
+        console.print(f"ready in {c.timings['ready_s']:.1f} s")
+        print_connect(c)
+        if detach:
+            console.print(f"# detached: `rlsim status {name}`, `rlsim down {name}`")
+            return
+        console.print("# Ctrl-C (or SIGTERM) tears the cluster down")
         while True:
             signal.pause()
     except KeyboardInterrupt:
         pass
     finally:
-        c.stop()
-        console.print(f"cluster {name!r} stopped")
+        if not detach:
+            c.stop()
+            console.print(f"cluster {name!r} stopped")
 
 
 def attach_named(name: str):
