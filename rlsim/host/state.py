@@ -201,8 +201,8 @@ def forget(st: ClusterState | Corrupt) -> bool:
         mine = isinstance(current, Corrupt) and current.reason == st.reason
     if mine:
         remove(name)
-        if st.session:
-            slots.release(st.session)
+    if st.session and (mine or current is None):  # gone already (its home removed): the
+        slots.release(st.session)                 # session's claims are still its own
     return mine
 
 

@@ -224,3 +224,13 @@ def test_a_node_joins_only_a_gcs_its_own_head_runs(home):
             node_start.start_nodes(st, [0, 1])
     finally:
         squatter.close()
+
+
+def test_forgetting_a_cluster_whose_state_file_is_gone_still_releases_its_claims(home):
+    st = state.reserve(ClusterSpec(name="gone"), "local", detached=False)
+    state.remove("gone")  # its home cleaned up under it
+    with state.locked():
+        assert not state.forget(st)
+    with slots.lock():
+        assert st.slot not in slots.busy() or st.session not in slots.busy()[st.slot]
+    assert not [p for p in slots.claims_dir().iterdir() if st.session in p.name]
