@@ -33,7 +33,12 @@ def test_reserve_gives_distinct_slots_and_refuses_a_live_duplicate_name(home):
         state.reserve(ClusterSpec(name="a"), "local", detached=False)
 
 
-def test_a_cluster_whose_owner_died_is_abandoned_and_its_slot_reused(home):
+def test_a_cluster_whose_owner_died_is_abandoned_and_its_slot_reused(home, monkeypatch):
+    from rlsim.host import slots
+
+    # this home's registry alone: another job's cluster starting meanwhile would listen in a
+    # slot of this machine and move the second pick (seen in a gate)
+    monkeypatch.setattr(slots.listeners, "listening", lambda: [])
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True)
     st = state.reserve(ClusterSpec(name="old"), "local", detached=False)
