@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -30,7 +31,10 @@ def test_an_unplaceable_group_is_reported_within_its_bound_and_nothing_is_left()
     assert result.exit_code == 1, out
     assert "global_pool:2: 2 bundle(s) of {\"GPU\": 1, \"CPU\": 3} (STRICT_PACK)" in out
     assert "global_pool:0: placed in" in out and "global_pool:1: placed in" in out
-    assert "global_pool:2: NOT placed after 3.0 s (Ray: PENDING)" in out
+    # waited its bound, 3 s, and no longer than one more poll (on a busy machine its last poll
+    # answers late: 3.4 s was seen in a gate)
+    waited = re.search(r"global_pool:2: NOT placed after ([\d.]+) s \(Ray: PENDING\)", out)
+    assert waited and 3.0 <= float(waited.group(1)) < 6.0, out
     assert "node 0: 0 GPUs" in out and "node 1: 0 GPUs" in out  # what was free then
     # the rehearsal's cluster (plan-<pid>) is gone; other workers' clusters come and go meanwhile
     assert state.load(f"plan-{os.getpid()}") is None
