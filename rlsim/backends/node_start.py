@@ -174,6 +174,8 @@ def start_nodes(st: ClusterState, indices: list[int]) -> None:
         futures = [pool.submit(start, i) for i in rest]
     for f in futures:
         f.result()
+    # the head's dashboard, started beside the other nodes: the cluster is ready once it is up
+    launch.wait_dashboards()
 
 
 _PRINT_LOCK = threading.Lock()
@@ -215,6 +217,7 @@ def main(argv: list[str]) -> int:
     os.environ.update(cluster_env(st, addresses))
     if addresses is not None:  # PID 1 of a docker node: start it, then keep the container alive
         pid = start_node(st, indices[0], addresses)
+        launch.wait_dashboards()
         print(json.dumps({"index": indices[0], "raylet_pid": pid}), flush=True)
         _reap_forever()
     start_zygotes(st)

@@ -52,6 +52,8 @@ def _edit(path: Path, old: str, new: str) -> None:
      '"--runtime_env_agent_cmd={}"', "no longer builds"),
     ("no_api_server", "_private/node.py", "def start_api_server(", "def start_dashboard_server(",
      "has no Node.start_api_server"),
+    ("dashboard_beside", "_private/node.py", "webui=self._webui_url", "webui=self.webui_url",
+     "has no webui=self._webui_url"),
     ("registration_poll", "_private/services.py", "def get_node(gcs_address, node_id)",
      "def get_node(gcs_address, node_id, timeout)", "get_node also needs timeout"),
     ("draining_nodes", "_private/state.py", "def get_draining_nodes(", "def draining_nodes(",
@@ -106,7 +108,7 @@ def test_plain_on_purpose_turns_every_acceleration_off_but_not_what_rlsim_needs(
     plain = {s.name: s for s in ri.statuses() if not s.available and s.name != "token_auth"}
     assert set(plain) == {"quiet_nodes", "fast_local_connect", "no_idle_workers",
                           "preload_modules", "registration_poll", "no_api_server",
-                          "worker_setup", "forked_agents", "lean_agent", "warm_workers"}
+                          "dashboard_beside", "worker_setup", "forked_agents", "lean_agent", "warm_workers"}
     assert all(s.why == f"{ri.PLAIN_VAR} turned it off" for s in plain.values())
     assert ri.available("fast_health_checks") and ri.available("train_callbacks")
     monkeypatch.setenv(ri.PLAIN_VAR, "fast_health_checks")

@@ -409,6 +409,20 @@ CAPABILITIES: tuple[Capability, ...] = (
                     "raise_on_failure"),
         acceleration=True),
     Capability(
+        "dashboard_beside", "the head's dashboard starts beside the nodes: its raylet and the "
+        "other nodes no longer wait for the dashboard's URL (the cluster is ready once both are)",
+        "every node waits for the head's dashboard to publish its URL (3 s here)",
+        _all_of(_has_params("_private/node.py", "Node.start_api_server", "include_dashboard",
+                            "raise_on_failure"),
+                _has_text("_private/node.py",
+                          "self._webui_url, process_info = ray._private.services.start_api_server(",
+                          "webui=self._webui_url"),
+                _leads_with("_private/services.py", "start_ray_process", "command",
+                            "process_type"),
+                _in_function("_private/services.py", "start_api_server",
+                             "ray_constants.PROCESS_TYPE_DASHBOARD")),
+        acceleration=True),
+    Capability(
         "worker_setup", "workers exec'd straight into Ray's default_worker.py (0.4 s of CPU "
         "saved each), forked from one import where a zygote runs",
         "Ray's own setup_worker.py for every worker, no zygote",

@@ -43,6 +43,8 @@ DASHBOARD_AGENT_FLAG = "--dashboard_agent_command="
 RUNTIME_ENV_AGENT_FLAG = "--runtime_env_agent_command="
 # raylet commands seen, and agent commands rewritten, by kind ("lean", "forked")
 REWRITES: Counter[str] = Counter()
+# the wrappers of Ray's start_ray_process installed in this launcher ("agents", "dashboard")
+_INSTALLED: set[str] = set()
 
 
 def node_env(*, token_path: str, metrics_ports: tuple[int, int],
@@ -98,6 +100,8 @@ def install(spawn_lock: threading.Lock, *, lean: bool, forked: bool) -> None:
     the dashboard) and forked (``forked``: an agent zygote runs). Safe to call again."""
     if ri.available("registration_poll"):
         _poll_registration_often(spawn_lock)
+    if ri.available("dashboard_beside"):
+        _signal_dashboard_spawn()
     lean = lean and ri.available("lean_agent")
     forked = forked and ri.available("forked_agents")
     if lean or forked:
@@ -136,24 +140,97 @@ def _poll_registration_often(spawn_lock: threading.Lock) -> None:
 @functools.cache
 def node_class():
     """Ray's ``Node`` (what ``ray start`` and ``ray.cluster_utils.Cluster`` use), less the
-    dashboard process when the head runs without the dashboard (no_api_server)."""
+    dashboard process when the head runs without the dashboard (no_api_server), and with the
+    dashboard's start beside the rest of the cluster where it runs one (dashboard_beside)."""
     import ray._private.node
 
-    if not ri.available("no_api_server"):
+    none = ri.available("no_api_server")
+    beside = ri.available("dashboard_beside")
+    if not (none or beside):
         return ray._private.node.Node
+    base = ray._private.node.Node
 
-    class Node(ray._private.node.Node):
+    class Node(base):
         def start_api_server(self, *, include_dashboard, raise_on_failure):
             # With include_dashboard=False Ray still starts its dashboard process, with one
             # module, usage stats (which rlsim turns off), and waits for it to publish its URL:
             # 0.9 s of the head's start here, 0.7 s of CPU. Without it the cluster is as Ray
             # leaves one whose dashboard failed to start: no URL published, nothing else
             # touched.
-            if include_dashboard is not False:
-                super().start_api_server(include_dashboard=include_dashboard,
-                                         raise_on_failure=raise_on_failure)
+            if include_dashboard is False and none:
+                return
+            if include_dashboard is False or not beside:
+                base.start_api_server(self, include_dashboard=include_dashboard,
+                                      raise_on_failure=raise_on_failure)
+                return
+            _start_dashboard_beside(self, base, include_dashboard, raise_on_failure)
 
     return Node
+
+
+# The dashboards started beside their clusters by this launcher and not yet waited for: each its
+# thread and the failure it ended with (:func:`wait_dashboards`)
+_DASHBOARDS: list[tuple[threading.Thread, list[BaseException]]] = []
+# Set by the launcher's start_ray_process once a dashboard process is spawned
+_DASHBOARD_SPAWNED = threading.Event()
+
+
+def _start_dashboard_beside(node, base, include_dashboard, raise_on_failure) -> None:
+    """Ray's own dashboard start for ``node`` in a thread of its own: Ray spawns the process,
+    then polls the GCS until the dashboard publishes its URL, 3 s here (its modules import and
+    fork their processes), while the head's raylet and the other nodes waited. This returns
+    once the process is spawned (while the launcher's cgroup and environment are still the
+    head's, which the dashboard must be born in), with the URL the raylet is told set to the
+    address the dashboard was given; :func:`wait_dashboards` waits for the rest."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            base.start_api_server(node, include_dashboard=include_dashboard,
+                                  raise_on_failure=raise_on_failure)
+        except BaseException as e:  # raised where the launcher waits for it
+            failure.append(e)
+        finally:
+            _DASHBOARD_SPAWNED.set()  # also when it failed before its process started
+
+    _DASHBOARD_SPAWNED.clear()
+    thread = threading.Thread(target=run, name="rlsim-dashboard", daemon=True)
+    _DASHBOARDS.append((thread, failure))
+    thread.start()
+    _DASHBOARD_SPAWNED.wait()
+    if node._webui_url is None:
+        params = node._ray_params
+        node._webui_url = f"{params.dashboard_host}:{params.dashboard_port}"
+
+
+def wait_dashboards() -> None:
+    """Wait for the dashboards this launcher started beside their clusters to publish their
+    URLs (what Ray's node start waits for); raise the first one's failure."""
+    while _DASHBOARDS:
+        thread, failure = _DASHBOARDS.pop(0)
+        thread.join()
+        if failure:
+            raise failure[0]
+
+
+def _signal_dashboard_spawn() -> None:
+    """Wrap Ray's start_ray_process so that a dashboard's spawn sets :data:`_DASHBOARD_SPAWNED`."""
+    import ray._private.ray_constants as ray_constants
+    import ray._private.services as services
+
+    if "dashboard" in _INSTALLED:
+        return
+    _INSTALLED.add("dashboard")
+    start = services.start_ray_process
+
+    def start_and_signal(command, process_type, *args, **kwargs):
+        try:
+            return start(command, process_type, *args, **kwargs)
+        finally:
+            if process_type == ray_constants.PROCESS_TYPE_DASHBOARD:
+                _DASHBOARD_SPAWNED.set()
+
+    services.start_ray_process = start_and_signal
 
 
 def _agent_commands(lean: bool, forked: bool) -> None:
@@ -170,8 +247,9 @@ def _agent_commands(lean: bool, forked: bool) -> None:
     import ray._private.services as services
     import ray._private.utils
 
-    if getattr(services.start_ray_process, "rlsim_agents", False):
+    if "agents" in _INSTALLED:
         return
+    _INSTALLED.add("agents")
     if lean:
         # Ray decides whether an agent runs "--minimal" by importing the dashboard's
         # dependencies (aiohttp, opentelemetry, prometheus: 0.86 s of this launcher's CPU, before
@@ -210,7 +288,6 @@ def _agent_commands(lean: bool, forked: bool) -> None:
             REWRITES["log_monitor"] += 1
         return start(command, process_type, *args, **kwargs)
 
-    start_agents.rlsim_agents = True
     services.start_ray_process = start_agents
 
 
