@@ -63,3 +63,49 @@ def test_what_a_tolerance_does_not_forgive(tmp_path, run, needle):
 def test_tolerances_are_not_negative():
     with pytest.raises(ValueError):
         MatchesBaseline(rtol=-1)
+
+
+def _weights(tmp_path, name, tensors):
+    path = tmp_path / name
+    save_file(tensors, str(path))
+    return path
+
+
+@pytest.mark.parametrize("mine,theirs,exact,within", [
+    ({"w": torch.tensor([1.0, 2.0])}, {"w": torch.tensor([1.0, 2.0])}, True, True),
+    # bit for bit means the bits: a zero of the other sign is another number's bits
+    ({"w": torch.tensor([-0.0, 2.0])}, {"w": torch.tensor([0.0, 2.0])}, False, True),
+    ({"w": torch.tensor([1.0, 2.0 + 1e-6])}, {"w": torch.tensor([1.0, 2.0])}, False, True),
+    ({"w": torch.tensor([1.0, 2.5])}, {"w": torch.tensor([1.0, 2.0])}, False, False),
+    ({"w": torch.tensor([1.0, 2.0], dtype=torch.bfloat16)},
+     {"w": torch.tensor([1.0, 2.015625], dtype=torch.bfloat16)}, False, True),
+    ({"w": torch.tensor([1.0, 2.0], dtype=torch.bfloat16)},
+     {"w": torch.tensor([1.0, 2.5], dtype=torch.bfloat16)}, False, False),
+    ({"w": torch.tensor([1.0, float("nan")])}, {"w": torch.tensor([1.0, float("nan")])}, True,
+     False),
+    ({"w": torch.tensor([[1.0, 2.0]])}, {"w": torch.tensor([1.0, 2.0])}, False, False),
+    ({"w": torch.tensor([1.0, 2.0])}, {"w": torch.tensor([1.0, 2.0], dtype=torch.float64)},
+     False, False),
+])
+def test_weights_are_compared_as_torch_would_without_importing_it(tmp_path, mine, theirs, exact,
+                                                                   within):
+    from rlsim.checks import _safetensors, _tensors_close
+
+    a = _safetensors(_weights(tmp_path, "a.safetensors", mine))["w"]
+    b = _safetensors(_weights(tmp_path, "b.safetensors", theirs))["w"]
+    assert (a == b) is exact
+    assert _tensors_close(a, b, rtol=1e-2, atol=1e-5) is within
+    if a[:2] == b[:2]:  # what torch says, where it compares at all
+        assert within == torch.allclose(mine["w"].double(), theirs["w"].double(), rtol=1e-2,
+                                        atol=1e-5)
+
+
+def test_a_file_that_is_not_safetensors_fails_the_comparison_in_words(tmp_path):
+    from rlsim.checks import _same_weights
+
+    for d in ("run", "twin"):
+        hf = tmp_path / d / "checkpoints" / "global_step_3" / "hf"
+        hf.mkdir(parents=True)
+        (hf / "model.safetensors").write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{oops")
+    ok, why = _same_weights(tmp_path / "run", tmp_path / "twin", 3)
+    assert not ok and "is not a safetensors file" in why and "cannot be compared" in why, why
