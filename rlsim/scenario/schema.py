@@ -37,7 +37,7 @@ from rlsim.checks import CHECKS
 from rlsim.faults import FAULTS
 from rlsim.fields import DAY, ROLE_NAME, Refers, Strict, World, first_error, problem, regex
 from rlsim.history import HARNESS_EVENTS, RAY_EVENTS
-from rlsim.host.spec import ClusterShape, per_node_problem
+from rlsim.host.spec import ClusterShape, HealthChecks, per_node_problem
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -73,6 +73,13 @@ class ClusterSection(ClusterShape):
         default_factory=dict,
         description="backend -> why this scenario's story does not hold there (it is skipped "
                     "with that reason)")
+    health: HealthChecks = Field(
+        default_factory=HealthChecks,
+        description="the GCS's health checks of every node (default: a dead node declared dead "
+                    "in about a second). A large cluster on few cores needs Ray's own "
+                    "(initial_delay_ms 5000, period_ms 3000, timeout_ms 10000, "
+                    "failure_threshold 5): 64 nodes and 64 ranks starting on 2 cores missed "
+                    "the default's heartbeats, and Ray declared live nodes dead")
 
     @model_validator(mode="after")
     def _versions_on_nodes(self) -> ClusterSection:

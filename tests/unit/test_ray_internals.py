@@ -108,7 +108,8 @@ def test_plain_on_purpose_turns_every_acceleration_off_but_not_what_rlsim_needs(
     plain = {s.name: s for s in ri.statuses() if not s.available and s.name != "token_auth"}
     assert set(plain) == {"quiet_nodes", "fast_local_connect", "no_idle_workers",
                           "preload_modules", "registration_poll", "no_api_server",
-                          "dashboard_beside", "worker_setup", "forked_agents", "lean_agent", "warm_workers"}
+                          "dashboard_beside", "worker_setup", "forked_agents", "lean_agent",
+                          "warm_workers"}
     assert all(s.why == f"{ri.PLAIN_VAR} turned it off" for s in plain.values())
     assert ri.available("fast_health_checks") and ri.available("train_callbacks")
     monkeypatch.setenv(ri.PLAIN_VAR, "fast_health_checks")
