@@ -134,7 +134,7 @@ def layout(path: str, nodes: list[NodeCapacity], release: str | None = None) -> 
     task = str((data.get("runner") or {}).get("task_type", ""))
     reasoning = task in MODEL_PARALLEL or (not task and "env" not in gpus)
     if reasoning:
-        findings += _reasoning(data, gpus, per_node, num * per_node, judged)
+        findings += _reasoning(data, gpus, per_node, num * per_node, judged, path)
         if not gpus.get("reward") and judged not in NO_REWARD:
             findings.append(Concern(
                 "error", f"RLinf {judged} asserts \"Reward GPUs must be specified in the "
@@ -176,8 +176,17 @@ def layout(path: str, nodes: list[NodeCapacity], release: str | None = None) -> 
         groups, findings, notes)
 
 
+def _size(rollout: dict, key: str, path) -> int:
+    """``rollout.<key>``, a parallel size: a positive whole number (1 where unset)."""
+    value = rollout.get(key, 1)
+    if type(value) is not int or value <= 0:
+        raise PlanInputError(f"{path}: rollout.{key}: a parallel size is a positive whole "
+                             f"number, not {value!r}; fix: e.g. rollout.{key}: 1")
+    return value
+
+
 def _reasoning(data: dict, gpus: dict[str, list[int]], per_node: int, total: int,
-               judged: str) -> list:
+               judged: str, path) -> list:
     out = []
     for name in REASONING:
         if name not in gpus:
@@ -191,8 +200,8 @@ def _reasoning(data: dict, gpus: dict[str, list[int]], per_node: int, total: int
     if out:
         return out
     rollout = data.get("rollout") or {}
-    tp = int(rollout.get("tensor_parallel_size", 1)) * int(rollout.get("pipeline_parallel_size",
-                                                                       1))
+    tp = _size(rollout, "tensor_parallel_size", path) * _size(rollout, "pipeline_parallel_size",
+                                                              path)
     if gpus["actor"] == gpus["rollout"]:
         mode = "collocated"
         for name in ("inference", "critic_inference"):

@@ -8,6 +8,13 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 
+def _v4(ip: str) -> str:
+    import ipaddress
+
+    mapped = getattr(ipaddress.ip_address(ip), "ipv4_mapped", None)
+    return str(mapped) if mapped else ip
+
+
 @ray.remote(num_cpus=0)
 class Rank:
     def ip(self):
@@ -34,7 +41,9 @@ class Rank:
                                     timeout=datetime.timedelta(seconds=20))
         t = torch.tensor([float(rank + 1)])
         dist.all_reduce(t)
-        peers = sorted({c.raddr.ip for c in psutil.Process().net_connections("tcp") if c.raddr})
+        # an IPv6 socket (torch's TCPStore binds dual-stack) names an IPv4 peer ::ffff:a.b.c.d
+        peers = sorted({_v4(c.raddr.ip) for c in psutil.Process().net_connections("tcp")
+                        if c.raddr})
         dist.destroy_process_group()
         return t.item(), peers
 

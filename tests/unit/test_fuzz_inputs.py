@@ -17,7 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -118,6 +118,7 @@ CONFIGS = {name: yaml.safe_load((FIXTURES / name).read_text()) for name in (
 @FUZZ
 @given(st.sampled_from(sorted(CONFIGS)), st.lists(st.integers(0, 50), min_size=1, max_size=5),
        VALUES)
+@example("rlinf-qwen2.5-1.5b-grpo-megatron.yaml", [38, 36], float("inf"))  # a gate found it
 def test_roll_and_rlinf_configs(name, path, value):
     with tempfile.TemporaryDirectory() as d:
         config = Path(d) / "config.yaml"
