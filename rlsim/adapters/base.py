@@ -124,8 +124,12 @@ class Adapter:
 
     def inputs(self, trainer) -> list[Path]:
         """The files whose contents decide the run's numbers besides its command (a fault-free
-        twin trained once serves every scenario with the same). Default: none known."""
-        return []
+        twin trained once serves every scenario with the same). Default: what the command and
+        its ``prepare`` name that is a file (a script, a config given by path), and the Python
+        files of the folder the trainer runs in: an edited ``train.py`` trains a new twin. Code
+        imported from anywhere else counts only through the versions the key holds (Python,
+        rlsim, Ray, torch, vLLM): ``--fresh-twin`` after changing it."""
+        return trainer_files(trainer)
 
     def facts(self, trainer, refusals: list[str]) -> TrainerFacts | None:
         """Check the trainer section against what can be known before it runs; its facts, or
@@ -142,6 +146,37 @@ class Adapter:
         """Where this run's trainer events come from: by default the ``events.jsonl`` the
         trainer appends to in its run directory."""
         return EventTail(run_dir / "events.jsonl")
+
+
+# folders of a project that hold no code of its trainer (or too much of other people's)
+NOT_CODE = {"__pycache__", "node_modules", "site-packages", "reports", "venv"}
+MAX_CODE_FILES = 5000
+
+
+def trainer_files(trainer) -> list[Path]:
+    """The files a trainer's command and ``prepare`` name (relative to where it runs) and the
+    ``*.py`` files under that folder (hidden folders and :data:`NOT_CODE` left out; at most
+    :data:`MAX_CODE_FILES`), sorted."""
+    here = trainer.workdir
+    named = set()
+    for arg in [*(trainer.command or []), *(trainer.prepare or [])]:
+        if "{" in arg:
+            continue
+        path = here / arg
+        try:
+            if path.is_file():
+                named.add(path.resolve())
+        except (OSError, ValueError):
+            continue
+    code = []
+    for path in here.rglob("*.py") if here.is_dir() else ():
+        parts = path.relative_to(here).parts[:-1]
+        if any(p.startswith(".") or p in NOT_CODE for p in parts) or not path.is_file():
+            continue
+        code.append(path)
+        if len(code) >= MAX_CODE_FILES:
+            break
+    return sorted(named | set(code))
 
 
 def check_program(argv: list[str], here: Path, key: str) -> None:

@@ -84,3 +84,38 @@ def test_a_record_for_another_key_or_torn_is_not_read(home, tmp_path):
     assert twins.stored("k1") is None
     record.write_text("{")
     assert twins.stored("k1") is None
+
+
+def test_a_trainer_of_ones_own_gets_a_new_twin_when_its_code_changes(tmp_path):
+    """The default adapter inputs: the files the command names and the Python files of the
+    folder it runs in (hidden folders and virtualenvs left out), so an edited train.py is a new
+    key, and a change in a virtualenv's files or in a file the trainer does not run is not."""
+    from rlsim.adapters import ADAPTERS
+    from rlsim.scenario.pool import twin_key
+    from rlsim.scenario.schema import TrainerSection
+
+    project = tmp_path / "project"
+    (project / "lib").mkdir(parents=True)
+    (project / ".venv" / "lib").mkdir(parents=True)
+    (project / "train.py").write_text("print('v1')\n")
+    (project / "lib" / "model.py").write_text("W = 1\n")
+    (project / "run.json").write_text('{"lr": 0.1}')
+    (project / ".venv" / "lib" / "dep.py").write_text("x = 1\n")
+    (project / "notes.txt").write_text("a")
+    trainer = TrainerSection(adapter="events", cwd=str(project),
+                             command=["{python}", "train.py", "--config", "run.json"])
+
+    def key() -> str:
+        return twin_key({"command": trainer.command}, ADAPTERS["events"].inputs(trainer))
+
+    first = key()
+    assert set(ADAPTERS["events"].inputs(trainer)) == {
+        project / "train.py", project / "lib" / "model.py", project / "run.json"}
+    (project / ".venv" / "lib" / "dep.py").write_text("x = 2\n")
+    (project / "notes.txt").write_text("b")
+    assert key() == first
+    for path, text in ((project / "train.py", "print('v2')\n"), (project / "lib" / "model.py",
+                       "W = 2\n"), (project / "run.json", '{"lr": 0.2}')):
+        before = key()
+        path.write_text(text)
+        assert key() != before, path
