@@ -555,7 +555,7 @@ def _tensors_close(a: tuple, b: tuple, rtol: float, atol: float) -> bool:
         v = np.frombuffer(t[2], dtype=_NUMPY_DTYPES[t[0]])
         if t[0] == "BF16":
             v = (v.astype(np.uint32) << 16).view(np.float32)
-        return v.astype(np.float64) if v.dtype.kind in "fiub" else v
+        return v.astype(np.float64)
     return bool(np.allclose(values(a), values(b), rtol=rtol, atol=atol, equal_nan=False))
 
 

@@ -168,15 +168,16 @@ def trainer_files(trainer) -> list[Path]:
                 named.add(path.resolve())
         except (OSError, ValueError):
             continue
-    code = []
-    for path in here.rglob("*.py") if here.is_dir() else ():
-        parts = path.relative_to(here).parts[:-1]
-        if any(p.startswith(".") or p in NOT_CODE for p in parts) or not path.is_file():
-            continue
-        code.append(path)
+    code: list[Path] = []
+    # left-out folders are not entered at all: a project's .venv alone holds tens of thousands
+    # of files, and this runs before every twin
+    for folder, dirs, files in os.walk(here):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in NOT_CODE]
+        code += [Path(folder, f) for f in files if f.endswith(".py")]
         if len(code) >= MAX_CODE_FILES:
+            del code[MAX_CODE_FILES:]
             break
-    return sorted(named | set(code))
+    return sorted(named | {p for p in code if p.is_file()})
 
 
 def check_program(argv: list[str], here: Path, key: str) -> None:
