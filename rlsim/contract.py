@@ -16,6 +16,11 @@ RESERVE_FILE = "faults/gpu_reserve.json"
 # gone, after recording ``Fatal GPU error: ...`` in its crash log.
 GPU_LOST_FILE = "faults/gpus_lost.json"
 
+# Set (to 1) in the environment of every process of a node whose GPUs are fake: a trainer treats
+# its GPUs as the CPU there, even on a host with real GPUs, whose ordinals Ray's numbering of the
+# fake ones would otherwise reach. Nodes given real devices (``cluster.cuda_devices``) lack it.
+FAKE_GPUS_VAR = "RLSIM_FAKE_GPUS"
+
 # The Ray node label a harness sets on every fake-GPU node: GiB per GPU it simulates.
 MEMORY_LABEL = "rlsim-gpu-memory-gb"
 

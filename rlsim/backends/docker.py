@@ -140,6 +140,9 @@ class DockerCluster(StartedCluster):
         if shape.gcs_ft != "none":
             return Unsupported("cluster.gcs_ft (a Redis-backed GCS the head restarts from) runs "
                                "on --backend local")
+        if any(n.cuda_devices for n in shape.node_shapes()):
+            return Unsupported("cluster.cuda_devices (real GPUs behind the nodes' GPUs) runs on "
+                               "--backend local: rlsim's containers are given no GPU devices")
         problem = engine_problem() or next(
             (p for path in shape.python.values() if (p := interpreter_problem(path))), None)
         if problem:

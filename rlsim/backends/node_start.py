@@ -27,9 +27,10 @@ from rlsim.backends import ray_internals as ri
 from rlsim.backends import redis_store
 from rlsim.backends.ray_internals import launch
 from rlsim.backends.ray_internals.worker_setup import AGENT_ZYGOTE_VAR, ZYGOTE_VAR
-from rlsim.contract import MEMORY_LABEL
+from rlsim.contract import FAKE_GPUS_VAR, MEMORY_LABEL
 from rlsim.host import cgroups, listeners, procs, state
 from rlsim.host.home import auth_token_path
+from rlsim.host.shape import visible_devices
 from rlsim.host.state import ClusterState
 
 ADDRESSES_VAR = "RLSIM_NODE_ADDRESSES"  # docker nodes: every node's address, JSON
@@ -119,6 +120,15 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
     ))
 
 
+def gpu_env(cuda_devices: str | None, gpus: int) -> dict[str, str]:
+    """The environment that says what a node's ``gpus`` GPUs are: the real ``cuda_devices``
+    behind them (its raylet's CUDA_VISIBLE_DEVICES, whose entries Ray hands its workers), or
+    fake, which a trainer takes for the CPU (:data:`rlsim.contract.FAKE_GPUS_VAR`)."""
+    if cuda_devices and gpus:
+        return {"CUDA_VISIBLE_DEVICES": visible_devices(cuda_devices, gpus)}
+    return {FAKE_GPUS_VAR: "1"}
+
+
 # Ray's Node() reads this process's environment and its processes are born in this process's
 # cgroups: one node at a time may be set up and spawned. A node start holds the lock except while
 # it waits for its raylet to register, most of a node's start (the raylet waits for its two
@@ -131,9 +141,16 @@ def start_node(st: ClusterState, index: int, addresses: list[str] | None = None)
     to call from several threads at once."""
     launch.install(_SPAWN_LOCK, lean=not st.spec.dashboard,
                    forked=AGENT_ZYGOTE_VAR in os.environ)
-    accelerator = st.spec.node_shapes()[index].accelerator
+    shape = st.spec.node_shapes()[index]
+    accelerator = shape.accelerator
     with _SPAWN_LOCK:
         os.environ[procs.NODE_VAR] = str(index)
+        # the node's GPUs: real devices (Ray hands each worker its GPU's entry of the raylet's
+        # CUDA_VISIBLE_DEVICES), or fake ones, which a trainer must not take for a real GPU of
+        # the host that happens to have the ordinal Ray gives them
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        os.environ.pop(FAKE_GPUS_VAR, None)
+        os.environ.update(gpu_env(shape.cuda_devices, st.gpus_left.get(index, shape.gpus)))
         if st.cgroups:
             cgroups.NodeGroup(st.session, index).enter()
         st.node_dir(index).mkdir(parents=True, exist_ok=True)
@@ -238,7 +255,12 @@ def zygote_modules(st: ClusterState) -> list[str]:
     """What the cluster's zygote imports for its workers: the preloaded modules, less the
     trainer's own (a worker imports those itself, in its node's environment) and vLLM's (its
     engine starts processes and threads of its own: not forked from a shared parent here),
-    then Ray's dependencies; nothing where the workers preload nothing."""
+    then Ray's dependencies; nothing where the workers preload nothing, nor where a node's GPUs
+    are real (``cuda_devices``): a parent that touched CUDA (torch asks for devices at times
+    when imported) leaves its forked children unable to use it, so those workers start as Ray
+    starts them."""
+    if any(n.cuda_devices for n in st.spec.node_shapes()):
+        return []
     modules = [m for m in st.spec.preload_modules if m.split(".")[0] not in ("trainer", "vllm")]
     return [*modules, *RAY_DEPENDENCIES] if modules else []
 

@@ -82,7 +82,8 @@ _CLUSTER_OPTIONS = {"name": "--name", "nodes": "--nodes", "gpus_per_node": "--fa
                     "gpu_memory_gb": "--gpu-memory-gb", "cpus_per_node": "--cpus-per-node",
                     "memory_gb": "--memory-gb", "accelerator": "--accelerator",
                     "resources": "--resources", "labels": "--label", "like": "--like",
-                    "node": "--node", "ready_timeout_s": "--ready-timeout"}
+                    "node": "--node", "ready_timeout_s": "--ready-timeout",
+                    "cuda_devices": "--cuda-devices"}
 
 
 def _resources(text: str | None) -> dict:
@@ -119,13 +120,21 @@ def _nodes(options: list[str]) -> dict[int, dict[str, str]]:
     nodes: dict[int, dict[str, str]] = {}
     for option in options:
         index, sep, pairs = option.partition(":")
-        fields = dict(pair.partition("=")[::2] for pair in pairs.split(","))
+        fields: dict[str, str] = {}
+        key = None
+        for part in pairs.split(","):
+            if "=" not in part and key == "cuda_devices":  # its own list: cuda_devices=0,1
+                fields[key] += "," + part
+                continue
+            key, _, value = part.partition("=")
+            fields[key] = value
         if not sep or not index.isdigit() or not all(fields) or "" in fields.values():
             raise fail(f"rlsim cluster: --node {option}: write it as I:KEY=VALUE[,KEY=VALUE], "
                         "e.g. --node 3:gpus=4,accelerator=A100", 2)
         if unknown := set(fields) - (set(NodeShape.model_fields) - {"resources", "labels"}):
             raise fail(f"rlsim cluster: --node {option}: no key {sorted(unknown)[0]!r}; fix: "
-                        "use like, gpus, gpu_memory_gb, cpus, memory_gb or accelerator", 2)
+                        "use like, gpus, gpu_memory_gb, cpus, memory_gb, accelerator or "
+                        "cuda_devices", 2)
         nodes.setdefault(int(index), {}).update(fields)
     return nodes
 
@@ -151,6 +160,10 @@ def cluster(
                                            "memory, the same on every node)."),
     accelerator: str | None = typer.Option(None, help="Accelerator type each node reports, as "
                                            "Ray does on real GPU nodes (e.g. H100, A100-80G)."),
+    cuda_devices: str | None = typer.Option(
+        None, help="The host's real GPUs behind the nodes' GPUs, as CUDA_VISIBLE_DEVICES lists "
+        "them (e.g. 0 or 0,1): a node's GPU j is device j mod their number, so one real GPU can "
+        "stand behind every node's GPUs. Default: fake GPUs (the CPU)."),
     resources: str | None = typer.Option(None, help="Custom resources each node advertises, "
                                          """as JSON: '{"ssd": 1}'."""),
     label: Annotated[list[str] | None, typer.Option(
@@ -160,7 +173,7 @@ def cluster(
         f"type, CPUs and memory; the options above win ({', '.join(NODE_TYPES)})."),
     node: Annotated[list[str] | None, typer.Option(
         "--node", help="One node's own shape, I:KEY=VALUE[,KEY=VALUE...] with keys like, gpus, "
-        "gpu_memory_gb, cpus, memory_gb, accelerator (repeatable), e.g. "
+        "gpu_memory_gb, cpus, memory_gb, accelerator, cuda_devices (repeatable), e.g. "
         "--node 3:gpus=4,accelerator=A100,gpu_memory_gb=40.")] = None,
     name: str = typer.Option("rlsim", help="Cluster name (for status/down)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Leave it running and return."),
@@ -175,7 +188,7 @@ def cluster(
         raise fail(f"rlsim cluster: {problem} (rlsim cluster starts the nodes itself)", 2)
     given = {"gpus_per_node": fake_gpus, "gpu_memory_gb": gpu_memory_gb,
              "cpus_per_node": cpus_per_node, "memory_gb": memory_gb, "accelerator": accelerator,
-             "like": like}
+             "like": like, "cuda_devices": cuda_devices}
     spec = to_spec(
         "cluster", _CLUSTER_OPTIONS,
         name=name, nodes=nodes, resources=_resources(resources), labels=_labels(label or []),

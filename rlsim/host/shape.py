@@ -126,6 +126,28 @@ def accelerator_problem(accelerator: str | None) -> str | None:
     return None
 
 
+CUDA_ID_RE = re.compile(r"^(\d+|(GPU|MIG)-[0-9A-Za-z/-]+)$")
+
+
+def cuda_devices_problem(devices: str | None) -> str | None:
+    """What is wrong with a ``cuda_devices`` value (CUDA_VISIBLE_DEVICES' form), or None."""
+    if devices is None:
+        return None
+    ids = devices.split(",")
+    if not all(CUDA_ID_RE.match(i) for i in ids):
+        return (f"cuda_devices {devices!r}: write the host's GPUs as CUDA_VISIBLE_DEVICES lists "
+                "them, comma-separated ordinals or UUIDs, e.g. '0' or '0,1' or 'GPU-8f3c...'")
+    return None
+
+
+def visible_devices(devices: str, gpus: int) -> str:
+    """The CUDA_VISIBLE_DEVICES of a node with ``gpus`` GPUs standing on the real ``devices``:
+    GPU j is device j mod len(devices), so fewer devices than GPUs are shared (one real GPU can
+    stand behind every GPU of every node). Ray gives the worker that holds GPU j that entry."""
+    ids = devices.split(",")
+    return ",".join(ids[j % len(ids)] for j in range(gpus))
+
+
 class ShapeChecks(BaseModel):
     """What a shape's ``like``, ``accelerator``, ``resources`` and ``labels`` must be, wherever
     they are given: a cluster's (:class:`rlsim.host.spec.ClusterShape`) or one node's."""
@@ -141,6 +163,13 @@ class ShapeChecks(BaseModel):
     @classmethod
     def _accelerator_ok(cls, v: str | None) -> str | None:
         if problem := accelerator_problem(v):
+            raise ValueError(problem)
+        return v
+
+    @field_validator("cuda_devices", check_fields=False)
+    @classmethod
+    def _cuda_devices_ok(cls, v: str | None) -> str | None:
+        if problem := cuda_devices_problem(v):
             raise ValueError(problem)
         return v
 
@@ -166,6 +195,9 @@ class NodeShape(ShapeChecks):
     memory_gb: float | None = Field(None, gt=0, le=1024 * 1024,
                                     description="GiB of Ray's memory resource")
     accelerator: str | None = Field(None, description="accelerator type (e.g. A100)")
+    cuda_devices: str | None = Field(
+        None, description="the host's real GPUs behind this node's GPUs (see the cluster's "
+                          "cuda_devices)")
     resources: dict[str, float] = Field(default_factory=dict,
                                         description="custom resources, added to the cluster's")
     labels: dict[str, str] = Field(default_factory=dict,
@@ -184,6 +216,7 @@ class ResolvedNode:
     accelerator: str | None
     resources: dict[str, float] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    cuda_devices: str | None = None
 
     def describe(self) -> str:
         """One line: e.g. ``8x H100 80G, 192 CPU, 1862 GiB``."""
@@ -218,4 +251,5 @@ def resolve(index: int, cluster: dict, own: NodeShape | None) -> ResolvedNode:
         index=index, gpus=gpus, gpu_memory_gb=pick(own.gpu_memory_gb, "gpu_memory_gb"),
         cpus=pick(own.cpus, "cpus_per_node"), memory_gb=pick(own.memory_gb, "memory_gb"),
         accelerator=accelerator, resources={**cluster["resources"], **own.resources},
-        labels={**cluster["labels"], **own.labels})
+        labels={**cluster["labels"], **own.labels},
+        cuda_devices=pick(own.cuda_devices, "cuda_devices") if gpus else None)

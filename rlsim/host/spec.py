@@ -60,6 +60,14 @@ class ClusterShape(ShapeChecks):
         None, description="the accelerator type each node reports, as Ray reports a real GPU "
                           "node's (e.g. H100, A100, L40S): the resource accelerator_type:<X> and "
                           "the label ray.io/accelerator-type")
+    cuda_devices: str | None = Field(
+        None, description="the host's real GPUs behind the nodes' GPUs, as CUDA_VISIBLE_DEVICES "
+                          "lists them ('0', '0,1', GPU UUIDs): a node's GPU j is device j mod "
+                          "their number, so one real GPU can stand behind every GPU of every "
+                          "node. Each node's raylet is given that CUDA_VISIBLE_DEVICES and Ray "
+                          "hands each worker its GPU's entry. Unset: fake GPUs, which a trainer "
+                          "treats as the CPU (RLSIM_FAKE_GPUS) even on a host with real ones "
+                          "(local backend)")
     resources: dict[str, float] = Field(
         default_factory=dict, description="custom resources each node advertises, as "
                                           "`ray start --resources` gives them")
@@ -113,6 +121,9 @@ class ClusterShape(ShapeChecks):
                              "have GPUs; give the nodes GPUs or drop the accelerator")
         for n in self.node_shapes():
             where = f"node {n.index}: " if n.index in self.node else ""
+            if self.node.get(n.index) and self.node[n.index].cuda_devices and not n.gpus:
+                raise ValueError(f"{where}cuda_devices needs GPUs: the real devices stand "
+                                 "behind the node's GPUs; give the node GPUs or drop them")
             if self.node.get(n.index) and self.node[n.index].accelerator and not n.gpus:
                 raise ValueError(f"{where}an accelerator type needs GPUs: Ray reports one only "
                                  "on nodes that have GPUs; give the node GPUs or drop its "
@@ -135,7 +146,8 @@ class ClusterShape(ShapeChecks):
     def node_shapes(self) -> list[ResolvedNode]:
         """Each node's shape, node 0 (the head) first."""
         fields = self.model_dump(include={"gpus_per_node", "gpu_memory_gb", "cpus_per_node",
-                                          "memory_gb", "accelerator", "resources", "labels"})
+                                          "memory_gb", "accelerator", "resources", "labels",
+                                          "cuda_devices"})
         return [resolve(i, fields, self.node.get(i)) for i in range(self.nodes)]
 
     def gpus(self) -> int:

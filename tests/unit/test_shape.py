@@ -56,6 +56,8 @@ def test_one_node_takes_its_own_fields_then_its_type_then_the_cluster():
     ({"node": {1: {"gpus": 0, "accelerator": "A100"}}}, ["node 1: an accelerator type needs"]),
     ({"node": {1: {"like": "x"}}}, ["no node type 'x'"]),
     ({"node": {1: {"gpu": 2}}}, ["Extra inputs"]),
+    ({"cuda_devices": "0;1"}, ["cuda_devices '0;1'", "CUDA_VISIBLE_DEVICES"]),
+    ({"node": {1: {"gpus": 0, "cuda_devices": "0"}}}, ["node 1: cuda_devices needs GPUs"]),
     ({"node": {1: {"resources": {"GPU": 1}}}}, ["'GPU' is set by Ray"]),
     ({"nodes": 32, "node": {3: {"gpus": 16}}}, ["node 3: nodes=32 with gpus=16", "22 Ray workers",
                                                 "20 worker ports"]),
@@ -74,3 +76,27 @@ def test_a_node_types_cpus_count_for_placement_not_for_worker_ports():
     # ...and each node still advertises all 192 of its CPUs for Ray to place tasks on
     assert spec.cpus_per_node == 192
     assert [n.cpus for n in spec.node_shapes()] == [192] * 32
+
+
+def test_real_gpus_stand_behind_the_nodes_gpus_in_turn_and_fake_ones_say_so():
+    from rlsim.backends.node_start import gpu_env
+    from rlsim.contract import FAKE_GPUS_VAR
+
+    spec = ClusterSpec(nodes=3, gpus_per_node=4, cuda_devices="0,1",
+                       node={2: {"cuda_devices": "GPU-8f3c-11"}})
+    shapes = spec.node_shapes()
+    assert [n.cuda_devices for n in shapes] == ["0,1", "0,1", "GPU-8f3c-11"]
+    # GPU j of a node is device j mod their number: Ray hands worker j that entry
+    assert gpu_env(shapes[0].cuda_devices, 4) == {"CUDA_VISIBLE_DEVICES": "0,1,0,1"}
+    assert gpu_env(shapes[2].cuda_devices, 2) == {"CUDA_VISIBLE_DEVICES": "GPU-8f3c-11,GPU-8f3c-11"}
+    # fake GPUs (the default), or a node that lost all its GPUs: the trainer keeps to the CPU
+    assert gpu_env(None, 8) == {FAKE_GPUS_VAR: "1"}
+    assert gpu_env("0", 0) == {FAKE_GPUS_VAR: "1"}
+    assert ClusterSpec(nodes=2).node_shapes()[1].cuda_devices is None
+
+
+def test_the_docker_backend_refuses_real_gpus_naming_the_field():
+    from rlsim.backends.docker import DockerCluster
+
+    refused = DockerCluster.refusal(ClusterSpec(nodes=2, cuda_devices="0"), node_local=False)
+    assert refused is not None and "cuda_devices" in str(refused)
