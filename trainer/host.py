@@ -10,6 +10,10 @@ faults on it bite).
 its methods are called by the driver through :mod:`trainer.groups`; none of them waits unboundedly:
 the process group carries ``fault_tolerance.collective_timeout_s``. What crosses to the driver is
 numpy arrays (the driver imports no torch): tensors are made of them here, and answers are arrays.
+
+On a node whose GPUs are real (``cluster.cuda_devices``), Ray gives each worker its own
+``CUDA_VISIBLE_DEVICES`` and the worker's models, batches and sampling live on that device
+(``cuda:0``); answers still leave as arrays. Fake GPUs are the CPU.
 """
 
 from __future__ import annotations
@@ -29,18 +33,53 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from rlsim.contract import GPU_LOST_FILE
+from rlsim.contract import FAKE_GPUS_VAR, GPU_LOST_FILE
 from trainer import memory
 from trainer.checkpoint import listing as ckpt_listing
 from trainer.config import TrainerConfig
 from trainer.data import reward
-from trainer.errors import CollectiveError, CollectiveTimeout, first_line
+from trainer.errors import CollectiveError, CollectiveTimeout, TrainerError, first_line
 from trainer.losses import clipped_policy_loss, clipped_value_loss, kl_k3
 from trainer.model import build_critic, build_policy, response_logprobs, response_values
 from trainer.placement import Plan, WorkerSlot
 from trainer.worker import crash_log
 
 PROMPT_LEN = 7
+
+
+def _device() -> torch.device:
+    """This worker's device: its GPU where Ray gave it a real one (always local index 0, as Ray
+    sets the worker's own CUDA_VISIBLE_DEVICES), else the CPU standing for a fake GPU (also on
+    a host with real GPUs, where the node says its GPUs are fake: FAKE_GPUS_VAR)."""
+    real = torch.cuda.is_available() and os.environ.get(FAKE_GPUS_VAR) != "1"
+    return torch.device("cuda", 0) if real else torch.device("cpu")
+
+
+def _device_id(device: torch.device) -> str:
+    """What tells two ranks' devices apart: a GPU's UUID, or ``cpu``."""
+    if device.type != "cuda":
+        return "cpu"
+    props = torch.cuda.get_device_properties(device)
+    return str(getattr(props, "uuid", "") or f"{props.name}/{props.pci_bus_id}")
+
+
+def choose_backend(devices: list[str]) -> tuple[str, str]:
+    """The process group's backend for ranks on ``devices`` (:func:`_device_id` of each rank, in
+    rank order), and why. NCCL needs every rank on a GPU of its own: it refuses two ranks on one
+    device ("Duplicate GPU detected"), which simulated nodes sharing a host's GPU are; those, and
+    CPU ranks, use gloo."""
+    if all(d == "cpu" for d in devices):
+        return "gloo", "no rank has a GPU (fake GPUs: the CPU)"
+    if "cpu" in devices:
+        return "gloo", (f"ranks {[r for r, d in enumerate(devices) if d == 'cpu']} have no GPU: "
+                        "NCCL needs every rank on one")
+    seen: dict[str, int] = {}
+    for rank, d in enumerate(devices):
+        if d in seen:
+            return "gloo", (f"ranks {seen[d]} and {rank} share GPU {d}: NCCL refuses two ranks "
+                            "on one device")
+        seen[d] = rank
+    return "nccl", "every rank on a GPU of its own"
 
 
 @contextlib.contextmanager
@@ -116,7 +155,13 @@ class Host:
                  capacity: float) -> None:
         self._born = time.monotonic()
         torch.set_num_threads(1)
+        self.device = _device()
+        if self.device.type == "cuda":
+            # cuBLAS is deterministic only with a fixed workspace, set before its first call
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.cuda.set_device(self.device)
         torch.use_deterministic_algorithms(True)
+        self.backend, self.backend_reason = "gloo", "not joined"
         self.cfg = TrainerConfig.model_validate(cfg)
         self.plan, self.slot, self.micro, self.capacity = plan, slot, micro, capacity
         self.ip = _node_ip()
@@ -134,7 +179,13 @@ class Host:
     # -- set-up -------------------------------------------------------------------------------
     def where(self) -> dict:
         return {"ip": self.ip, "pid": os.getpid(), "index": self.slot.index,
-                "roles": list(self.slot.roles), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}
+                "roles": list(self.slot.roles), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "device": self._device_name()}
+
+    def _device_name(self) -> str:
+        if self.device.type != "cuda":
+            return "cpu"
+        return f"cuda:0 ({torch.cuda.get_device_name(self.device)})"
 
     def open_store(self) -> tuple[str, int]:
         """On the world's rank 0: host the rendezvous store on this node's address."""
@@ -160,22 +211,23 @@ class Host:
                 self.engines[role] = self._engine(role)
                 took[f"{role}_engine_s"] = time.monotonic() - t0
         t0 = time.monotonic()
-        if "ref" in roles:
-            self.ref = build_policy(cfg.model, cfg.seed).eval()
-        if "rollout" in roles:
-            from trainer.rollout import make_engine
+        with self._named_oom(roles[0], "set-up"):
+            if "ref" in roles:
+                self.ref = build_policy(cfg.model, cfg.seed).eval().to(self.device)
+            if "rollout" in roles:
+                from trainer.rollout import make_engine
 
-            self.rollout = make_engine(cfg, Path(cfg.run_dir) / "rollout" /
-                                       f"model-worker{self.slot.index}")
+                self.rollout = make_engine(cfg, Path(cfg.run_dir) / "rollout" /
+                                           f"model-worker{self.slot.index}", self.device)
         took["ref_rollout_s"] = time.monotonic() - t0
-        return {**self.where(), "setup_s": {k: round(v, 3) for k, v in took.items()}}
+        return {**self.where(), "setup_s": {k: round(v, 3) for k, v in took.items()},
+                "backend": self.backend, "backend_reason": self.backend_reason}
 
     def _join(self, store_addr: tuple[str, int], rank: int, world: int,
               timeout: datetime.timedelta) -> None:
         """Rendezvous at rank 0's store and form the process group, or fail in words: a peer that
         cannot reach the store or the collective's own ports would otherwise surface as a bare
         store error (or, without a timeout, a hang)."""
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
         # what torchrun would export; DeepSpeed insists on LOCAL_RANK. Ray gives each worker
         # its own CUDA_VISIBLE_DEVICES, so its device is always local index 0.
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0",
@@ -184,6 +236,16 @@ class Host:
         try:
             store = self.store or dist.TCPStore(store_addr[0], store_addr[1], is_master=False,
                                                 timeout=timeout)
+            # every rank tells the others its device, so all choose the same backend
+            store.set(f"rlsim/device/{rank}", _device_id(self.device))
+            keys = [f"rlsim/device/{r}" for r in range(world)]
+            store.wait(keys)
+            backend, self.backend_reason = choose_backend(
+                [store.get(k).decode() for k in keys])
+            self.backend = backend
+            if self.device.type == "cuda" and backend == "gloo":
+                print(f"trainer worker: process group over gloo, not NCCL: "
+                      f"{self.backend_reason}", file=sys.stderr, flush=True)
             with _gloo_bound_to(self.ip):
                 dist.init_process_group(backend, store=store, rank=rank, world_size=world,
                                         timeout=timeout)
@@ -191,8 +253,8 @@ class Host:
             timed_out = "time" in str(e).lower()
             error = CollectiveTimeout if timed_out else CollectiveError
             raise error(
-                f"process group set-up ({backend}): rank {rank} of {world} on {self.ip} could not "
-                f"complete the rendezvous at {store_addr[0]}:{store_addr[1]}"
+                f"process group set-up ({self.backend}): rank {rank} of {world} on {self.ip} "
+                f"could not complete the rendezvous at {store_addr[0]}:{store_addr[1]}"
                 + (f" within {timeout.total_seconds():g} s (fault_tolerance.collective_timeout_s)"
                    if timed_out else "")
                 + f": {first_line(e, 160)}. Fix: let every node reach the others' ephemeral ports "
@@ -206,6 +268,7 @@ class Host:
         cfg, oc = self.cfg, getattr(self.cfg, role)
         module = build_policy(cfg.model, cfg.seed) if role == "actor" else build_critic(
             cfg.model, cfg.seed)
+        module = module.to(self.device)
         rows = cfg.data.prompts_per_step * cfg.rollout.n_samples
         per_rank = rows // (self.plan.dp[role] * cfg.algo.mini_batches)
         micro = min(self.micro[role], per_rank)
@@ -220,9 +283,45 @@ class Host:
         for gpu in self.slot.gpus:
             memory.check_gpu(self.cfg, self.plan, gpu, self.micro, self.capacity, reserve)
 
+    @contextlib.contextmanager
+    def _named_oom(self, role: str, what: str):
+        """A real CUDA out-of-memory error in ``what``, raised as :class:`trainer.oom.CudaOOM`
+        naming role, node, GPU and the fix, as the fake-GPU ledger names its own."""
+        try:
+            yield
+        except torch.OutOfMemoryError as e:
+            from trainer.oom import CudaOOM
+
+            if isinstance(e, TrainerError):
+                raise  # the ledger's own (trainer.oom.SimulatedCudaOOM), already named
+            raise CudaOOM(self._oom_message(role, what, e)) from None
+
+    def _oom_message(self, role: str, what: str, e: BaseException) -> str:
+        gpu = self.slot.gpus[0] if self.slot.gpus else 0
+        node, local = divmod(gpu, self.plan.gpus_per_node)
+        others = ""
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            held = torch.cuda.memory_reserved(self.device)
+            others = (f" Of its {total / memory.GIB:.2f} GiB, this process holds "
+                      f"{held / memory.GIB:.2f} GiB and other processes "
+                      f"{max(total - free - held, 0) / memory.GIB:.2f} GiB.")
+        oc = getattr(self.cfg, role, None)
+        knob = (f"reduce {role}.micro_batch_size (now {self.micro[role]}) or set "
+                f"{role}.auto_micro_batch=true" if role in self.micro and oc is not None
+                else "lower data.prompts_per_step or rollout.n_samples (the rows generated "
+                "at once)")
+        return (f"{first_line(e, 400)}{others} [rlsim: role={role} node={node} gpu={local} "
+                f"(global {gpu}) on {self.ip}, {what}] Fix: {knob}, or free the GPU of "
+                "what else runs on it (nvidia-smi lists its processes).")
+
+    def _tensor(self, a: np.ndarray) -> torch.Tensor:
+        return torch.tensor(a, device=self.device)
+
     # -- rollout and scoring -------------------------------------------------------------------
     def generate(self, prompts: np.ndarray, seeds: list[int]) -> np.ndarray:
-        return self.rollout.generate(torch.tensor(prompts), seeds).numpy()
+        with self._named_oom("rollout", "generation"):
+            return self.rollout.generate(torch.tensor(prompts), seeds).cpu().numpy()
 
     def reward(self, prompts: np.ndarray, seqs: np.ndarray) -> np.ndarray:
         n = seqs.shape[0] // prompts.shape[0]
@@ -232,12 +331,14 @@ class Host:
     @torch.no_grad()
     def logprobs(self, role: str, seqs: np.ndarray) -> np.ndarray:
         model = self.ref if role == "ref" else self.engines["actor"].module
-        return response_logprobs(model, torch.tensor(seqs), PROMPT_LEN).numpy()
+        with self._named_oom(role, "log-probabilities"):
+            return response_logprobs(model, self._tensor(seqs), PROMPT_LEN).cpu().numpy()
 
     @torch.no_grad()
     def values(self, seqs: np.ndarray) -> np.ndarray:
-        return response_values(self.engines["critic"].module, torch.tensor(seqs),
-                               PROMPT_LEN).numpy()
+        with self._named_oom("critic", "values"):
+            return response_values(self.engines["critic"].module, self._tensor(seqs),
+                                   PROMPT_LEN).cpu().numpy()
 
     def compute(self, fn, *args):
         """``fn(*args)``, an algorithm's tensor math (``trainer.grpo.targets``), on tensors made
@@ -250,7 +351,7 @@ class Host:
     # -- training -----------------------------------------------------------------------------
     def train(self, role: str, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """Train ``role`` on this rank's shard; collective with the role's other ranks."""
-        batch = {k: torch.tensor(v) for k, v in batch.items()}
+        batch = {k: self._tensor(v) for k, v in batch.items()}
         cfg, engine = self.cfg, self.engines[role]
         rows = batch["seqs"].shape[0]
         mini = rows // cfg.algo.mini_batches
@@ -263,7 +364,8 @@ class Host:
                     mbs = [{k: v[i : i + micro] for k, v in batch.items()}
                            for i in range(m0, m0 + mini, micro)]
                     self.check_memory()
-                    out = engine.train(mbs, loss_fn)
+                    with self._named_oom(role, "training"):
+                        out = engine.train(mbs, loss_fn)
         except RuntimeError as e:
             kind = _collective_failure(e)
             if kind is None:
@@ -271,6 +373,10 @@ class Host:
             raise kind(f"{role} rank {self.slot.ranks[role]} on {self.ip}: {first_line(e)} "
                        f"(fault_tolerance.collective_timeout_s="
                        f"{cfg.fault_tolerance.collective_timeout_s:g})") from None
+        if self.device.type == "cuda" and self.plan.mode == "colocated":
+            # a hybrid engine hands the GPU's memory from training to generation between phases
+            # (verl's offload, vLLM's sleep): what training cached is given back to CUDA
+            torch.cuda.empty_cache()
         return {f"train/{role}_{k}": v for k, v in out.items()}
 
     def _actor_loss(self, model, mb):
@@ -294,8 +400,8 @@ class Host:
         """The actor's full weights (collective under ZeRO-3); returned by actor rank 0 only. As
         arrays: the driver receives them on their way to the engines, and makes no tensors."""
         state = self.engines["actor"].full_state()
-        return {k: v.numpy() for k, v in state.items()} if self.slot.ranks["actor"] == 0 \
-            else None
+        return {k: v.cpu().numpy() for k, v in state.items()} \
+            if self.slot.ranks["actor"] == 0 else None
 
     def load_weights(self, state: dict[str, np.ndarray]) -> None:
         self.rollout.load_weights({k: torch.tensor(v) for k, v in state.items()})
@@ -307,6 +413,8 @@ class Host:
             engine.save(root / role)
         rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                "python": random.getstate()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
         (root / "rng").mkdir(parents=True, exist_ok=True)
         torch.save(rng, root / "rng" / f"worker_{self.slot.index}.pt")
         if "actor" in self.engines:
@@ -328,6 +436,8 @@ class Host:
         torch.set_rng_state(rng["torch"])
         np.random.set_state(rng["numpy"])
         random.setstate(rng["python"])
+        if "cuda" in rng and self.device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"], self.device)
 
     def shutdown(self) -> None:
         if dist.is_initialized():

@@ -229,7 +229,8 @@ def sample(model: torch.nn.Module, prompts: torch.Tensor, n: int, length: int,
     for _ in range(length):
         logits = model(input_ids=seqs).logits[:, -1].float() / temperature
         probs = torch.softmax(logits, -1)
-        noise = torch.cat([torch.rand(n, 1, generator=g) for g in gens])
+        # drawn on the CPU whatever the model's device: the same draws on a GPU as on a CPU
+        noise = torch.cat([torch.rand(n, 1, generator=g) for g in gens]).to(seqs.device)
         # inverse-CDF draw with per-prompt uniforms: one categorical sample per row
         cdf = probs.cumsum(-1)
         nxt = (cdf < noise * cdf[:, -1:]).sum(-1, keepdim=True).clamp(max=probs.shape[1] - 1)

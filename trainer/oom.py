@@ -18,3 +18,11 @@ class SimulatedCudaOOM(torch.OutOfMemoryError, TrainerError):
 
     kind = "oom"
     knob = ""  # the config field that would fix it (set by the ledger)
+
+
+class CudaOOM(torch.OutOfMemoryError, TrainerError):
+    """A real CUDA out-of-memory error in a worker, named as the ledger names its own: torch's
+    message, then role, node, GPU, what was running and the knob to turn. A bare
+    ``torch.OutOfMemoryError`` would reach the driver as an internal error."""
+
+    kind = "oom"

