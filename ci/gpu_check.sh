@@ -3,12 +3,13 @@
 # `rlsim` on PATH, `python3` the Python it runs on). Every step is bounded and logged; one failing
 # step does not stop the next. What it does:
 #   1. the collectives two ranks on one GPU can use (ci/gpu_collectives.py: NCCL, then gloo);
-#   2. a simulated cluster of 2 nodes x 1 GPU with the host's GPU 0 behind both
-#      (`--cuda-devices 0`): `rlsim doctor --json`, the reference trainer on one rank (CUDA
-#      training over NCCL) and scenarios/gpu_oom_colocated.yaml with --backend real (a real
-#      CUDA allocation takes the GPU);
-#   3. a cluster of 4 nodes x 8 GPUs, GPU 0 behind all 32: scenarios/node_failure_mid_run.yaml
-#      with --backend real --allow-disruptive (a node's raylet killed mid-run);
+#   2. a simulated cluster of 2 nodes x 1 GPU, the host's GPU 0 behind node 1's (node 0's is
+#      fake): `rlsim doctor --json` and scenarios/gpu_oom_colocated.yaml with --backend real (a
+#      real CUDA allocation takes node 1's GPU; actor rank 1 trains there);
+#   3. a cluster of 4 nodes x 8 GPUs, GPU 0 behind all 32 (`--cuda-devices 0`): the reference
+#      trainer on one rank (CUDA training over NCCL), then scenarios/node_failure_mid_run.yaml
+#      with --backend real --allow-disruptive (a node's raylet killed mid-run; its two ranks
+#      share the GPU, over gloo);
 #   4. nothing left: no raylet of these clusters, no process holding the GPU.
 # OUT gets summary.txt, collectives.json, doctor.json and logs.tgz (every step's log, the reports).
 set -u
@@ -47,14 +48,9 @@ torch.version.cuda, 'available', torch.cuda.is_available(), 'ray', ray.__version
 
 step collectives 240 python3 ci/gpu_collectives.py "$OUT/collectives.json"
 
-if up gpu-a --nodes 2 --fake-gpus 1 --cuda-devices 0; then
+if up gpu-a --nodes 2 --fake-gpus 1 --node 1:cuda_devices=0; then
     step doctor 120 rlsim doctor --ray-address "$RAY_ADDRESS" --json
     cp "$LOGS/doctor.log" "$OUT/doctor.json"
-    # one rank, the whole GPU: CUDA training over NCCL, as on a real node
-    step trainer-one-rank 300 python3 -m trainer --config grpo_tiny total_steps=6 save_freq=3 \
-        placement.nnodes=1 "run_dir=$LOGS/trainer-one-rank"
-    grep -h '"placement"\|"run_end"' "$LOGS/trainer-one-rank/events.jsonl" 2>/dev/null \
-        | cut -c1-600 | tee -a "$SUM"
     step gpu-oom-colocated 300 rlsim run scenarios/gpu_oom_colocated.yaml --backend real \
         --ray-address "$RAY_ADDRESS" --allow-disruptive --report "$LOGS/report-gpu-oom"
     verdict gpu-oom-colocated
@@ -62,6 +58,11 @@ if up gpu-a --nodes 2 --fake-gpus 1 --cuda-devices 0; then
 fi
 
 if up gpu-b --nodes 4 --fake-gpus 8 --cuda-devices 0; then
+    # one rank, the whole GPU: CUDA training over NCCL, as on a real node
+    step trainer-one-rank 300 python3 -m trainer --config grpo_tiny total_steps=6 save_freq=3 \
+        placement.nnodes=1 "run_dir=$LOGS/trainer-one-rank"
+    grep -h '"placement"\|"run_end"' "$LOGS/trainer-one-rank/events.jsonl" 2>/dev/null \
+        | cut -c1-700 | tee -a "$SUM"
     step node-failure-mid-run 420 rlsim run scenarios/node_failure_mid_run.yaml --backend real \
         --ray-address "$RAY_ADDRESS" --allow-disruptive --report "$LOGS/report-node-failure"
     verdict node-failure-mid-run

@@ -228,11 +228,13 @@ def sample(model: torch.nn.Module, prompts: torch.Tensor, n: int, length: int,
     seqs = prompts.repeat_interleave(n, dim=0)
     for _ in range(length):
         logits = model(input_ids=seqs).logits[:, -1].float() / temperature
-        probs = torch.softmax(logits, -1)
-        # drawn on the CPU whatever the model's device: the same draws on a GPU as on a CPU
-        noise = torch.cat([torch.rand(n, 1, generator=g) for g in gens]).to(seqs.device)
+        # the draw on the CPU whatever the model's device: a CUDA cumsum of floats has no
+        # deterministic kernel (torch refuses it in deterministic mode), and CPU generators give
+        # the same uniforms everywhere
+        probs = torch.softmax(logits, -1).cpu()
+        noise = torch.cat([torch.rand(n, 1, generator=g) for g in gens])
         # inverse-CDF draw with per-prompt uniforms: one categorical sample per row
         cdf = probs.cumsum(-1)
         nxt = (cdf < noise * cdf[:, -1:]).sum(-1, keepdim=True).clamp(max=probs.shape[1] - 1)
-        seqs = torch.cat([seqs, nxt], dim=1)
+        seqs = torch.cat([seqs, nxt.to(seqs.device)], dim=1)
     return seqs
