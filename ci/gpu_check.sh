@@ -37,9 +37,11 @@ up() {  # up NAME ARGS...: a detached cluster; its driver settings exported here
     echo "  $1: RAY_ADDRESS=$RAY_ADDRESS" | tee -a "$SUM"
 }
 
-verdict() {  # the PASS/FAIL lines of a run's log into the summary
-    grep -E "PASS|FAIL|SKIP|ERROR|passed|failed" "$LOGS/$1.log" | head -20 | sed 's/^/  /' \
-        | tee -a "$SUM"
+verdict() {  # a run's verdict and each check's line into the summary, and where it trained
+    grep -E "^ *(PASS|FAIL|SKIP|ERROR|ok |no )" "$LOGS/$1.log" | cut -c1-300 | head -30 \
+        | sed 's/^/  /' | tee -a "$SUM"
+    find "$LOGS/$2" -name events.jsonl -path '*/run/*' -exec grep -h '"placement"' {} + \
+        2>/dev/null | head -2 | cut -c1-900 | tee -a "$SUM"
 }
 
 { nvidia-smi -L; python3 -c "import torch, ray; print('torch', torch.__version__, 'cuda',
@@ -53,7 +55,7 @@ if up gpu-a --nodes 2 --fake-gpus 1 --node 1:cuda_devices=0; then
     cp "$LOGS/doctor.log" "$OUT/doctor.json"
     step gpu-oom-colocated 300 rlsim run scenarios/gpu_oom_colocated.yaml --backend real \
         --ray-address "$RAY_ADDRESS" --allow-disruptive --report "$LOGS/report-gpu-oom"
-    verdict gpu-oom-colocated
+    verdict gpu-oom-colocated report-gpu-oom
     step down-gpu-a 120 rlsim down gpu-a
 fi
 
@@ -65,7 +67,7 @@ if up gpu-b --nodes 4 --fake-gpus 8 --cuda-devices 0; then
         | cut -c1-700 | tee -a "$SUM"
     step node-failure-mid-run 420 rlsim run scenarios/node_failure_mid_run.yaml --backend real \
         --ray-address "$RAY_ADDRESS" --allow-disruptive --report "$LOGS/report-node-failure"
-    verdict node-failure-mid-run
+    verdict node-failure-mid-run report-node-failure
     step down-gpu-b 120 rlsim down gpu-b
 fi
 
@@ -74,4 +76,6 @@ sleep 2
     echo "left: raylets $(pgrep -c raylet || true), gcs_server $(pgrep -c gcs_server || true)," \
         "processes on the GPU $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
 } | tee -a "$SUM"
-tar -czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null
+# the logs and reports, not the runs' weights (checkpoints and rollout copies: megabytes each)
+tar -czf "$OUT/logs.tgz" -C "$LOGS" --exclude=checkpoints --exclude=rollout --exclude='*.pt' \
+    --exclude='*.safetensors' . 2>/dev/null

@@ -47,6 +47,28 @@ from trainer.worker import crash_log
 PROMPT_LEN = 7
 
 
+FAKE_IDS_VAR = "RLSIM_FAKE_GPU_IDS"  # a fake-GPU worker's GPU ids as Ray handed them out
+
+
+def _hide_real_gpus() -> None:
+    """On a node whose GPUs are fake (FAKE_GPUS_VAR) of a host whose torch has CUDA, keep this
+    worker off the host's real GPUs: Ray's CUDA_VISIBLE_DEVICES names the fake GPU by its
+    ordinal, which a real device of the host may have, and DeepSpeed (or anything asking CUDA)
+    would take it. Called before CUDA is first asked; the ids stay in FAKE_IDS_VAR for what
+    reads them (the lost-GPU watch, the placement event)."""
+    if os.environ.get(FAKE_GPUS_VAR) != "1" or not torch.backends.cuda.is_built() \
+            or FAKE_IDS_VAR in os.environ:
+        return
+    os.environ[FAKE_IDS_VAR] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+def _gpu_ids() -> str:
+    """This worker's GPU ids as Ray handed them out (its CUDA_VISIBLE_DEVICES)."""
+    return os.environ.get(FAKE_IDS_VAR) or os.environ.get("CUDA_VISIBLE_DEVICES", "")
+
+
 def _device() -> torch.device:
     """This worker's device: its GPU where Ray gave it a real one (always local index 0, as Ray
     sets the worker's own CUDA_VISIBLE_DEVICES), else the CPU standing for a fake GPU (also on
@@ -134,7 +156,7 @@ def _watch_device(run_dir: str, ip: str, every_s: float = 0.25) -> None:
     """A fake GPU's failure, as the process on it meets it: the driver reports an Xid and the
     device is gone, so this process dies (a real one aborts at its next CUDA call), leaving
     ``Fatal GPU error`` in its crash log for the driver to name the cause."""
-    mine = {g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g}
+    mine = {g for g in _gpu_ids().split(",") if g}
     while mine:
         gone = sorted(mine & lost_gpus(run_dir, ip))
         if gone:
@@ -155,6 +177,7 @@ class Host:
                  capacity: float) -> None:
         self._born = time.monotonic()
         torch.set_num_threads(1)
+        _hide_real_gpus()
         self.device = _device()
         if self.device.type == "cuda":
             # cuBLAS is deterministic only with a fixed workspace, set before its first call
@@ -179,7 +202,7 @@ class Host:
     # -- set-up -------------------------------------------------------------------------------
     def where(self) -> dict:
         return {"ip": self.ip, "pid": os.getpid(), "index": self.slot.index,
-                "roles": list(self.slot.roles), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "roles": list(self.slot.roles), "cuda": _gpu_ids() or None,
                 "device": self._device_name()}
 
     def _device_name(self) -> str:

@@ -3,6 +3,7 @@ backend ranks on given devices choose, and how a real CUDA out-of-memory error i
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -41,3 +42,26 @@ def test_a_real_cuda_oom_is_named_with_role_node_gpu_and_the_fix():
     # what scenarios/gpu_oom_colocated.yaml expects of the run's failure
     assert re.search(r"CUDA out of memory.*role=.* node=1 gpu=0.*Fix:", str(e.value)), e.value
     assert "actor.micro_batch_size (now 64)" in str(e.value)
+
+
+def test_a_fake_gpu_worker_on_a_host_with_real_gpus_is_kept_off_them(monkeypatch):
+    from rlsim.contract import FAKE_GPUS_VAR
+    from trainer import host
+
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)  # a CUDA build of torch
+    monkeypatch.delenv(host.FAKE_IDS_VAR, raising=False)
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # Ray's ordinal of the fake GPU
+    monkeypatch.delenv(FAKE_GPUS_VAR, raising=False)
+    host._hide_real_gpus()  # a node with real GPUs: untouched
+    assert host._gpu_ids() == "3" and "DS_ACCELERATOR" not in os.environ
+    monkeypatch.setenv(FAKE_GPUS_VAR, "1")
+    host._hide_real_gpus()
+    env = os.environ
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["DS_ACCELERATOR"] == "cpu"
+    assert host._gpu_ids() == "3"  # what the lost-GPU watch and the placement event read
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: False)
+    monkeypatch.delenv(host.FAKE_IDS_VAR)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    host._hide_real_gpus()  # a CPU build of torch: nothing to hide
+    assert env["CUDA_VISIBLE_DEVICES"] == "5"
