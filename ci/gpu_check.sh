@@ -12,7 +12,9 @@
 #      share the GPU, over gloo);
 #   4. nothing left: no raylet of these clusters, no process holding the GPU.
 # OUT gets summary.txt, collectives.json, doctor.json and logs.tgz (every step's log, the reports).
+# STEPS (default "collectives oom nodes") picks steps 1, 2 and 3.
 set -u
+STEPS=" ${STEPS:-collectives oom nodes} "
 OUT=${1:?usage: ci/gpu_check.sh OUT}
 mkdir -p "$OUT"
 LOGS=$(mktemp -d)
@@ -48,9 +50,9 @@ verdict() {  # a run's verdict and each check's line into the summary, and where
 torch.version.cuda, 'available', torch.cuda.is_available(), 'ray', ray.__version__)"; } \
     2>&1 | tee -a "$SUM"
 
-step collectives 240 python3 ci/gpu_collectives.py "$OUT/collectives.json"
+[[ $STEPS == *" collectives "* ]] && step collectives 240 python3 ci/gpu_collectives.py "$OUT/collectives.json"
 
-if up gpu-a --nodes 2 --fake-gpus 1 --node 1:cuda_devices=0; then
+if [[ $STEPS == *" oom "* ]] && up gpu-a --nodes 2 --fake-gpus 1 --node 1:cuda_devices=0; then
     step doctor 120 rlsim doctor --ray-address "$RAY_ADDRESS" --json
     cp "$LOGS/doctor.log" "$OUT/doctor.json"
     step gpu-oom-colocated 300 rlsim run scenarios/gpu_oom_colocated.yaml --backend real \
@@ -59,7 +61,7 @@ if up gpu-a --nodes 2 --fake-gpus 1 --node 1:cuda_devices=0; then
     step down-gpu-a 120 rlsim down gpu-a
 fi
 
-if up gpu-b --nodes 4 --fake-gpus 8 --cuda-devices 0; then
+if [[ $STEPS == *" nodes "* ]] && up gpu-b --nodes 4 --fake-gpus 8 --cuda-devices 0; then
     # one rank, the whole GPU: CUDA training over NCCL, as on a real node
     step trainer-one-rank 300 python3 -m trainer --config grpo_tiny total_steps=6 save_freq=3 \
         placement.nnodes=1 "run_dir=$LOGS/trainer-one-rank"

@@ -103,7 +103,10 @@ class NodeAgent:
         return importlib.import_module(PROBE_MODULE).run(phase, args)
 
     def hold_gpu(self, gb: float) -> list[dict]:
-        """Allocate ``gb`` GiB (or what is free, if less) on every GPU of this host and keep it."""
+        """Allocate ``gb`` GiB (or all that can be had, if less) on every GPU of this host and
+        keep it. In pieces, halved down to 2 MiB when one does not fit: what ``mem_get_info``
+        calls free is more than one allocation gets (seen on an H100: 77.86 GiB free, and a
+        77.86 GiB allocation refused), so one piece of it would take nothing."""
         import torch
 
         if not torch.cuda.is_available():
@@ -111,9 +114,17 @@ class NodeAgent:
         taken = []
         for d in range(torch.cuda.device_count()):
             free, _ = torch.cuda.mem_get_info(d)
-            size = min(int(gb * 2**30), free - (free % 2**20))
-            self._held.append(torch.empty(size, dtype=torch.uint8, device=f"cuda:{d}"))
-            taken.append({"gpu": d, "gb": round(size / 2**30, 2),
+            left, piece, got = int(gb * 2**30), 1 << 30, 0
+            while left >= 2 << 20 and piece >= 2 << 20:
+                try:
+                    self._held.append(torch.empty(min(piece, left), dtype=torch.uint8,
+                                                  device=f"cuda:{d}"))
+                except torch.OutOfMemoryError:
+                    piece //= 2
+                    continue
+                got += min(piece, left)
+                left -= min(piece, left)
+            taken.append({"gpu": d, "gb": round(got / 2**30, 2),
                           "free_gb": round(free / 2**30, 2)})
         return taken
 

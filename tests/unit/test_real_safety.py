@@ -83,3 +83,30 @@ def test_without_backend_each_scenario_runs_on_the_backend_its_file_names(tmp_pa
     code, out = run("run", "scenarios/checkpoint_node_local.yaml", "--dry-run", "--backend",
                     "local")
     assert code == 0 and "SKIP     checkpoint_node_local" in out and "--backend docker" in out
+
+
+def test_gpu_oom_takes_all_it_can_get_in_pieces_though_less_than_mem_get_info_says(monkeypatch):
+    # an H100 said 77.86 GiB free and refused one 77.86 GiB allocation: the hold must still
+    # take nearly all of it, in pieces
+    import torch
+
+    from rlsim.backends.real import NodeAgent
+
+    gib, room = 2**30, int(5.3 * 2**30)
+    held = []
+
+    def empty(size, dtype, device):
+        if sum(held) + size > room:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        held.append(size)
+        return size
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: (room + gib, 80 * gib))
+    monkeypatch.setattr(torch, "empty", empty)
+    agent = NodeAgent(preload_torch=False)
+    taken = agent.hold_gpu(80)
+    assert room - sum(held) < 4 << 20 and taken == [{"gpu": 0, "gb": 5.3, "free_gb": 6.3}]
+    held.clear()
+    assert agent.hold_gpu(2)[0]["gb"] == 2.0 and sum(held) == 2 * gib  # asked less: that much
