@@ -103,34 +103,54 @@ class NodeAgent:
         return importlib.import_module(PROBE_MODULE).run(phase, args)
 
     def hold_gpu(self, gb: float) -> list[dict]:
-        """Allocate ``gb`` GiB (or all that can be had, if less) on every GPU of this host and
-        keep it. In pieces, halved down to 2 MiB when one does not fit: what ``mem_get_info``
-        calls free is more than one allocation gets (seen on an H100: 77.86 GiB free, and a
-        77.86 GiB allocation refused), so one piece of it would take nothing."""
+        """Take ``gb`` GiB (or all that can be had, if less) on every GPU of this host and keep
+        it, as a co-tenant that grows into whatever memory is freed: what the trainer gives back
+        to CUDA between phases (as hybrid engines do) is taken too, until release. In pieces,
+        halved down to 2 MiB when one does not fit: what ``mem_get_info`` calls free is more than
+        one allocation gets (an H100 said 77.86 GiB free and refused a 77.86 GiB allocation)."""
         import torch
 
         if not torch.cuda.is_available():
             raise RuntimeError(f"gpu_oom: no CUDA device is visible on {self.where()['ip']}")
-        taken = []
-        for d in range(torch.cuda.device_count()):
-            free, _ = torch.cuda.mem_get_info(d)
-            left, piece, got = int(gb * 2**30), 1 << 30, 0
-            while left >= 2 << 20 and piece >= 2 << 20:
-                try:
-                    self._held.append(torch.empty(min(piece, left), dtype=torch.uint8,
-                                                  device=f"cuda:{d}"))
-                except torch.OutOfMemoryError:
-                    piece //= 2
-                    continue
-                got += min(piece, left)
-                left -= min(piece, left)
-            taken.append({"gpu": d, "gb": round(got / 2**30, 2),
-                          "free_gb": round(free / 2**30, 2)})
-        return taken
+        devices = range(torch.cuda.device_count())
+        free = [torch.cuda.mem_get_info(d)[0] for d in devices]
+        want = {d: int(gb * 2**30) for d in devices}
+        got = {d: self._grab(d, want[d]) for d in devices}
+        self._stop = threading.Event()
+        self._grower = threading.Thread(target=self._grow, args=(want, got), daemon=True,
+                                        name="rlsim-gpu-hold")
+        self._grower.start()
+        return [{"gpu": d, "gb": round(got[d] / 2**30, 2), "free_gb": round(free[d] / 2**30, 2)}
+                for d in devices]
+
+    def _grab(self, device: int, left: int, piece: int = 1 << 30) -> int:
+        """Allocate up to ``left`` bytes on ``device`` in pieces; the bytes taken."""
+        import torch
+
+        got = 0
+        while left - got >= 2 << 20 and piece >= 2 << 20:
+            size = min(piece, left - got)
+            try:
+                self._held.append(torch.empty(size, dtype=torch.uint8, device=f"cuda:{device}"))
+            except torch.OutOfMemoryError:
+                piece //= 2
+                continue
+            got += size
+        return got
+
+    def _grow(self, want: dict[int, int], got: dict[int, int]) -> None:
+        while not self._stop.wait(0.001):
+            for d in want:
+                if want[d] - got[d] >= 2 << 20:
+                    got[d] += self._grab(d, want[d] - got[d], piece=256 << 20)
 
     def release_gpu(self) -> int:
         import torch
 
+        if getattr(self, "_grower", None) is not None:
+            self._stop.set()
+            self._grower.join()
+            self._grower = None
         n = len(self._held)
         self._held.clear()
         if n:

@@ -4,6 +4,8 @@ skipped (with the reason) or refused, touching no cluster; disruptive faults aga
 
 from __future__ import annotations
 
+import time
+
 from typer.testing import CliRunner
 
 from rlsim import commands as cli
@@ -105,8 +107,17 @@ def test_gpu_oom_takes_all_it_can_get_in_pieces_though_less_than_mem_get_info_sa
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: (room + gib, 80 * gib))
     monkeypatch.setattr(torch, "empty", empty)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     agent = NodeAgent(preload_torch=False)
     taken = agent.hold_gpu(80)
     assert room - sum(held) < 4 << 20 and taken == [{"gpu": 0, "gb": 5.3, "free_gb": 6.3}]
+    # memory the trainer gives back later is taken too, until release
+    room += gib
+    deadline = time.monotonic() + 10
+    while room - sum(held) >= 4 << 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert room - sum(held) < 4 << 20
+    assert agent.release_gpu() > 0 and agent._grower is None
     held.clear()
     assert agent.hold_gpu(2)[0]["gb"] == 2.0 and sum(held) == 2 * gib  # asked less: that much
+    agent.release_gpu()
