@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -61,8 +61,10 @@ class Check:
     # checks that cannot hold in the same run (a run that completes does not fail)
     excludes: tuple[str, ...] = ()
     # it compares the run with its fault-free twin (same config and seed, same cluster, trained
-    # first): the runner trains one when a scenario asks for such a check
-    twin: bool = False
+    # first): the runner trains one when a scenario asks for such a check. "timed": it compares
+    # the twin's timings, which hold only for a twin trained on the machine as it is now (a twin
+    # kept from a run under other load steps at another pace), so the twin is trained afresh
+    twin: bool | Literal["timed"] = False
     # why it can never pass in this scenario, as (field, what and the fix), or None: given its
     # parameters, the scenario and the World (the trainer's steps, where the adapter knows them)
     cannot: Callable[[Any, Any, World], tuple[str, str] | None] | None = None
@@ -105,7 +107,7 @@ CHECKS: Registry = Registry("rlsim.checks", "check", lambda c: c.name,
 
 def check(Params: type[Strict], scalar: Callable[[str, Any], dict] | None = None,
           needs: tuple[str, ...] = (), figure: str | None = None,
-          excludes: tuple[str, ...] = (), twin: bool = False,
+          excludes: tuple[str, ...] = (), twin: bool | Literal["timed"] = False,
           cannot: Callable[[Any, Any, World], tuple[str, str] | None] | None = None):
     """Make the decorated judge a :class:`Check` of its name (register it with an entry point in
     the group ``rlsim.checks``; rlsim's own are in its pyproject.toml). ``cannot``: why it can
@@ -614,7 +616,7 @@ def window_ratios(run: dict[int, tuple[float, float]], twin: dict[int, tuple[flo
     return out
 
 
-@check(ThroughputWithin, _ratio, needs=("step_end",), figure="throughput vs twin", twin=True,
+@check(ThroughputWithin, _ratio, needs=("step_end",), figure="throughput vs twin", twin="timed",
        cannot=_needs_a_fault("it compares the fault's window with the twin's"))
 def throughput_within(o: Outcome, p) -> Verdict:
     """Steps per second against the fault-free twin over the same steps, judged separately in

@@ -482,6 +482,12 @@ def _wait_killed(proc: subprocess.Popen, nemesis: Nemesis) -> None:
         proc.wait()
 
 
+def times_its_twin(sc: Scenario) -> bool:
+    """Whether a check of ``sc`` compares the twin's timings: such a twin is trained now, on
+    the machine as loaded as the run, never read from a kept record."""
+    return any(CHECKS[name].twin == "timed" for name, _ in sc.checks())
+
+
 def _baseline(sc: Scenario, cluster, run_dir: Path, log, pool: Pool, backend: str) -> Path:
     """The fault-free twin (same config, same seed) on the same healthy cluster, run first; or
     the record of an identical twin this process trained or an earlier run kept
@@ -491,7 +497,7 @@ def _baseline(sc: Scenario, cluster, run_dir: Path, log, pool: Pool, backend: st
                         {**sc.trainer.env, **ADAPTERS[sc.trainer.adapter].env(
                             sc.trainer, _launch_of(Path("<twin>"), 0, ""))})
     key = twin_key(about, ADAPTERS[sc.trainer.adapter].inputs(sc.trainer))
-    if cached := pool.twin(key):
+    if not times_its_twin(sc) and (cached := pool.twin(key)):
         where, record = cached
         log.outcome.baseline_about = {**record, "cached": True}
         log.emit("baseline_done", returncode=0, run_dir=str(where), cached=True, key=key,

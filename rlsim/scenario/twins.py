@@ -6,7 +6,11 @@ hashes: the trainer's command, code and config, its environment, the cluster's s
 and the versions of Python, rlsim, Ray, torch and vLLM. Every ``rlsim run`` and pytest session
 used to train it again (5.8 s of the README main job's 19.4 s); now the first one keeps its record
 and the others read it. A changed input is a new key, hence a new twin; ``--fresh-twin``
-(``--rlsim-fresh-twin``) trains one all the same and replaces the kept record.
+(``--rlsim-fresh-twin``) trains one all the same and replaces the kept record. A scenario with a
+check of the twin's timings (``throughput_within``) always trains its own: a twin's pace is the
+machine's at the time, and one kept from a run under other load made a throttled node look as
+fast as it (slow_node: 1.04 of a kept twin's speed while throttled, 0.22-0.26 of a twin
+trained beside it). Its record is kept for the others all the same.
 
 What is kept is what the checks read, copied byte for byte from the twin's run directory:
 ``events.jsonl``, ``metrics.jsonl`` and the final step's HF export

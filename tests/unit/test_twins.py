@@ -119,3 +119,16 @@ def test_a_trainer_of_ones_own_gets_a_new_twin_when_its_code_changes(tmp_path):
         before = key()
         path.write_text(text)
         assert key() != before, path
+
+
+def test_a_scenario_that_times_its_twin_never_reads_a_kept_one():
+    # a twin's pace is the machine's when it ran: slow_node's throttled steps went at 1.04 of a
+    # twin kept from a busier run, and the check that the fault slowed anything failed
+    from pathlib import Path
+
+    from rlsim.scenario.loader import load
+    from rlsim.scenario.runner import times_its_twin
+
+    root = Path(__file__).resolve().parents[2] / "scenarios"
+    assert times_its_twin(load(root / "slow_node.yaml"))  # throughput_within
+    assert not times_its_twin(load(root / "node_failure_mid_run.yaml"))  # matches_baseline only
