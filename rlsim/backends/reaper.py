@@ -8,7 +8,7 @@ import contextlib
 import signal
 
 from rlsim.backends.docker_engine import HOME_LABEL, LABEL, docker_client, engine_problem, is_orphan
-from rlsim.host import cgroups, disk, iptables, procs, state
+from rlsim.host import cgroups, disk, iptables, machines, procs, state
 from rlsim.host.home import home_id, locked, run_dir
 from rlsim.host.iptables import Firewall
 from rlsim.host.state import ClusterState
@@ -23,6 +23,7 @@ def reap_abandoned() -> list[str]:
         for st in state.abandoned():
             reap(st)
             reaped.append(st.spec.name)
+        machines.reap_abandoned()  # namespace machines of an interrupted test or bench
     return reaped
 
 

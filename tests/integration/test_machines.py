@@ -1,0 +1,113 @@
+"""Network namespaces as machines (rlsim.host.machines), the test bed of clusters that span
+machines: a plain Ray cluster started with `ray start` in three namespace machines joins up at
+their own addresses and runs a task on each; a rule in one machine cuts exactly its link to
+another; and nothing is left after: no namespace, bridge, FORWARD rule or process. Only
+addresses of the namespaces this test made are contacted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from rlsim.host import machines
+
+pytestmark = [pytest.mark.integration, pytest.mark.root]
+
+RAY = str(Path(sys.executable).parent / "ray")
+PORT = 6390
+
+DRIVER = """
+import json, sys, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On
+ray.init(address=sys.argv[1], log_to_driver=False)
+nodes = [n for n in ray.nodes() if n["Alive"]]
+where = ray.remote(num_cpus=0)(lambda: ray.util.get_node_ip_address())
+seen = ray.get([where.options(scheduling_strategy=On(n["NodeID"], soft=False)).remote()
+                for n in nodes])
+print(json.dumps({"nodes": sorted(n["NodeManagerAddress"] for n in nodes), "ran_on": sorted(seen)}))
+"""
+
+CONNECT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), 2).close()
+    print("open")
+except OSError as e:
+    print(type(e).__name__)
+"""
+
+
+def _ray_start(m: machines.NamespaceMachines, i: int, temp: Path) -> None:
+    head = ["--head", f"--port={PORT}", "--include-dashboard=false"] if i == 0 else \
+        [f"--address={m.address(0)}:{PORT}"]
+    out = m.run(i, [RAY, "start", *head, f"--node-ip-address={m.address(i)}", "--num-cpus=1",
+                    "--num-gpus=0", f"--temp-dir={temp / f'n{i}'}", "--disable-usage-stats"],
+                capture_output=True, text=True, timeout=120,
+                env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+                     "RAY_AUTH_MODE": "disabled"})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def _python(m: machines.NamespaceMachines, i: int, code: str, *args: str) -> str:
+    out = m.run(i, [sys.executable, "-c", code, *args], capture_output=True, text=True,
+                timeout=120, env={"RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_a_ray_cluster_spans_namespace_machines_and_leaves_nothing():
+    if not shutil.which("ip") or not shutil.which("iptables"):
+        pytest.fail("namespace machines need iproute2 and iptables (bash ci/setup.sh)")
+    temp = Path(tempfile.mkdtemp(prefix="rlm-", dir="/tmp"))  # Ray's socket paths stay short
+    try:
+        with machines.NamespaceMachines(3) as m:
+            addresses = [m.address(i) for i in range(3)]
+            assert len(set(addresses)) == 3 and all(a.startswith("10.") for a in addresses)
+            for i in range(3):
+                _ray_start(m, i, temp)
+            seen = json.loads(_python(m, 0, DRIVER, f"{addresses[0]}:{PORT}"))
+            assert seen == {"nodes": sorted(addresses), "ran_on": sorted(addresses)}
+
+            # a partition of machines 1 and 2, made inside machine 2: exactly that link is cut
+            for chain, flag in (("INPUT", "-s"), ("OUTPUT", "-d")):
+                m.run(2, ["iptables", "-w", "-A", chain, flag, addresses[1], "-j", "DROP"],
+                      check=True, timeout=30)
+            gcs = str(PORT)
+            assert _python(m, 2, CONNECT, addresses[0], gcs) == "open"  # 2 -> 0 still
+            assert _python(m, 1, CONNECT, addresses[0], gcs) == "open"  # 1 -> 0 still
+            raylet_1 = _raylet_port(m, 0, addresses)
+            assert _python(m, 2, CONNECT, addresses[1], raylet_1) == "TimeoutError"  # 2 -> 1 cut
+            assert _python(m, 0, CONNECT, addresses[1], raylet_1) == "open"  # 0 -> 1 still
+            made = {f"namespace {m.namespace(i)}" for i in range(3)} | {f"bridge {m.bridge}"}
+            assert made <= set(machines.leftovers())
+        left = machines.leftovers()
+        assert not [x for x in left if m.tag in x], left
+        assert subprocess.run(["pgrep", "-f", str(temp)], capture_output=True).returncode == 1
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _raylet_port(m: machines.NamespaceMachines, i: int, addresses: list[str]) -> str:
+    """The node manager port of the node at ``addresses[1]``, as the GCS lists it."""
+    code = ("import json, sys, ray\nray.init(address=sys.argv[1], log_to_driver=False)\n"
+            "print(json.dumps({n['NodeManagerAddress']: n['NodeManagerPort'] "
+            "for n in ray.nodes() if n['Alive']}))")
+    ports = json.loads(_python(m, i, code, f"{addresses[0]}:{PORT}"))
+    return str(ports[addresses[1]])
+
+
+def test_an_abandoned_set_of_machines_is_reaped():
+    m = machines.NamespaceMachines(1)
+    m.__enter__()
+    ledger = Path(machines._ledger_dir() / f"{m.tag}.json")
+    ledger.write_text(json.dumps({"pid": 2**22 + 7, "tag": m.tag, "count": 1}))  # owner gone
+    removed = machines.reap_abandoned()
+    assert f"namespace {m.namespace(0)}" in removed and f"bridge {m.bridge}" in removed
+    assert not [x for x in machines.leftovers() if m.tag in x] and not ledger.exists()
