@@ -113,9 +113,16 @@ def _gloo_bound_to(ip: str):
     real = c10d.ProcessGroupGloo
 
     class _Bound(type):  # called like the class; isinstance() still sees the real class
-        def __call__(cls, store, rank, size, timeout):
+        def __call__(cls, store, rank, size, timeout, **options):
+            # torch passes more options as it grows (2.14: enable_reconfigure); each is a field
+            # of the options object, and one that is not fails here rather than being dropped
             opts = real._Options()
             opts._timeout = timeout
+            for name, value in options.items():
+                if not hasattr(opts, name):
+                    raise TypeError(f"ProcessGroupGloo option {name!r}: torch "
+                                    f"{torch.__version__}'s gloo options have no such field")
+                setattr(opts, name, value)
             opts._devices = [real.create_device(hostname=ip)]
             return real(store, rank, size, opts)
 

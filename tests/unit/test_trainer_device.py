@@ -65,3 +65,26 @@ def test_a_fake_gpu_worker_on_a_host_with_real_gpus_is_kept_off_them(monkeypatch
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
     host._hide_real_gpus()  # a CPU build of torch: nothing to hide
     assert env["CUDA_VISIBLE_DEVICES"] == "5"
+
+
+def test_gloo_bound_to_an_address_forms_a_group_with_the_options_torch_passes():
+    # torch 2.14 calls ProcessGroupGloo(..., timeout=, enable_reconfigure=): the binding that
+    # puts gloo on the node's address took no such option, and every run of a fresh install
+    # (pip pulls the newest torch) failed at its process group
+    import datetime
+
+    import torch.distributed as dist
+
+    from trainer.host import _gloo_bound_to
+
+    store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True,
+                          timeout=datetime.timedelta(seconds=30))
+    with _gloo_bound_to("127.0.0.1"):
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1,
+                                timeout=datetime.timedelta(seconds=30))
+    try:
+        t = torch.ones(3)
+        dist.all_reduce(t)
+        assert t.tolist() == [1.0, 1.0, 1.0]
+    finally:
+        dist.destroy_process_group()
