@@ -18,6 +18,8 @@ done
 if [ "$(id -u)" = 0 ]; then
   need=""
   command -v iptables >/dev/null 2>&1 || need="$need iptables"
+  # iproute2: network namespaces as machines (rlsim.host.machines) and the doctor's interface
+  command -v ip >/dev/null 2>&1 || need="$need iproute2"
   command -v dockerd >/dev/null 2>&1 || need="$need docker.io"
   # The distribution's Python: a second release for scenarios/python_version_mismatch.yaml.
   [ -x /usr/bin/python3 ] || need="$need python3-minimal"

@@ -70,21 +70,25 @@ def test_a_fake_gpu_worker_on_a_host_with_real_gpus_is_kept_off_them(monkeypatch
 def test_gloo_bound_to_an_address_forms_a_group_with_the_options_torch_passes():
     # torch 2.14 calls ProcessGroupGloo(..., timeout=, enable_reconfigure=): the binding that
     # puts gloo on the node's address took no such option, and every run of a fresh install
-    # (pip pulls the newest torch) failed at its process group
-    import datetime
+    # (pip pulls the newest torch) failed at its process group. In a process of its own: the
+    # default group is once per process
+    import subprocess
+    import sys
 
-    import torch.distributed as dist
-
-    from trainer.host import _gloo_bound_to
-
-    store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True,
-                          timeout=datetime.timedelta(seconds=30))
-    with _gloo_bound_to("127.0.0.1"):
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1,
-                                timeout=datetime.timedelta(seconds=30))
-    try:
-        t = torch.ones(3)
-        dist.all_reduce(t)
-        assert t.tolist() == [1.0, 1.0, 1.0]
-    finally:
-        dist.destroy_process_group()
+    code = """
+import datetime, torch, torch.distributed as dist
+from trainer.host import _gloo_bound_to
+store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, timeout=datetime.timedelta(seconds=30))
+with _gloo_bound_to("127.0.0.1"):
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=30))
+t = torch.ones(3)
+dist.all_reduce(t)
+dist.destroy_process_group()
+print(t.tolist())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                             os.path.abspath(__file__)))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[1.0, 1.0, 1.0]"
