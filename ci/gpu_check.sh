@@ -12,7 +12,8 @@
 #      share the GPU, over gloo);
 #   4. nothing left: no raylet of these clusters, no process holding the GPU.
 # OUT gets summary.txt, collectives.json, doctor.json and logs.tgz (every step's log, the reports).
-# STEPS (default "collectives oom nodes") picks steps 1, 2 and 3.
+# STEPS (default "collectives oom nodes") picks steps 1, 2 and 3. Exit status: 0 when every step
+# passed, 1 otherwise (the summary says which); the clusters are taken down whatever happens.
 set -u
 STEPS=" ${STEPS:-collectives oom nodes} "
 OUT=${1:?usage: ci/gpu_check.sh OUT}
@@ -21,6 +22,8 @@ LOGS=$(mktemp -d)
 SUM="$OUT/summary.txt"
 export COLUMNS=400 PYTHONUNBUFFERED=1
 : >"$SUM"
+FAILED=0
+trap 'rlsim down gpu-a >/dev/null 2>&1; rlsim down gpu-b >/dev/null 2>&1' EXIT
 
 step() {  # step NAME SECONDS COMMAND...: run bounded, log to LOGS/NAME.log, say rc and time
     local name=$1 limit=$2 t0 rc
@@ -28,6 +31,7 @@ step() {  # step NAME SECONDS COMMAND...: run bounded, log to LOGS/NAME.log, say
     t0=$(date +%s%N)
     timeout -k 10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
     rc=$?
+    [ $rc = 0 ] || FAILED=$((FAILED + 1))
     printf '%-28s rc=%-3s %6d ms\n' "$name" "$rc" $((($(date +%s%N) - t0) / 1000000)) \
         | tee -a "$SUM"
     return $rc
@@ -81,3 +85,5 @@ sleep 2
 # the logs and reports, not the runs' weights (checkpoints and rollout copies: megabytes each)
 tar -czf "$OUT/logs.tgz" -C "$LOGS" --exclude=checkpoints --exclude=rollout --exclude='*.pt' \
     --exclude='*.safetensors' . 2>/dev/null
+echo "failed steps: $FAILED" | tee -a "$SUM"
+[ "$FAILED" = 0 ]

@@ -21,6 +21,15 @@ GPU_LOST_FILE = "faults/gpus_lost.json"
 # fake ones would otherwise reach. Nodes given real devices (``cluster.cuda_devices``) lack it.
 FAKE_GPUS_VAR = "RLSIM_FAKE_GPUS"
 
+
+
+def distinct_devices(visible: str) -> str:
+    """A CUDA_VISIBLE_DEVICES value with each device once: a node's GPUs may stand on one real
+    device (``cluster.cuda_devices``), and CUDA reads a list that repeats an ordinal as no
+    device at all, so a process that sees several of the node's GPUs keeps one entry each."""
+    return ",".join(dict.fromkeys(d for d in visible.split(",") if d))
+
+
 # The Ray node label a harness sets on every fake-GPU node: GiB per GPU it simulates.
 MEMORY_LABEL = "rlsim-gpu-memory-gb"
 

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from rlsim.contract import FAKE_GPUS_VAR, GPU_LOST_FILE
+from rlsim.contract import FAKE_GPUS_VAR, GPU_LOST_FILE, distinct_devices
 from trainer import memory
 from trainer.checkpoint import listing as ckpt_listing
 from trainer.config import TrainerConfig
@@ -185,6 +185,9 @@ class Host:
         self._born = time.monotonic()
         torch.set_num_threads(1)
         _hide_real_gpus()
+        if os.environ.get("CUDA_VISIBLE_DEVICES"):  # a worker of several GPUs on one device
+            os.environ["CUDA_VISIBLE_DEVICES"] = distinct_devices(
+                os.environ["CUDA_VISIBLE_DEVICES"])
         self.device = _device()
         if self.device.type == "cuda":
             # cuBLAS is deterministic only with a fixed workspace, set before its first call
@@ -397,7 +400,7 @@ class Host:
                     with self._named_oom(role, "training"):
                         out = engine.train(mbs, loss_fn)
         except RuntimeError as e:
-            kind = _collective_failure(e)
+            kind = None if isinstance(e, TrainerError) else _collective_failure(e)
             if kind is None:
                 raise
             raise kind(f"{role} rank {self.slot.ranks[role]} on {self.ip}: {first_line(e)} "

@@ -44,7 +44,7 @@ from rlsim.backends.base import (
     Unsupported,
     needs_containers,
 )
-from rlsim.contract import HEAD_RESOURCE
+from rlsim.contract import HEAD_RESOURCE, distinct_devices
 from rlsim.host.spec import ClusterShape, ClusterSpec
 
 
@@ -53,6 +53,12 @@ class NodeAgent:
 
     def __init__(self, preload_torch: bool) -> None:
         self._held: list = []
+        self._grower: threading.Thread | None = None
+        self._stop = threading.Event()
+        # it sees every GPU of its node, which may stand on one device repeated (cuda_devices)
+        if os.environ.get("CUDA_VISIBLE_DEVICES"):
+            os.environ["CUDA_VISIBLE_DEVICES"] = distinct_devices(
+                os.environ["CUDA_VISIBLE_DEVICES"])
         if preload_torch:  # importing torch takes seconds: not at the moment a fault fires
             import torch  # noqa: F401
 
@@ -115,10 +121,11 @@ class NodeAgent:
         devices = range(torch.cuda.device_count())
         free = [torch.cuda.mem_get_info(d)[0] for d in devices]
         want = {d: int(gb * 2**30) for d in devices}
+        self._stop_growing()  # a second hold replaces the first's grower, keeping what it took
         got = {d: self._grab(d, want[d]) for d in devices}
         self._stop = threading.Event()
-        self._grower = threading.Thread(target=self._grow, args=(want, got), daemon=True,
-                                        name="rlsim-gpu-hold")
+        self._grower = threading.Thread(target=self._grow, args=(want, got, self._stop),
+                                        daemon=True, name="rlsim-gpu-hold")
         self._grower.start()
         return [{"gpu": d, "gb": round(got[d] / 2**30, 2), "free_gb": round(free[d] / 2**30, 2)}
                 for d in devices]
@@ -138,19 +145,26 @@ class NodeAgent:
             got += size
         return got
 
-    def _grow(self, want: dict[int, int], got: dict[int, int]) -> None:
-        while not self._stop.wait(0.001):
+    def _grow(self, want: dict[int, int], got: dict[int, int], stop: threading.Event) -> None:
+        """Take what is freed, checking every 20 ms (an allocation is tried only where CUDA says
+        at least a piece is free: a refused one costs an exception and a driver call)."""
+        import torch
+
+        while not stop.wait(0.02):
             for d in want:
-                if want[d] - got[d] >= 2 << 20:
+                if want[d] - got[d] >= 2 << 20 and torch.cuda.mem_get_info(d)[0] >= 4 << 20:
                     got[d] += self._grab(d, want[d] - got[d], piece=256 << 20)
+
+    def _stop_growing(self) -> None:
+        if self._grower is not None:
+            self._stop.set()
+            self._grower.join()
+            self._grower = None
 
     def release_gpu(self) -> int:
         import torch
 
-        if getattr(self, "_grower", None) is not None:
-            self._stop.set()
-            self._grower.join()
-            self._grower = None
+        self._stop_growing()
         n = len(self._held)
         self._held.clear()
         if n:

@@ -48,6 +48,10 @@ class GpuLost(Fault):
         from rlsim.faults.restart_node import RestartNode
 
         shapes = getattr(shape, "node_shapes", None)
+        if shapes is not None and any(n.cuda_devices for n in shapes()):
+            return "node", ("the cluster's GPUs stand on real devices (cluster.cuda_devices): "
+                            "gpu_lost fails a fake GPU through the trainer's lost-GPU ledger, "
+                            "which a real device does not read; run it on fake GPUs")
         if isinstance(params.node, int) and shapes is not None and \
                 params.node < len(shapes()) and params.gpu >= shapes()[params.node].gpus:
             return "gpu", (f"node {params.node} has {shapes()[params.node].gpus} GPU(s), ids "

@@ -44,27 +44,39 @@ class MachinesError(RuntimeError):
     """A namespace machine could not be made (not root, no ``ip``, no free subnet)."""
 
 
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    """``cmd``'s result; a missing program or a hang is a failed result (127, 124), so that an
+    undo goes on with its other steps."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        return subprocess.CompletedProcess(cmd, 127, "", f"{cmd[0]}: not installed")
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, 124, "", f"{cmd[0]}: no answer in 30 s")
+
+
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    out = _run(["ip", *args])
     if check and out.returncode:
         raise MachinesError(f"ip {' '.join(args)}: {out.stderr.strip() or out.returncode}")
     return out
 
 
 def _iptables(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["iptables", "-w", *args], capture_output=True, text=True, timeout=30)
+    return _run(["iptables", "-w", *args])
 
 
-def free_subnet(routes: str) -> ipaddress.IPv4Network:
-    """A 10.R.0.0/16 (R in 200..254) that overlaps none of ``routes`` (``ip -4 route`` output)."""
+def free_subnet(routes: str, first: int = 200) -> ipaddress.IPv4Network:
+    """A 10.R.0.0/16 (R in 200..254, from ``first`` on, wrapping) that overlaps none of
+    ``routes`` (``ip -4 route`` output)."""
     taken = []
     for line in routes.splitlines():
         word = line.split()[0] if line.split() else ""
         with contextlib.suppress(ValueError):
             taken.append(ipaddress.ip_network(word if word != "default" else "0.0.0.0/32",
                                               strict=False))
-    for r in range(200, 255):
-        net = ipaddress.ip_network(f"10.{r}.0.0/16")
+    for k in range(55):
+        net = ipaddress.ip_network(f"10.{200 + (first - 200 + k) % 55}.0.0/16")
         if not any(net.overlaps(t) for t in taken if t.prefixlen > 0):
             return net
     raise MachinesError("no free 10.R.0.0/16 (R 200-254) on this host for namespace machines")
@@ -103,7 +115,6 @@ class NamespaceMachines:
     def __enter__(self) -> NamespaceMachines:
         if os.geteuid() != 0:
             raise MachinesError("namespace machines need root (network namespaces, a bridge)")
-        self.subnet = free_subnet(_ip("-4", "route").stdout)
         write_file(self._ledger, json.dumps({"pid": os.getpid(), "tag": self.tag,
                                              "count": self.count}))
         try:
@@ -115,8 +126,19 @@ class NamespaceMachines:
 
     def _make(self) -> None:
         _ip("link", "add", self.bridge, "type", "bridge")
-        _ip("addr", "add", f"{self.host_address}/16", "dev", self.bridge)
-        _ip("link", "set", self.bridge, "up")
+        # another set made at the same moment (another test, another user) may pick the same
+        # subnet: whoever finds a second route to it after adding its own tries the next one
+        for _ in range(5):
+            self.subnet = free_subnet(_ip("-4", "route").stdout,
+                                      first=200 + secrets.randbelow(55))
+            _ip("addr", "add", f"{self.host_address}/16", "dev", self.bridge)
+            _ip("link", "set", self.bridge, "up")
+            routes = _ip("-4", "route", "show", str(self.subnet)).stdout.splitlines()
+            if len(routes) <= 1:
+                break
+            _ip("addr", "del", f"{self.host_address}/16", "dev", self.bridge, check=False)
+        else:
+            raise MachinesError("namespace machines: no subnet stayed free (5 tries)")
         rule = forward_rule(self.bridge, self.tag)
         if _iptables("-I", "FORWARD", *rule).returncode:
             raise MachinesError(f"iptables -I FORWARD {' '.join(rule)} failed")

@@ -116,6 +116,10 @@ class ClusterShape(ShapeChecks):
             raise ValueError(f"node {bad[0]} has a shape of its own, but the cluster has nodes "
                              f"0..{self.nodes - 1} (nodes={self.nodes}): shape one of those or "
                              "start more nodes")
+        if self.cuda_devices is not None and self.gpus_per_node == 0 and not any(
+                n.gpus for n in self.node.values()):
+            raise ValueError("cuda_devices needs GPUs: the real devices stand behind the nodes' "
+                             "GPUs; give the nodes GPUs or drop cuda_devices")
         if self.accelerator is not None and self.gpus_per_node == 0:
             raise ValueError("an accelerator type needs GPUs: Ray reports one only on nodes that "
                              "have GPUs; give the nodes GPUs or drop the accelerator")

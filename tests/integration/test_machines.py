@@ -104,10 +104,15 @@ def _raylet_port(m: machines.NamespaceMachines, i: int, addresses: list[str]) ->
 
 
 def test_an_abandoned_set_of_machines_is_reaped():
+    if not shutil.which("ip") or not shutil.which("iptables"):
+        pytest.fail("namespace machines need iproute2 and iptables (bash ci/setup.sh)")
     m = machines.NamespaceMachines(1)
     m.__enter__()
-    ledger = Path(machines._ledger_dir() / f"{m.tag}.json")
-    ledger.write_text(json.dumps({"pid": 2**22 + 7, "tag": m.tag, "count": 1}))  # owner gone
-    removed = machines.reap_abandoned()
-    assert f"namespace {m.namespace(0)}" in removed and f"bridge {m.bridge}" in removed
-    assert not [x for x in machines.leftovers() if m.tag in x] and not ledger.exists()
+    try:
+        ledger = Path(machines._ledger_dir() / f"{m.tag}.json")
+        ledger.write_text(json.dumps({"pid": 2**22 + 7, "tag": m.tag, "count": 1}))  # gone
+        removed = machines.reap_abandoned()
+        assert f"namespace {m.namespace(0)}" in removed and f"bridge {m.bridge}" in removed
+        assert not [x for x in machines.leftovers() if m.tag in x] and not ledger.exists()
+    finally:
+        m.close()

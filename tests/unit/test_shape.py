@@ -58,6 +58,7 @@ def test_one_node_takes_its_own_fields_then_its_type_then_the_cluster():
     ({"node": {1: {"gpu": 2}}}, ["Extra inputs"]),
     ({"cuda_devices": "0;1"}, ["cuda_devices '0;1'", "CUDA_VISIBLE_DEVICES"]),
     ({"node": {1: {"gpus": 0, "cuda_devices": "0"}}}, ["node 1: cuda_devices needs GPUs"]),
+    ({"gpus_per_node": 0, "cuda_devices": "0"}, ["cuda_devices needs GPUs"]),
     ({"node": {1: {"resources": {"GPU": 1}}}}, ["'GPU' is set by Ray"]),
     ({"nodes": 32, "node": {3: {"gpus": 16}}}, ["node 3: nodes=32 with gpus=16", "22 Ray workers",
                                                 "20 worker ports"]),
@@ -100,3 +101,16 @@ def test_the_docker_backend_refuses_real_gpus_naming_the_field():
 
     refused = DockerCluster.refusal(ClusterSpec(nodes=2, cuda_devices="0"), node_local=False)
     assert refused is not None and "cuda_devices" in str(refused)
+
+
+def test_one_device_repeated_for_a_nodes_gpus_is_seen_once_and_gpu_lost_is_refused_on_it():
+    from rlsim.contract import distinct_devices
+    from rlsim.faults.gpu_lost import GpuLost
+
+    # CUDA reads "0,0" as no device at all: a process seeing several GPUs keeps each device once
+    assert distinct_devices("0,0,0,0") == "0" and distinct_devices("1,0,1,0") == "1,0"
+    spec = ClusterSpec(nodes=2, gpus_per_node=2, cuda_devices="0")
+    field, why = GpuLost.cluster_problem(GpuLost.Params(node=1, gpu=0), spec)
+    assert field == "node" and "cuda_devices" in why
+    assert GpuLost.cluster_problem(GpuLost.Params(node=1, gpu=0),
+                                   ClusterSpec(nodes=2, gpus_per_node=2)) is None

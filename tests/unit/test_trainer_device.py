@@ -49,8 +49,9 @@ def test_a_fake_gpu_worker_on_a_host_with_real_gpus_is_kept_off_them(monkeypatch
     from trainer import host
 
     monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)  # a CUDA build of torch
-    monkeypatch.delenv(host.FAKE_IDS_VAR, raising=False)
-    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    for name in (host.FAKE_IDS_VAR, "DS_ACCELERATOR"):  # set first: their absence is restored
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # Ray's ordinal of the fake GPU
     monkeypatch.delenv(FAKE_GPUS_VAR, raising=False)
     host._hide_real_gpus()  # a node with real GPUs: untouched
