@@ -273,14 +273,13 @@ class Host:
             store.set(f"rlsim/device/{rank}", _device_id(self.device))
             keys = [f"rlsim/device/{r}" for r in range(world)]
             store.wait(keys)
-            backend, self.backend_reason = choose_backend(
+            self.backend, self.backend_reason = choose_backend(
                 [store.get(k).decode() for k in keys])
-            self.backend = backend
-            if self.device.type == "cuda" and backend == "gloo":
+            if self.device.type == "cuda" and self.backend == "gloo":
                 print(f"trainer worker: process group over gloo, not NCCL: "
                       f"{self.backend_reason}", file=sys.stderr, flush=True)
             with _gloo_bound_to(self.ip):
-                dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                dist.init_process_group(self.backend, store=store, rank=rank, world_size=world,
                                         timeout=timeout)
         except (dist.DistError, RuntimeError) as e:
             timed_out = "time" in str(e).lower()
@@ -339,11 +338,9 @@ class Host:
             others = (f" Of its {total / memory.GIB:.2f} GiB, this process holds "
                       f"{held / memory.GIB:.2f} GiB and other processes "
                       f"{max(total - free - held, 0) / memory.GIB:.2f} GiB.")
-        oc = getattr(self.cfg, role, None)
         knob = (f"reduce {role}.micro_batch_size (now {self.micro[role]}) or set "
-                f"{role}.auto_micro_batch=true" if role in self.micro and oc is not None
-                else "lower data.prompts_per_step or rollout.n_samples (the rows generated "
-                "at once)")
+                f"{role}.auto_micro_batch=true" if role in self.micro else
+                "lower data.prompts_per_step or rollout.n_samples (the rows generated at once)")
         return (f"{first_line(e, 400)}{others} [rlsim: role={role} node={node} gpu={local} "
                 f"(global {gpu}) on {self.ip}, {what}] Fix: {knob}, or free the GPU of "
                 "what else runs on it (nvidia-smi lists its processes).")

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from rlsim.files import read_file, write_file
 from rlsim.host.home import home, private_dir
+from rlsim.host.state import pid_alive
 
 PREFIX = "rlm"  # namespaces rlm-<tag>-<i>, bridge rlm<tag>b, host ends of the veths rlm<tag>v<i>
 COMMENT = "rlsim-machines"
@@ -232,17 +233,7 @@ def reap_abandoned() -> list[str]:
             pid, tag = int(entry["pid"]), str(entry["tag"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if _alive(pid):
+        if pid_alive(pid):
             continue
         removed += undo(tag)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

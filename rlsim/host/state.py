@@ -230,7 +230,8 @@ def remove_run_dir(session: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -244,7 +245,7 @@ def is_abandoned(state: ClusterState, live_sessions: set[str]) -> bool:
     """True when no one will ever tear this cluster down: its owner process is gone and it was
     not detached (a crashed test or CLI: its processes, if any, are leaks), or it was detached and
     none of its processes runs any more."""
-    if _pid_alive(state.owner_pid):
+    if pid_alive(state.owner_pid):
         return False
     return not state.detached or state.session not in live_sessions
 
