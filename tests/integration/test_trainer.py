@@ -79,27 +79,6 @@ def types(run_dir: Path) -> list[str]:
 # corrupt_latest_checkpoint.yaml: matches_baseline compares every metric and the final weights).
 
 
-def test_out_of_restarts_fails_fast_with_the_cause(cluster, tmp_path):
-    proc = trainer(cluster, GRPO, tmp_path, "fault_tolerance.max_restarts=0", wait=False)
-    try:
-        wait_for_step(proc, tmp_path, 3)
-        killed_at = time.monotonic()
-        cluster.kill_node(1)
-        out, _ = proc.communicate(timeout=120)
-        failed_after = time.monotonic() - killed_at
-    finally:
-        proc.kill()
-    assert proc.returncode == 2, out
-    events = read_events(tmp_path)
-    error = next(e for e in events if e["type"] == "error")
-    assert error["kind"] in ("worker_died", "collective_error", "collective_timeout")
-    assert events[-1]["type"] == "run_end" and events[-1]["status"] == "failed"
-    kinds = [e["type"] for e in events]
-    assert "restart" not in kinds and "worker_died" in kinds and "node_lost" in kinds
-    assert failed_after < 20, failed_after  # detected and reported, not left hanging
-    cluster.restart_node(1)
-
-
 DISAGGREGATED = ["placement.gpus_per_node=2", "placement.mode=disaggregated",
                  "placement.roles={rollout: '0', ref: '1', reward: '1', actor: '2', critic: '3'}"]
 
@@ -159,3 +138,29 @@ def test_runs_as_a_ray_job(cluster, tmp_path):
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     assert types(tmp_path)[-1] == "run_end" and read_events(tmp_path)[-1]["status"] == "completed"
+
+
+def test_out_of_restarts_fails_fast_with_the_cause(cluster, tmp_path):
+    """Last in the module, and node 1 stays down after it: the module's cluster is not handed on
+    with a restarted node. In a CI run the PPO test after this one (it restarted node 1 then)
+    failed placing its groups, Ray declaring the restarted node 1 dead for missed health checks
+    seconds into it; the scenario pool stops such a cluster for the same reason (see
+    rlsim/scenario/pool.py). Node restarts themselves are judged by the compliance suite and
+    the catalogue's restart scenarios."""
+    proc = trainer(cluster, GRPO, tmp_path, "fault_tolerance.max_restarts=0", wait=False)
+    try:
+        wait_for_step(proc, tmp_path, 3)
+        killed_at = time.monotonic()
+        cluster.kill_node(1)
+        out, _ = proc.communicate(timeout=120)
+        failed_after = time.monotonic() - killed_at
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, out
+    events = read_events(tmp_path)
+    error = next(e for e in events if e["type"] == "error")
+    assert error["kind"] in ("worker_died", "collective_error", "collective_timeout")
+    assert events[-1]["type"] == "run_end" and events[-1]["status"] == "failed"
+    kinds = [e["type"] for e in events]
+    assert "restart" not in kinds and "worker_died" in kinds and "node_lost" in kinds
+    assert failed_after < 20, failed_after  # detected and reported, not left hanging
