@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,10 +21,11 @@ INSTALLED = Version(ri.ray_version())
 
 def test_every_capability_holds_on_the_installed_ray(monkeypatch):
     """On the Ray the suite runs on (the gate's, or a matrix release's), every capability is in
-    force but token auth below 2.52, where Ray has none: a rename in a new release fails
+    force but token auth (and reading it again) below 2.52, where Ray has none: a rename in a new release fails
     here, naming the file and the symbol."""
     monkeypatch.delenv(ri.PLAIN_VAR, raising=False)
-    expected_plain = {"token_auth"} if Version(ri.TOKEN_AUTH_SINCE) > INSTALLED else set()
+    expected_plain = ({"token_auth", "auth_reread"} if Version(ri.TOKEN_AUTH_SINCE) > INSTALLED
+                      else set())
     plain = {s.name: s.why for s in (ri.probe(c.name) for c in ri.CAPABILITIES)
              if not s.available}
     assert set(plain) == expected_plain, plain
@@ -87,6 +90,34 @@ def test_a_setting_ray_no_longer_reads_is_never_set(tmp_path):
                             "RAY_health") == ["RAY_prestart_worker_first_driver", "RAY_health"]
     st = ri.probe("fast_health_checks", fake)
     assert not st.available and "RAY_health_check_initial_delay_ms" in st.why
+
+
+@pytest.mark.skipif(not ri.token_auth(), reason="this Ray has no token auth")
+def test_a_process_that_imported_ray_first_still_presents_the_token(tmp_path):
+    """A user's script imports Ray, then asks an rlsim cluster: Ray's config is read again with
+    the token settings (without, every GCS call of that process was refused)."""
+    code = ("import os, ray\n"
+            "from ray._raylet import AuthenticationMode, get_authentication_mode\n"
+            "assert get_authentication_mode() != AuthenticationMode.TOKEN\n"
+            "from rlsim.backends.ray_internals import gcs\n"
+            "gcs._set_auth(os.environ['TOKEN'])\n"
+            "print(get_authentication_mode() == AuthenticationMode.TOKEN)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    token = tmp_path / "token"
+    token.write_text("0" * 64)
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "TOKEN": str(token)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stdout + out.stderr
+
+
+@pytest.mark.skipif(not ri.token_auth(), reason="this Ray has no token auth")
+def test_reading_the_token_again_is_probed_in_the_core_library(tmp_path):
+    root = _fake_ray(tmp_path, "_private/authentication/authentication_utils.py")
+    (root / "_raylet.so").write_bytes(b"\0ray._raylet.Config.initialize\0")
+    assert ri.probe("auth_reread", ri.RaySurface(root, "9.9.9")).available
+    (root / "_raylet.so").write_bytes(b"\0ray._raylet.Config.initialise\0")
+    st = ri.probe("auth_reread", ri.RaySurface(root, "9.9.9"))
+    assert not st.available and "ray._raylet.Config.initialize" in st.why
 
 
 def test_a_proto_message_is_read_from_the_generated_module(tmp_path):

@@ -314,6 +314,15 @@ def _flags(*flags: str) -> Callable[[RaySurface], str | None]:
     return probe
 
 
+def _compiled_in(*names: str) -> Callable[[RaySurface], str | None]:
+    """Cython names (``ray._raylet.Config.initialize``) Ray's core library was built with."""
+    def probe(s: RaySurface) -> str | None:
+        known = s.compiled(tuple(n.encode() for n in names))
+        missing = [n for n in names if n.encode() not in known]
+        return f"_raylet.so has no {', '.join(missing)}" if missing else None
+    return probe
+
+
 def _proto(rel: str, message: str, *fields: str) -> Callable[[RaySurface], str | None]:
     """A message of ``ray/core/generated/<rel>`` with ``fields`` (field or enum value names)."""
     def probe(s: RaySurface) -> str | None:
@@ -371,6 +380,14 @@ CAPABILITIES: tuple[Capability, ...] = (
         f"{ALLOW_OPEN_VAR}=1 to start one",
         _all_of(_has_text(AUTH_CLIENT, "def _get_authentication_metadata_tuple"),
                 _flags("RAY_AUTH_MODE"))),
+    Capability(
+        "auth_reread", "a process that imported Ray before it was given the token settings "
+        "still presents the token (Ray's config read again, as Ray does when it turns token auth "
+        "on for its own process)", "such a process is refused by the cluster: give it the settings "
+        "before it imports Ray (rlsim.backends.ray_internals.export_auth_env)",
+        _all_of(_compiled_in("ray._raylet.Config.initialize"),
+                _has_text("_private/authentication/authentication_utils.py",
+                          "get_authentication_mode", "AuthenticationMode"))),
     Capability(
         "fast_health_checks", "a dead node declared dead in about a second (health checks "
         "every 300 ms)", "Ray's default health checks (a dead node seen after about 12 s)",

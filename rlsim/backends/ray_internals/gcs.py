@@ -24,8 +24,19 @@ PRESTART_METHOD = "/ray.rpc.NodeManagerService/PrestartWorkers"
 
 
 def _set_auth(token_path: str) -> None:
-    """The auth settings, in this process, before Ray is imported: its C++ reads them once."""
-    os.environ.update(ri.connect_env(token_path))
+    """The auth settings, in this process. Ray's C++ reads them once, when Ray is imported: in a
+    process that imported Ray first (a user's script with ``import ray`` at its top) every GCS
+    call was refused, and the first wait for a cluster's nodes spent its whole timeout on
+    "Unauthenticated" retries before it said the nodes were not alive. There Ray's config is
+    read again (auth_reread)."""
+    env = ri.connect_env(token_path)
+    os.environ.update(env)
+    if not env or "ray._raylet" not in sys.modules or not ri.available("auth_reread"):
+        return  # Ray reads them when it is imported (or cannot again: see auth_reread)
+    from ray._raylet import AuthenticationMode, Config, get_authentication_mode
+
+    if get_authentication_mode() != AuthenticationMode.TOKEN:
+        Config.initialize("")
 
 
 class GcsReader:
