@@ -4,6 +4,7 @@ each probe failing on a Ray tree where that one thing changed, and each plain pa
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -216,3 +217,38 @@ def test_ray_train_v2_default_read_from_ray(tmp_path, monkeypatch):
         "def is_v2_enabled() -> bool:\n    return env_bool(V2_ENABLED_ENV_VAR, True)\n")
     monkeypatch.setattr(ri, "surface", lambda: ri.RaySurface(tmp_path / "ray", "2.51.0"))
     assert train.v2_by_default() is True
+
+
+def test_probe_answers_are_kept_in_the_home_until_a_file_they_read_changes(tmp_path,
+                                                                             monkeypatch):
+    """Probing costs every rlsim process a quarter second: the answers are kept in the home and
+    read back while the install, its version, the probes and each file they read are unchanged."""
+    root = _fake_ray(tmp_path, "_private/node.py")
+    fake = ri.RaySurface(root, "9.9.9")
+    monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir(mode=0o700)
+    monkeypatch.setattr(ri, "surface", lambda: fake)
+    monkeypatch.delenv(ri.PLAIN_VAR, raising=False)
+
+    def answers() -> dict:
+        ri._installed_answers.cache_clear()
+        ri._installed.cache_clear()
+        return {c.name: ri.status(c.name).why for c in ri.CAPABILITIES}
+
+    try:
+        first = answers()
+        record_path = tmp_path / "home" / ri.RECORD_NAME
+        record = json.loads(record_path.read_text())
+        assert "_private/node.py" in record["files"] and record["answers"]["node_start"]
+        record["answers"]["node_start"] = "read from the record"
+        record_path.write_text(json.dumps(record))
+        assert answers()["node_start"] == "read from the record"
+        _edit(root / "_private/node.py", "def start_api_server(", "def start_api_server_(")
+        fresh = ri.RaySurface(root, "9.9.9")  # as the next process sees the install
+        monkeypatch.setattr(ri, "surface", lambda: fresh)
+        again = answers()
+        assert again["node_start"] == first["node_start"] != "read from the record"
+        assert "start_api_server" in again["no_api_server"]
+    finally:
+        ri._installed_answers.cache_clear()
+        ri._installed.cache_clear()

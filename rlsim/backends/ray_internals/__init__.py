@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import importlib.metadata
 import importlib.util
+import json
 import mmap
 import os
 import sys
@@ -78,12 +80,14 @@ class RaySurface:
     def __init__(self, root: Path | None, version: str | None = None) -> None:
         self.root = root
         self.version = version
+        self.read: set[str] = set()  # the files of the install its probes read (see _record)
 
     @functools.cache  # noqa: B019 - one surface per install, kept for the process
     def source(self, rel: str) -> str | None:
         """The text of ``ray/<rel>``, or None where it is not there."""
         if self.root is None:
             return None
+        self.read.add(rel)
         try:
             return (self.root / rel).read_text(errors="replace")
         except OSError:
@@ -175,6 +179,7 @@ class RaySurface:
         a name it compiles in, and ignores any other."""
         if self.root is None:
             return frozenset()
+        self.read.add("_raylet.so")
         try:
             with open(self.root / "_raylet.so", "rb") as f, \
                     mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
@@ -545,9 +550,76 @@ def probe(name: str, s: RaySurface | None = None) -> Status:
     return Status(name, why is None, why or "", cap.gives, cap.plain, cap.required)
 
 
+RECORD_NAME = "ray_probes.json"
+
+
+def _record_key(s: RaySurface) -> dict:
+    """What a record of probe answers holds for: this install of Ray, and these probes (this
+    file defines every one of them)."""
+    return {"root": str(s.root), "version": s.version,
+            "probes": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+
+
+def _file_stamps(s: RaySurface, rels) -> dict[str, list[int] | None]:
+    stamps = {}
+    for rel in sorted(rels):
+        try:
+            st = os.stat(s.root / rel)
+            stamps[rel] = [st.st_mtime_ns, st.st_size]
+        except OSError:
+            stamps[rel] = None
+    return stamps
+
+
+def _record_path() -> Path | None:
+    """The record in the rlsim home, where the home exists (a process of a container node,
+    or one that never made a home, probes without one)."""
+    try:
+        from rlsim.host.home import home, rlsim_home
+
+        return home() / RECORD_NAME if rlsim_home().is_dir() else None
+    except Exception:  # noqa: BLE001 - a home rlsim refuses: probe without a record
+        return None
+
+
+@functools.cache
+def _installed_answers() -> dict[str, str | None]:
+    """Every capability's probe of the installed Ray (None: in force, else why not). Probing
+    parses a dozen of Ray's files and scans _raylet.so (0.23 s here, in every rlsim process:
+    the CLI and the node launcher it waits for each paid it), so the answers are kept in the
+    rlsim home, keyed by the install, its version and these probes, with the size and mtime of
+    every file the probes read: a Ray reinstalled, upgraded or edited is probed again."""
+    s = surface()
+    path = _record_path() if s.root is not None else None
+    key = _record_key(s) if path is not None else None
+    if path is not None:
+        try:
+            record = json.loads(path.read_text())
+            if record["key"] == key and record["files"] == _file_stamps(s, record["files"]) \
+                    and set(record["answers"]) == set(BY_NAME):
+                return record["answers"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    answers = {c.name: (c.probe(s) if s.root is not None else "Ray is not installed")
+               for c in CAPABILITIES}
+    if path is not None:
+        from rlsim.files import write_file
+
+        record = {"key": key, "files": _file_stamps(s, s.read), "answers": answers}
+        try:
+            write_file(path, json.dumps(record, indent=1), mode=0o600)
+        except OSError:
+            pass  # answered all the same; the next process probes again
+    return answers
+
+
 @functools.cache
 def _installed(name: str, forced: frozenset[str]) -> Status:
-    return probe(name)
+    cap = BY_NAME[name]
+    why = _installed_answers()[name]
+    if name in forced and surface().root is not None:
+        why = f"{PLAIN_VAR} turned it off"
+    return Status(name, why is None, why or "", cap.gives, cap.plain, cap.required)
 
 
 def status(name: str) -> Status:
