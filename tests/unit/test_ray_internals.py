@@ -237,7 +237,8 @@ def test_probe_answers_are_kept_in_the_home_until_a_file_they_read_changes(tmp_p
 
     try:
         first = answers()
-        record_path = tmp_path / "home" / ri.RECORD_NAME
+        record_path = ri._record_path()
+        assert record_path.parent == tmp_path / "home"
         record = json.loads(record_path.read_text())
         assert "_private/node.py" in record["files"] and record["answers"]["node_start"]
         record["answers"]["node_start"] = "read from the record"

@@ -572,12 +572,16 @@ def _file_stamps(s: RaySurface, rels) -> dict[str, list[int] | None]:
 
 
 def _record_path() -> Path | None:
-    """The record in the rlsim home, where the home exists (a process of a container node,
+    """The record of the installed Ray in the rlsim home (one per install: venvs of several Ray
+    releases share a home), where the home exists (a process of a container node,
     or one that never made a home, probes without one)."""
     try:
         from rlsim.host.home import home, rlsim_home
 
-        return home() / RECORD_NAME if rlsim_home().is_dir() else None
+        if not rlsim_home().is_dir():
+            return None
+        install = hashlib.sha256(str(surface().root).encode()).hexdigest()[:12]
+        return home() / RECORD_NAME.replace(".json", f"-{install}.json")
     except Exception:  # noqa: BLE001 - a home rlsim refuses: probe without a record
         return None
 
