@@ -1,7 +1,8 @@
 """Network namespaces as machines (rlsim.host.machines), the test bed of clusters that span
 machines: a plain Ray cluster started with `ray start` in three namespace machines joins up at
 their own addresses and runs a task on each; a rule in one machine cuts exactly its link to
-another; and nothing is left after: no namespace, bridge, FORWARD rule or process. Only
+another; rlsim's host actors (rlsim.substrate) start processes on their own machines and take
+them down; and nothing is left after: no namespace, bridge, FORWARD rule or process. Only
 addresses of the namespaces this test made are contacted."""
 
 from __future__ import annotations
@@ -116,3 +117,85 @@ def test_an_abandoned_set_of_machines_is_reaped():
         assert not [x for x in machines.leftovers() if m.tag in x] and not ledger.exists()
     finally:
         m.close()
+
+
+LISTEN = """
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen()
+while True:
+    s.accept()[0].close()
+"""
+
+SUBSTRATE = """
+import json, sys, time
+import ray
+from rlsim import substrate
+address, listen, port = sys.argv[1], sys.argv[2], sys.argv[3]
+found = substrate.hosts(address)
+machines = [m.address for m, _ in found]
+by = {m.address: h for m, h in found}
+a1, a2 = machines[1], machines[2]
+pids = {a: ray.get(by[a].start.remote("listener", [sys.executable, "-c", listen, port]))
+        for a in (a1, a2)}
+print(json.dumps({"machines": machines, "root": [m.root for m, _ in found],
+                  "pids": pids}), flush=True)
+sys.stdin.readline()  # the test checked the listeners
+ray.kill(by[a1])      # a host that dies takes what it started with it
+print(json.dumps({"released": substrate.release(address)}), flush=True)
+"""
+
+
+def _connect_until(m, i, address, port, want, tries=50):
+    """CONNECT from machine ``i`` until it says ``want`` (a process starting or dying)."""
+    for _ in range(tries):
+        got = _python(m, i, CONNECT, address, port)
+        if got == want:
+            return got
+    return got
+
+
+@pytest.mark.slow
+def test_host_actors_start_processes_on_their_machines_and_take_them_down():
+    """The substrate of issue 55: a host actor per machine of a plain Ray cluster (node
+    affinity), each starting a process on its own machine that another machine reaches; a host
+    that dies takes its processes with it, and releasing the substrate ends the rest."""
+    if not shutil.which("ip") or not shutil.which("iptables"):
+        pytest.fail("namespace machines need iproute2 and iptables (bash ci/setup.sh)")
+    temp = Path(tempfile.mkdtemp(prefix="rlm-", dir="/tmp"))
+    port = "7771"
+    try:
+        with machines.NamespaceMachines(3) as m:
+            addresses = [m.address(i) for i in range(3)]
+            for i in range(3):
+                _ray_start(m, i, temp)
+            driver = m.popen(0, [sys.executable, "-c", SUBSTRATE, f"{addresses[0]}:{PORT}",
+                                 LISTEN, port],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             env={"RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
+                                  "PYTHONPATH": str(Path(__file__).parents[2])})
+            try:
+                first = json.loads(driver.stdout.readline() or "{}")
+                assert first.get("machines") == addresses and all(first["root"]), first
+                # started by the hosts of machines 1 and 2, reached from machine 0 and 1
+                assert _connect_until(m, 0, addresses[1], port, "open") == "open"
+                assert _connect_until(m, 1, addresses[2], port, "open") == "open"
+                driver.stdin.write("go\n")
+                driver.stdin.flush()
+                last = json.loads(driver.stdout.readline() or "{}")
+                assert driver.wait(timeout=120) == 0
+            finally:
+                driver.kill()
+            # machine 1's host was killed first: its listener died with it; release ended
+            # machine 2's (and found no host of machine 1 any more)
+            assert addresses[1] not in last["released"], last
+            assert list(last["released"][addresses[2]]) == ["listener"], last
+            assert _connect_until(m, 0, addresses[1], port, "ConnectionRefusedError") == \
+                "ConnectionRefusedError"
+            assert _connect_until(m, 0, addresses[2], port, "ConnectionRefusedError") == \
+                "ConnectionRefusedError"
+        left = machines.leftovers()
+        assert not [x for x in left if m.tag in x], left
+        assert subprocess.run(["pgrep", "-f", str(temp)], capture_output=True).returncode == 1
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)

@@ -1,0 +1,173 @@
+"""A substrate: a plain Ray cluster of CPU machines (``ray start``, Slurm or KubeRay) that hosts
+the processes of simulated clusters spread over several machines.
+
+One host actor per machine, placed there by Ray's node affinity, says what the machine is (its
+address, cores, memory, whether rlsim may change its firewall and cgroups) and starts, watches
+and ends processes on it. The substrate's own GCS carries every call: nothing else travels
+between machines. Host actors are detached (a cluster outlives the command that started it, as
+``rlsim cluster --detach`` does on one machine) and named after their machine in the namespace
+:data:`NAMESPACE`; :func:`release` ends what they started, then the actors.
+
+A process a host starts dies with the host (``PR_SET_PDEATHSIG``; Ray 2.60 also ends a dead
+worker's children itself): a host actor that crashes, or is killed, leaves nothing running
+behind it.
+
+What is built: the hosts, and processes started and ended through them. Not yet: simulated nodes
+started through them (``rlsim cluster --on``), faults applied across machines.
+
+Ray is imported inside the functions: the driver connects to the substrate only when asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+NAMESPACE = "rlsim-substrate"
+HOST_PREFIX = "rlsim-host-"
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One machine of the substrate, as its host actor sees it."""
+
+    node_id: str
+    address: str
+    cpus: int
+    memory_bytes: int
+    root: bool            # rlsim may add firewall rules and cgroups there
+    iptables: bool
+
+
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: a forked child only calls it
+
+
+def _die_with_parent() -> None:
+    """In a child, before exec: SIGKILL when the thread that started it (the host actor's task
+    thread, which lives as long as the actor) ends."""
+    _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class Host:
+    """The host actor of one machine (see the module text). Its methods run on that machine."""
+
+    def __init__(self) -> None:
+        self._procs: dict[str, subprocess.Popen] = {}
+
+    def machine(self) -> dict:
+        import ray
+
+        with open("/proc/meminfo") as f:
+            total_kb = int(next(ln for ln in f if ln.startswith("MemTotal:")).split()[1])
+        return {"node_id": ray.get_runtime_context().get_node_id(),
+                "address": ray.util.get_node_ip_address(), "cpus": os.cpu_count() or 1,
+                "memory_bytes": total_kb * 1024, "root": os.geteuid() == 0,
+                "iptables": shutil.which("iptables") is not None}
+
+    def start(self, key: str, argv: list[str], env: dict[str, str] | None = None) -> int:
+        """Start ``argv`` on this machine under ``key`` (its own process group, ended with this
+        host); its pid. A key already running is refused."""
+        if key in self._procs and self._procs[key].poll() is None:
+            raise ValueError(f"{key!r} is already running here (pid {self._procs[key].pid})")
+        proc = subprocess.Popen(argv, env={**os.environ, **(env or {})},
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=_die_with_parent)
+        self._procs[key] = proc
+        return proc.pid
+
+    def running(self) -> dict[str, int]:
+        """What this host started and still runs: key -> pid."""
+        return {k: p.pid for k, p in self._procs.items() if p.poll() is None}
+
+    def stop(self, keys: list[str] | None = None, grace_s: float = 5.0) -> dict[str, int]:
+        """End ``keys`` (all: None) with their whole process groups, SIGTERM then SIGKILL after
+        ``grace_s``; key -> exit status."""
+        chosen = {k: p for k, p in self._procs.items() if keys is None or k in keys}
+        for p in chosen.values():
+            _signal_group(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in chosen.values():
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(p.pid, signal.SIGKILL)
+                p.wait()
+            _signal_group(p.pid, signal.SIGKILL)  # what the leader left in its group
+        for k in chosen:
+            del self._procs[k]
+        return {k: p.returncode for k, p in chosen.items()}
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def connect(address: str) -> None:
+    """This process as a driver of the substrate at ``address`` (``host:port`` of its GCS)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
+                 logging_level="ERROR")
+
+
+def hosts(address: str) -> list[tuple[Machine, object]]:
+    """One host actor on every alive machine of the substrate at ``address`` (made where none
+    runs yet, found by name where one does), with what each says of its machine, in the order of
+    their addresses."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    connect(address)
+    actor = ray.remote(num_cpus=0, max_restarts=0)(Host)
+    handles = []
+    for node in ray.nodes():
+        if not node["Alive"]:
+            continue
+        handles.append(actor.options(
+            name=HOST_PREFIX + node["NodeID"], lifetime="detached", get_if_exists=True,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+        ).remote())
+    infos = ray.get([h.machine.remote() for h in handles])
+    found = [(Machine(**info), h) for info, h in zip(infos, handles, strict=True)]
+    return sorted(found, key=lambda mh: tuple(int(p) for p in mh[0].address.split(".")))
+
+
+def release(address: str) -> dict[str, dict[str, int]]:
+    """End everything the substrate's host actors started, then the actors; machine address ->
+    what ended there (key -> exit status)."""
+    import ray
+
+    connect(address)
+    ended = {}
+    for name in ray.util.list_named_actors():
+        if not name.startswith(HOST_PREFIX):
+            continue
+        try:
+            handle = ray.get_actor(name)
+        except ValueError:  # it died since the listing: what it ran died with it
+            continue
+        try:
+            where = ray.get(handle.machine.remote())["address"]
+            ended[where] = ray.get(handle.stop.remote())
+        except ray.exceptions.RayActorError:  # it, or its machine, is gone: and what it ran
+            pass
+        ray.kill(handle)
+    return ended
+
+
+if __name__ == "__main__":  # `python -m rlsim.substrate ADDRESS`: the machines, as JSON lines
+    import json
+
+    for m, _ in hosts(sys.argv[1]):
+        print(json.dumps(m.__dict__))
