@@ -73,5 +73,9 @@ def every_class() -> dict[str, type]:
 
 
 def attach(st):
-    """A handle on the running cluster ``st`` (a ``ClusterState``) with its backend's class."""
+    """A handle on the running cluster ``st`` (a ``ClusterState``) with its backend's class.
+    Raises LookupError for a cluster on a substrate: its owner alone holds its machines."""
+    if st.backend not in BACKENDS:
+        raise LookupError(f"cluster {st.spec.name!r} runs on a substrate ({st.backend}), "
+                          f"held by its owner, process {st.owner_pid}: stop it there")
     return cluster_class(st.backend).attach(st)

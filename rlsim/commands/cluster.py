@@ -257,7 +257,16 @@ def status(
                 err.print(_corrupt_line(entry), style="red", markup=False, highlight=False,
                           soft_wrap=True)
             continue
-        c = attach(entry)
+        try:
+            c = attach(entry)
+        except LookupError as e:  # a cluster on a substrate: its owner alone sees its nodes
+            out.append({"name": entry.spec.name, "backend": entry.backend, "slot": entry.slot,
+                        "session": entry.session, "owner_pid": entry.owner_pid,
+                        "note": str(e)})
+            if not as_json:
+                console.print(f"{entry.spec.name}: {e}", markup=False, highlight=False,
+                              soft_wrap=True)
+            continue
         nodes = c.nodes()
         gone = state.is_abandoned(entry, live)
         try:

@@ -53,3 +53,31 @@ def test_auth_token_is_private_and_stable(home):
     p = auth_token_path()
     assert p.stat().st_mode & 0o777 == 0o600
     assert auth_token_path().read_text() == p.read_text()
+
+
+def test_a_substrate_clusters_state_is_listed_and_reaped_without_a_backend_to_attach(
+        home, monkeypatch):
+    """A cluster on a substrate (rlsim.backends.substrate) has no backend `rlsim status` or the
+    reaper can attach to: status names its owner, and once the owner is gone the reaper removes
+    its state as a local cluster's (its nodes ended on their machines with the owner's hosts)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from rlsim.backends.reaper import reap_abandoned
+    from rlsim.commands import app
+    from rlsim.host import slots
+
+    monkeypatch.setattr(slots.listeners, "listening", lambda: [])
+    st = state.reserve(ClusterSpec(name="spread"), "substrate", detached=False)
+    out = CliRunner().invoke(app, ["status", "--json"])
+    assert out.exit_code == 0, out.output
+    [row] = json.loads(out.output)
+    assert row["backend"] == "substrate" and row["owner_pid"] == os.getpid()
+    assert "held by its owner" in row["note"]
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True)
+    st.owner_pid = int(dead.stdout)
+    state.save(st)
+    assert reap_abandoned() == ["spread"]
+    assert state.load("spread") is None
