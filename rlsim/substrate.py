@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 NAMESPACE = "rlsim-substrate"
 HOST_PREFIX = "rlsim-host-"
@@ -84,6 +85,15 @@ class Host:
         self._procs[key] = proc
         return proc.pid
 
+    def put(self, files: dict[str, tuple[str, int]]) -> None:
+        """Write ``files`` (path -> (text, mode)) on this machine, the folders made (a cluster's
+        state and token, where the machines share no file system)."""
+        from rlsim.files import write_file
+
+        for path, (text, mode) in files.items():
+            Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_file(path, text, mode)
+
     def running(self) -> dict[str, int]:
         """What this host started and still runs: key -> pid."""
         return {k: p.pid for k, p in self._procs.items() if p.poll() is None}
@@ -121,10 +131,12 @@ def connect(address: str) -> None:
                  logging_level="ERROR")
 
 
-def hosts(address: str) -> list[tuple[Machine, object]]:
-    """One host actor on every alive machine of the substrate at ``address`` (made where none
-    runs yet, found by name where one does), with what each says of its machine, in the order of
-    their addresses."""
+def hosts(address: str, tag: str = "") -> list[tuple[Machine, object]]:
+    """One host actor on every alive machine of the substrate at ``address``, in the order of
+    the machines' addresses, with what each says of its machine. With a ``tag`` (a cluster's
+    session) the hosts are that cluster's: owned by this process, they end with it, and what
+    they started with them (a cluster whose owner died leaves nothing on any machine). Without,
+    they are the substrate's, detached, found by name where they run already."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -134,24 +146,26 @@ def hosts(address: str) -> list[tuple[Machine, object]]:
     for node in ray.nodes():
         if not node["Alive"]:
             continue
-        handles.append(actor.options(
-            name=HOST_PREFIX + node["NodeID"], lifetime="detached", get_if_exists=True,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
-        ).remote())
+        on = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        name = f"{HOST_PREFIX}{tag + '-' if tag else ''}{node['NodeID']}"
+        handles.append(actor.options(name=name, scheduling_strategy=on, get_if_exists=True,
+                                     **({} if tag else {"lifetime": "detached"})).remote())
     infos = ray.get([h.machine.remote() for h in handles])
     found = [(Machine(**info), h) for info, h in zip(infos, handles, strict=True)]
     return sorted(found, key=lambda mh: tuple(int(p) for p in mh[0].address.split(".")))
 
 
-def release(address: str) -> dict[str, dict[str, int]]:
-    """End everything the substrate's host actors started, then the actors; machine address ->
-    what ended there (key -> exit status)."""
+def release(address: str, tag: str = "") -> dict[str, dict[str, int]]:
+    """End everything the hosts (of ``tag``, or the substrate's own) started, then the hosts;
+    machine address -> what ended there (key -> exit status)."""
     import ray
 
     connect(address)
+    prefix = f"{HOST_PREFIX}{tag + '-' if tag else ''}"
     ended = {}
     for name in ray.util.list_named_actors():
-        if not name.startswith(HOST_PREFIX):
+        rest = name.removeprefix(prefix)
+        if rest == name or (not tag and "-" in rest):  # not ours; a cluster's, not the substrate's
             continue
         try:
             handle = ray.get_actor(name)

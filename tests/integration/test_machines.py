@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlsim.host import machines
+from rlsim.host import machines, procs
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
@@ -197,5 +197,53 @@ def test_host_actors_start_processes_on_their_machines_and_take_them_down():
         left = machines.leftovers()
         assert not [x for x in left if m.tag in x], left
         assert subprocess.run(["pgrep", "-f", str(temp)], capture_output=True).returncode == 1
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+SPREAD = """
+import json, os, sys
+from rlsim.backends.substrate import SubstrateCluster
+from rlsim.host import procs
+from rlsim.host.spec import ClusterSpec
+cluster = SubstrateCluster(ClusterSpec(name="spread-" + sys.argv[2], nodes=2, gpus_per_node=2),
+                           on=sys.argv[1])
+with cluster:
+    seen = [(n.address, n.alive, n.gpus) for n in cluster.nodes()]
+    cluster.restart_node(1)
+    again = [(n.address, n.alive, n.gpus) for n in cluster.nodes()]
+    session = cluster.state.session
+    during = procs.find(session)
+print(json.dumps({"seen": seen, "again": again, "session": session, "during": during,
+                  "after": procs.find(session)}), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_simulated_cluster_spreads_over_the_machines_of_a_substrate():
+    """Issue 55's bring-up: a simulated cluster of 2 nodes x 2 fake GPUs on a substrate of two
+    namespace machines, node i on machine i at its address, started there by the cluster's own
+    host actor; a node restarted; nothing of it left on any machine after."""
+    if not shutil.which("ip") or not shutil.which("iptables"):
+        pytest.fail("namespace machines need iproute2 and iptables (bash ci/setup.sh)")
+    temp = Path(tempfile.mkdtemp(prefix="rlm-", dir="/tmp"))
+    try:
+        with machines.NamespaceMachines(2) as m:
+            addresses = [m.address(i) for i in range(2)]
+            for i in range(2):
+                _ray_start(m, i, temp)
+            out = m.run(0, [sys.executable, "-c", SPREAD, f"{addresses[0]}:{PORT}", m.tag],
+                        capture_output=True, text=True, timeout=300,
+                        env={"RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
+                             "PYTHONPATH": str(Path(__file__).parents[2])})
+            assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+            got = json.loads(out.stdout.strip().splitlines()[-1])
+            want = [[addresses[0], True, 2], [addresses[1], True, 2]]
+            assert got["seen"] == want and got["again"] == want, got
+            # the nodes' processes, found by their session's label: there while it ran, ended
+            # by its teardown (release), and none after its owner's exit either
+            assert len(got["during"]) >= 4 and got["after"] == [], got
+            assert procs.find(got["session"]) == []
+        assert not [x for x in machines.leftovers() if m.tag in x]
     finally:
         shutil.rmtree(temp, ignore_errors=True)

@@ -22,8 +22,8 @@ INSTALLED = Version(ri.ray_version())
 
 def test_every_capability_holds_on_the_installed_ray(monkeypatch):
     """On the Ray the suite runs on (the gate's, or a matrix release's), every capability is in
-    force but token auth (and reading it again) below 2.52, where Ray has none: a rename in a new release fails
-    here, naming the file and the symbol."""
+    force but token auth (and reading it again) below 2.52, where Ray has none: a rename in a
+    new release fails here, naming the file and the symbol."""
     monkeypatch.delenv(ri.PLAIN_VAR, raising=False)
     expected_plain = ({"token_auth", "auth_reread"} if Version(ri.TOKEN_AUTH_SINCE) > INSTALLED
                       else set())

@@ -30,6 +30,7 @@ of the modules beside it that need it, never here.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -610,10 +611,8 @@ def _installed_answers() -> dict[str, str | None]:
         from rlsim.files import write_file
 
         record = {"key": key, "files": _file_stamps(s, s.read), "answers": answers}
-        try:
+        with contextlib.suppress(OSError):  # answered all the same; the next process probes
             write_file(path, json.dumps(record, indent=1), mode=0o600)
-        except OSError:
-            pass  # answered all the same; the next process probes again
     return answers
 
 

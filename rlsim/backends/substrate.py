@@ -1,0 +1,164 @@
+"""A simulated cluster spread over the machines of a substrate (a plain Ray cluster of CPU
+machines, :mod:`rlsim.substrate`): node ``i`` runs on machine ``i`` at that machine's address,
+started there by the cluster's own host actor as a docker node is started in its container
+(``python -m rlsim.backends.node_start NAME I`` with every node's address); the head on the first
+machine. The cluster's state and token are written to each machine first, so the machines need
+no shared file system; the node's ports are the cluster's slot's, as on one machine.
+
+The hosts belong to the process that started the cluster: when it ends, they end, and the nodes
+with them, on every machine.
+
+What is built: bring-up, the nodes as Ray sees them, a node killed and restarted, teardown. Not
+yet: more nodes than machines (each node needs an address of its own), faults across machines,
+``rlsim cluster --on`` and ``cluster: {on: ...}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+
+from rlsim.backends.base import ClusterStartError, NodeInfo
+from rlsim.backends.node_start import ADDRESSES_VAR
+from rlsim.backends.ray_internals import connect_env
+from rlsim.backends.ray_state import alive_nodes
+from rlsim.backends.started import StartedCluster
+from rlsim.host import state
+from rlsim.host.home import auth_token_path, rlsim_home
+from rlsim.host.spec import ClusterSpec
+from rlsim.host.state import ClusterState
+
+
+class SubstrateCluster(StartedCluster):
+    """Node ``i`` of ``spec`` on machine ``i`` of the substrate whose GCS is at ``on``."""
+
+    name = "substrate"
+    pid_label = "launcher pid"
+
+    def __init__(self, spec: ClusterSpec | None = None, *, on: str) -> None:
+        self.spec = spec or ClusterSpec()
+        self.on = on
+        self.detached = False
+        self.state: ClusterState | None = None
+        self._stopped: ClusterState | None = None
+        self.timings: dict[str, float] = {}
+        self._hosts: list = []
+        self._machines: list = []
+
+    def _check_can_start(self) -> None:
+        from rlsim import substrate
+
+        try:
+            substrate.connect(self.on)
+        except Exception as e:  # noqa: BLE001 - said in words, with the address
+            raise ClusterStartError(f"--on {self.on}: cannot reach the substrate's GCS "
+                                    f"({type(e).__name__}: {e})") from None
+
+    def _prepare(self, st: ClusterState) -> None:
+        from rlsim import substrate
+
+        found = substrate.hosts(self.on, tag=st.session)
+        if len(found) < self.spec.nodes:
+            raise ClusterStartError(
+                f"--on {self.on}: {self.spec.nodes} nodes need {self.spec.nodes} machines (one "
+                f"node per machine, at its address); the substrate has {len(found)}: give fewer "
+                f"nodes or add machines")
+        self._machines = [m for m, _ in found][:self.spec.nodes]
+        self._hosts = [h for _, h in found][:self.spec.nodes]
+        if not all(m.root for m in self._machines):
+            raise ClusterStartError(f"--on {self.on}: rlsim's nodes run as root on the "
+                                    f"substrate's machines (firewall rules, cgroups)")
+
+    @property
+    def addresses(self) -> list[str]:
+        return [m.address for m in self._machines]
+
+    def _launch_nodes(self) -> None:
+        import ray
+
+        st = self._st
+        token = auth_token_path()
+        files = {str(state.state_path(st.spec.name)): (st.model_dump_json(), 0o600),
+                 str(token): (token.read_text(), 0o600)}
+        ray.get([h.put.remote(files) for h in self._hosts])
+        for index in range(self.spec.nodes):
+            self._start(index)
+
+    def _start(self, index: int) -> int:
+        import ray
+
+        st = self._st
+        env = {ADDRESSES_VAR: json.dumps(self.addresses), "RLSIM_HOME": str(rlsim_home())}
+        argv = [self.spec.python.get(index, sys.executable), "-m", "rlsim.backends.node_start",
+                st.spec.name, str(index)]
+        return ray.get(self._hosts[index].start.remote(self._key(index), argv, env))
+
+    def _key(self, index: int) -> str:
+        return f"{self._st.session}-n{index}"
+
+    def _reap(self, st: ClusterState) -> None:
+        from rlsim import substrate
+
+        with contextlib.suppress(Exception):  # a substrate gone: its machines took the nodes
+            substrate.release(self.on, tag=st.session)
+        self._hosts = []
+        state.forget(st)
+
+    # ---- observation -------------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        return f"{self.addresses[0]}:{self._st.layout.gcs_port}"
+
+    def driver_env(self) -> dict[str, str]:
+        return {"RAY_ADDRESS": self.address, **connect_env(str(auth_token_path()))}
+
+    @property
+    def dashboard_url(self) -> str:
+        return (f"http://127.0.0.1:{self._st.layout.dashboard_port} on {self.addresses[0]}"
+                if self.spec.dashboard else "off (spec.dashboard)")
+
+    def nodes(self, exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
+        import ray
+
+        running = ray.get([h.running.remote() for h in self._hosts])
+        alive: dict[str, dict] = {}
+        with contextlib.suppress(Exception):  # a GCS that just went away: nobody is alive
+            alive = alive_nodes(self.address, str(auth_token_path()), exclude_ids)
+        shapes = self._st.spec.node_shapes()
+        return [NodeInfo.seen(i, addr, alive.get(addr), shapes[i].gpus,
+                              [p] if (p := running[i].get(self._key(i))) else [])
+                for i, addr in enumerate(self.addresses)]
+
+    def _check_starting(self, infos: list[NodeInfo], missing: set[int]) -> None:
+        for n in infos:
+            if n.index in missing and not n.pids:
+                raise ClusterStartError(
+                    f"cluster {self.spec.name!r} (substrate {self.on}): node {n.index} "
+                    f"({n.address}) exited during start-up; its logs are on that machine under "
+                    f"{self._st.node_dir(n.index)}")
+
+    def logs(self, index: int, lines: int = 40) -> str:
+        return f"(node {index}'s logs are on {self.addresses[index]}, under " \
+               f"{self._st.node_dir(index)})"
+
+    # ---- node control ------------------------------------------------------------------------
+
+    def kill_node(self, index: int) -> list[int]:
+        import ray
+
+        self._check_index(index)
+        pid = ray.get(self._hosts[index].running.remote()).get(self._key(index))
+        ray.get(self._hosts[index].stop.remote([self._key(index)], 0.0))
+        return [pid] if pid else []
+
+    def restart_node(self, index: int, timeout: float | None = None) -> NodeInfo:
+        if index == 0:
+            raise NotImplementedError("restarting the head needs GCS fault tolerance, which "
+                                      "the substrate's clusters do not run yet")
+        old = self.nodes()[index].node_id
+        self.kill_node(index)
+        self.wait_for_dead(index, old)
+        self._start(index)
+        return self.wait_for_nodes(timeout, [index], frozenset({old}) - {None})[index]
