@@ -48,7 +48,12 @@ class SubstrateCluster(StartedCluster):
 
     def _check_can_start(self) -> None:
         from rlsim import substrate
+        from rlsim.backends.ray_state import _listens
 
+        if not _listens(self.on):  # Ray's own connect would retry for minutes
+            raise ClusterStartError(f"--on {self.on}: nothing answers there; fix: give the "
+                                    f"substrate's GCS address (HOST:PORT, as `ray start "
+                                    f"--address` takes it)")
         try:
             substrate.connect(self.on)
         except Exception as e:  # noqa: BLE001 - said in words, with the address

@@ -68,9 +68,14 @@ def to_spec(command: str, options: dict[str, str], **fields) -> ClusterSpec:
                     f"{option} another value", 2) from None
 
 
-def start_cluster(spec: ClusterSpec, detached: bool, backend: str = DEFAULT):
+def start_cluster(spec: ClusterSpec, detached: bool, backend: str = DEFAULT,
+                  on: str | None = None):
     try:
         with console.status(f"starting {spec.nodes} nodes, {spec.gpus()} fake GPUs"):
+            if on is not None:
+                from rlsim.backends.substrate import SubstrateCluster
+
+                return SubstrateCluster(spec, on=on).start()
             return cluster_class(backend)(spec, detached=detached).start()
     except HomeError as e:
         raise fail(f"rlsim cluster: {e}", 2) from None
@@ -180,12 +185,21 @@ def cluster(
     ready_timeout: float = typer.Option(default("ready_timeout_s"),
                                         help="Seconds each node may take to join."),
     backend: str = typer.Option(DEFAULT, help=f"One of: {described(starts=True)}."),
+    on: str | None = typer.Option(
+        None, "--on", metavar="RAY_ADDRESS",
+        help="Spread the nodes over the machines of a plain Ray cluster of CPU machines (its "
+        "GCS at HOST:PORT), node i on machine i at its address; the cluster ends with this "
+        "command."),
 ) -> None:
     """Start a real Ray cluster whose nodes are local processes on their own 127.x addresses
     (or Docker containers on a network of their own: --backend docker).
     Exit 0: stopped by Ctrl-C, or detached; 1: the cluster did not start; 2: a bad option."""
     if problem := unknown(backend, starts=True):
         raise fail(f"rlsim cluster: {problem} (rlsim cluster starts the nodes itself)", 2)
+    if on is not None and (detach or backend != DEFAULT):
+        raise fail(f"rlsim cluster: --on {on} with --{'detach' if detach else 'backend'}: a "
+                   "cluster on a substrate runs its nodes through host actors this command "
+                   "owns, and ends with it; fix: drop --detach and --backend", 2)
     given = {"gpus_per_node": fake_gpus, "gpu_memory_gb": gpu_memory_gb,
              "cpus_per_node": cpus_per_node, "memory_gb": memory_gb, "accelerator": accelerator,
              "like": like, "cuda_devices": cuda_devices}
@@ -195,7 +209,7 @@ def cluster(
         node=_nodes(node or []), ready_timeout_s=ready_timeout, health=HealthChecks(),
         **{k: v for k, v in given.items() if v is not None},
     )
-    c = start_cluster(spec, detach, backend)
+    c = start_cluster(spec, detach, backend, on)
     try:  # a Ctrl-C from here on stops it, even one landing before the wait (seen once)
         console.print(table(c, c.nodes()))
         console.print(f"ready in {c.timings['ready_s']:.1f} s")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -245,5 +246,44 @@ def test_a_simulated_cluster_spreads_over_the_machines_of_a_substrate():
             assert len(got["during"]) >= 4 and got["after"] == [], got
             assert procs.find(got["session"]) == []
         assert not [x for x in machines.leftovers() if m.tag in x]
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_rlsim_cluster_on_a_substrate_comes_up_and_goes_down_with_the_command():
+    """`rlsim cluster --on RAY_ADDRESS` as a user types it, inside machine 0 of two: its table
+    shows each node alive at its machine's address; Ctrl-C ends it on both machines."""
+    if not shutil.which("ip") or not shutil.which("iptables"):
+        pytest.fail("namespace machines need iproute2 and iptables (bash ci/setup.sh)")
+    temp = Path(tempfile.mkdtemp(prefix="rlm-", dir="/tmp"))
+    try:
+        with machines.NamespaceMachines(2) as m:
+            addresses = [m.address(i) for i in range(2)]
+            for i in range(2):
+                _ray_start(m, i, temp)
+            rlsim = str(Path(sys.executable).parent / "rlsim")
+            cli = m.popen(0, [rlsim, "cluster", "--on", f"{addresses[0]}:{PORT}", "--nodes",
+                              "2", "--fake-gpus", "2", "--name", f"on-{m.tag}"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"})  # as a user's shell
+            try:
+                lines = []
+                for line in cli.stdout:
+                    lines.append(line)
+                    if line.startswith("ready in") or "rlsim cluster:" in line:
+                        break
+                shown = "".join(lines)
+                rows = [ln for ln in lines if ln.startswith("│")]  # the table's node rows
+                assert "ready in" in shown, shown + cli.stdout.read()
+                assert len(rows) == 2 and all("yes" in r for r in rows), shown
+                assert addresses[0] in rows[0] and addresses[1] in rows[1], shown
+                cli.send_signal(signal.SIGINT)
+                rest = cli.communicate(timeout=120)[0]
+                assert cli.returncode == 0, shown + rest
+            finally:
+                cli.kill()
+        assert not [x for x in machines.leftovers() if m.tag in x]
+        assert subprocess.run(["pgrep", "-f", str(temp)], capture_output=True).returncode == 1
     finally:
         shutil.rmtree(temp, ignore_errors=True)
