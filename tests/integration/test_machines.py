@@ -7,12 +7,14 @@ addresses of the namespaces this test made are contacted."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -63,37 +65,44 @@ def _python(m: machines.NamespaceMachines, i: int, code: str, *args: str) -> str
     return out.stdout.strip().splitlines()[-1]
 
 
-@pytest.mark.slow
-def test_a_ray_cluster_spans_namespace_machines_and_leaves_nothing():
+@contextlib.contextmanager
+def substrate(count: int) -> Iterator[tuple[machines.NamespaceMachines, list[str]]]:
+    """``count`` namespace machines with a plain Ray cluster started by `ray start` in each (a
+    substrate), and their addresses; after: no namespace, bridge or rule of theirs, and no
+    process of that Ray, is left."""
     if not shutil.which("ip") or not shutil.which("iptables"):
         pytest.fail("namespace machines need iproute2 and iptables (bash ci/setup.sh)")
     temp = Path(tempfile.mkdtemp(prefix="rlm-", dir="/tmp"))  # Ray's socket paths stay short
     try:
-        with machines.NamespaceMachines(3) as m:
-            addresses = [m.address(i) for i in range(3)]
-            assert len(set(addresses)) == 3 and all(a.startswith("10.") for a in addresses)
-            for i in range(3):
+        with machines.NamespaceMachines(count) as m:
+            for i in range(count):
                 _ray_start(m, i, temp)
-            seen = json.loads(_python(m, 0, DRIVER, f"{addresses[0]}:{PORT}"))
-            assert seen == {"nodes": sorted(addresses), "ran_on": sorted(addresses)}
-
-            # a partition of machines 1 and 2, made inside machine 2: exactly that link is cut
-            for chain, flag in (("INPUT", "-s"), ("OUTPUT", "-d")):
-                m.run(2, ["iptables", "-w", "-A", chain, flag, addresses[1], "-j", "DROP"],
-                      check=True, timeout=30)
-            gcs = str(PORT)
-            assert _python(m, 2, CONNECT, addresses[0], gcs) == "open"  # 2 -> 0 still
-            assert _python(m, 1, CONNECT, addresses[0], gcs) == "open"  # 1 -> 0 still
-            raylet_1 = _raylet_port(m, 0, addresses)
-            assert _python(m, 2, CONNECT, addresses[1], raylet_1) == "TimeoutError"  # 2 -> 1 cut
-            assert _python(m, 0, CONNECT, addresses[1], raylet_1) == "open"  # 0 -> 1 still
-            made = {f"namespace {m.namespace(i)}" for i in range(3)} | {f"bridge {m.bridge}"}
-            assert made <= set(machines.leftovers())
-        left = machines.leftovers()
-        assert not [x for x in left if m.tag in x], left
+            yield m, [m.address(i) for i in range(count)]
+        assert not [x for x in machines.leftovers() if m.tag in x], machines.leftovers()
         assert subprocess.run(["pgrep", "-f", str(temp)], capture_output=True).returncode == 1
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_ray_cluster_spans_namespace_machines_and_leaves_nothing():
+    with substrate(3) as (m, addresses):
+        assert len(set(addresses)) == 3 and all(a.startswith("10.") for a in addresses)
+        seen = json.loads(_python(m, 0, DRIVER, f"{addresses[0]}:{PORT}"))
+        assert seen == {"nodes": sorted(addresses), "ran_on": sorted(addresses)}
+
+        # a partition of machines 1 and 2, made inside machine 2: exactly that link is cut
+        for chain, flag in (("INPUT", "-s"), ("OUTPUT", "-d")):
+            m.run(2, ["iptables", "-w", "-A", chain, flag, addresses[1], "-j", "DROP"],
+                  check=True, timeout=30)
+        gcs = str(PORT)
+        assert _python(m, 2, CONNECT, addresses[0], gcs) == "open"  # 2 -> 0 still
+        assert _python(m, 1, CONNECT, addresses[0], gcs) == "open"  # 1 -> 0 still
+        raylet_1 = _raylet_port(m, 0, addresses)
+        assert _python(m, 2, CONNECT, addresses[1], raylet_1) == "TimeoutError"  # 2 -> 1 cut
+        assert _python(m, 0, CONNECT, addresses[1], raylet_1) == "open"  # 0 -> 1 still
+        made = {f"namespace {m.namespace(i)}" for i in range(3)} | {f"bridge {m.bridge}"}
+        assert made <= set(machines.leftovers())
 
 
 def _raylet_port(m: machines.NamespaceMachines, i: int, addresses: list[str]) -> str:
@@ -161,45 +170,32 @@ def test_host_actors_start_processes_on_their_machines_and_take_them_down():
     """The substrate of issue 55: a host actor per machine of a plain Ray cluster (node
     affinity), each starting a process on its own machine that another machine reaches; a host
     that dies takes its processes with it, and releasing the substrate ends the rest."""
-    if not shutil.which("ip") or not shutil.which("iptables"):
-        pytest.fail("namespace machines need iproute2 and iptables (bash ci/setup.sh)")
-    temp = Path(tempfile.mkdtemp(prefix="rlm-", dir="/tmp"))
     port = "7771"
-    try:
-        with machines.NamespaceMachines(3) as m:
-            addresses = [m.address(i) for i in range(3)]
-            for i in range(3):
-                _ray_start(m, i, temp)
-            driver = m.popen(0, [sys.executable, "-c", SUBSTRATE, f"{addresses[0]}:{PORT}",
-                                 LISTEN, port],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                             env={"RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
-                                  "PYTHONPATH": str(Path(__file__).parents[2])})
-            try:
-                first = json.loads(driver.stdout.readline() or "{}")
-                assert first.get("machines") == addresses and all(first["root"]), first
-                # started by the hosts of machines 1 and 2, reached from machine 0 and 1
-                assert _connect_until(m, 0, addresses[1], port, "open") == "open"
-                assert _connect_until(m, 1, addresses[2], port, "open") == "open"
-                driver.stdin.write("go\n")
-                driver.stdin.flush()
-                last = json.loads(driver.stdout.readline() or "{}")
-                assert driver.wait(timeout=120) == 0
-            finally:
-                driver.kill()
-            # machine 1's host was killed first: its listener died with it; release ended
-            # machine 2's (and found no host of machine 1 any more)
-            assert addresses[1] not in last["released"], last
-            assert list(last["released"][addresses[2]]) == ["listener"], last
-            assert _connect_until(m, 0, addresses[1], port, "ConnectionRefusedError") == \
+    with substrate(3) as (m, addresses):
+        driver = m.popen(0, [sys.executable, "-c", SUBSTRATE, f"{addresses[0]}:{PORT}", LISTEN,
+                             port],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env={"RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
+                              "PYTHONPATH": str(Path(__file__).parents[2])})
+        try:
+            first = json.loads(driver.stdout.readline() or "{}")
+            assert first.get("machines") == addresses and all(first["root"]), first
+            # started by the hosts of machines 1 and 2, reached from machine 0 and 1
+            assert _connect_until(m, 0, addresses[1], port, "open") == "open"
+            assert _connect_until(m, 1, addresses[2], port, "open") == "open"
+            driver.stdin.write("go\n")
+            driver.stdin.flush()
+            last = json.loads(driver.stdout.readline() or "{}")
+            assert driver.wait(timeout=120) == 0
+        finally:
+            driver.kill()
+        # machine 1's host was killed first: its listener died with it; release ended
+        # machine 2's (and found no host of machine 1 any more)
+        assert addresses[1] not in last["released"], last
+        assert list(last["released"][addresses[2]]) == ["listener"], last
+        for address in addresses[1:]:
+            assert _connect_until(m, 0, address, port, "ConnectionRefusedError") == \
                 "ConnectionRefusedError"
-            assert _connect_until(m, 0, addresses[2], port, "ConnectionRefusedError") == \
-                "ConnectionRefusedError"
-        left = machines.leftovers()
-        assert not [x for x in left if m.tag in x], left
-        assert subprocess.run(["pgrep", "-f", str(temp)], capture_output=True).returncode == 1
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 SPREAD = """
@@ -225,65 +221,44 @@ def test_a_simulated_cluster_spreads_over_the_machines_of_a_substrate():
     """Issue 55's bring-up: a simulated cluster of 2 nodes x 2 fake GPUs on a substrate of two
     namespace machines, node i on machine i at its address, started there by the cluster's own
     host actor; a node restarted; nothing of it left on any machine after."""
-    if not shutil.which("ip") or not shutil.which("iptables"):
-        pytest.fail("namespace machines need iproute2 and iptables (bash ci/setup.sh)")
-    temp = Path(tempfile.mkdtemp(prefix="rlm-", dir="/tmp"))
-    try:
-        with machines.NamespaceMachines(2) as m:
-            addresses = [m.address(i) for i in range(2)]
-            for i in range(2):
-                _ray_start(m, i, temp)
-            out = m.run(0, [sys.executable, "-c", SPREAD, f"{addresses[0]}:{PORT}", m.tag],
-                        capture_output=True, text=True, timeout=300,
-                        env={"RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
-                             "PYTHONPATH": str(Path(__file__).parents[2])})
-            assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
-            got = json.loads(out.stdout.strip().splitlines()[-1])
-            want = [[addresses[0], True, 2], [addresses[1], True, 2]]
-            assert got["seen"] == want and got["again"] == want, got
-            # the nodes' processes, found by their session's label: there while it ran, ended
-            # by its teardown (release), and none after its owner's exit either
-            assert len(got["during"]) >= 4 and got["after"] == [], got
-            assert procs.find(got["session"]) == []
-        assert not [x for x in machines.leftovers() if m.tag in x]
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
+    with substrate(2) as (m, addresses):
+        out = m.run(0, [sys.executable, "-c", SPREAD, f"{addresses[0]}:{PORT}", m.tag],
+                    capture_output=True, text=True, timeout=300,
+                    env={"RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
+                         "PYTHONPATH": str(Path(__file__).parents[2])})
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        want = [[addresses[0], True, 2], [addresses[1], True, 2]]
+        assert got["seen"] == want and got["again"] == want, got
+        # the nodes' processes, found by their session's label: there while it ran, ended
+        # by its teardown (release), and none after its owner's exit either
+        assert len(got["during"]) >= 4 and got["after"] == [], got
+        assert procs.find(got["session"]) == []
 
 
 @pytest.mark.slow
 def test_rlsim_cluster_on_a_substrate_comes_up_and_goes_down_with_the_command():
     """`rlsim cluster --on RAY_ADDRESS` as a user types it, inside machine 0 of two: its table
     shows each node alive at its machine's address; Ctrl-C ends it on both machines."""
-    if not shutil.which("ip") or not shutil.which("iptables"):
-        pytest.fail("namespace machines need iproute2 and iptables (bash ci/setup.sh)")
-    temp = Path(tempfile.mkdtemp(prefix="rlm-", dir="/tmp"))
-    try:
-        with machines.NamespaceMachines(2) as m:
-            addresses = [m.address(i) for i in range(2)]
-            for i in range(2):
-                _ray_start(m, i, temp)
-            rlsim = str(Path(sys.executable).parent / "rlsim")
-            cli = m.popen(0, [rlsim, "cluster", "--on", f"{addresses[0]}:{PORT}", "--nodes",
-                              "2", "--fake-gpus", "2", "--name", f"on-{m.tag}"],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"})  # as a user's shell
-            try:
-                lines = []
-                for line in cli.stdout:
-                    lines.append(line)
-                    if line.startswith("ready in") or "rlsim cluster:" in line:
-                        break
-                shown = "".join(lines)
-                rows = [ln for ln in lines if ln.startswith("│")]  # the table's node rows
-                assert "ready in" in shown, shown + cli.stdout.read()
-                assert len(rows) == 2 and all("yes" in r for r in rows), shown
-                assert addresses[0] in rows[0] and addresses[1] in rows[1], shown
-                cli.send_signal(signal.SIGINT)
-                rest = cli.communicate(timeout=120)[0]
-                assert cli.returncode == 0, shown + rest
-            finally:
-                cli.kill()
-        assert not [x for x in machines.leftovers() if m.tag in x]
-        assert subprocess.run(["pgrep", "-f", str(temp)], capture_output=True).returncode == 1
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
+    with substrate(2) as (m, addresses):
+        rlsim = str(Path(sys.executable).parent / "rlsim")
+        cli = m.popen(0, [rlsim, "cluster", "--on", f"{addresses[0]}:{PORT}", "--nodes", "2",
+                          "--fake-gpus", "2", "--name", f"on-{m.tag}"],
+                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                      env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"})  # as a user's shell
+        try:
+            lines = []
+            for line in cli.stdout:
+                lines.append(line)
+                if line.startswith("ready in") or "rlsim cluster:" in line:
+                    break
+            shown = "".join(lines)
+            rows = [ln for ln in lines if ln.startswith("│")]  # the table's node rows
+            assert "ready in" in shown, shown + cli.stdout.read()
+            assert len(rows) == 2 and all("yes" in r for r in rows), shown
+            assert addresses[0] in rows[0] and addresses[1] in rows[1], shown
+            cli.send_signal(signal.SIGINT)
+            rest = cli.communicate(timeout=120)[0]
+            assert cli.returncode == 0, shown + rest
+        finally:
+            cli.kill()
