@@ -46,6 +46,7 @@ class Machine:
     memory_bytes: int
     root: bool            # rlsim may add firewall rules and cgroups there
     iptables: bool
+    cgroups: bool         # rlsim's node cgroups can be made there
 
 
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: a forked child only calls it
@@ -62,16 +63,39 @@ class Host:
 
     def __init__(self) -> None:
         self._procs: dict[str, subprocess.Popen] = {}
+        # root's programs (iptables, ip) where a worker's PATH, inherited from whatever ran
+        # `ray start`, leaves them out
+        path = os.environ.get("PATH", os.defpath).split(os.pathsep)
+        os.environ["PATH"] = os.pathsep.join(
+            path + [d for d in ("/usr/sbin", "/sbin") if d not in path])
 
     def machine(self) -> dict:
         import ray
+
+        from rlsim.host import cgroups
 
         with open("/proc/meminfo") as f:
             total_kb = int(next(ln for ln in f if ln.startswith("MemTotal:")).split()[1])
         return {"node_id": ray.get_runtime_context().get_node_id(),
                 "address": ray.util.get_node_ip_address(), "cpus": os.cpu_count() or 1,
                 "memory_bytes": total_kb * 1024, "root": os.geteuid() == 0,
-                "iptables": shutil.which("iptables") is not None}
+                "iptables": shutil.which("iptables") is not None,
+                "cgroups": cgroups.available() is None}
+
+    def firewall(self, home: str, slot: int, session: str, verb: str,
+                 drops: list[dict]) -> None:
+        """``verb`` (apply, remove or heal) ``drops`` in this machine's chain of the cluster
+        (:class:`rlsim.host.iptables.Firewall`, as on one machine), in the rlsim home
+        ``home`` (its id names the chain)."""
+        os.environ["RLSIM_HOME"] = home
+        from rlsim.host.iptables import Drop, Firewall
+
+        fw = Firewall(slot, session)
+        if verb == "heal":
+            fw.heal()
+        else:
+            getattr(fw, verb)([Drop(**{**d, "ports": tuple(d["ports"]) if d["ports"] else None})
+                               for d in drops])
 
     def start(self, key: str, argv: list[str], env: dict[str, str] | None = None) -> int:
         """Start ``argv`` on this machine under ``key`` (its own process group, ended with this

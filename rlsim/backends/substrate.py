@@ -8,14 +8,19 @@ no shared file system; the node's ports are the cluster's slot's, as on one mach
 The hosts belong to the process that started the cluster: when it ends, they end, and the nodes
 with them, on every machine.
 
-What is built: bring-up, the nodes as Ray sees them, a node killed and restarted, teardown. Not
-yet: more nodes than machines (each node needs an address of its own), faults across machines,
-``rlsim cluster --on`` and ``cluster: {on: ...}``.
+Each node lives in a cgroup of its own on its machine (where the machine has cgroups): a network
+fault's rules match a node's traffic by it on the node's machine (:class:`MachineFirewall`).
+
+What is built: bring-up, the nodes as Ray sees them, a node killed and restarted, partitions and
+blocked ports across machines, teardown (the rules healed on every machine). Not yet: more nodes
+than machines (each node needs an address of its own), links, disks and the other faults across
+machines, ``cluster: {on: ...}`` in scenarios, ``--detach``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 
@@ -26,6 +31,7 @@ from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.started import StartedCluster
 from rlsim.host import state
 from rlsim.host.home import auth_token_path, rlsim_home
+from rlsim.host.iptables import Drop
 from rlsim.host.spec import ClusterSpec
 from rlsim.host.state import ClusterState
 
@@ -45,6 +51,7 @@ class SubstrateCluster(StartedCluster):
         self.timings: dict[str, float] = {}
         self._hosts: list = []
         self._machines: list = []
+        self.firewall = MachineFirewall(self)
 
     def _check_can_start(self) -> None:
         from rlsim import substrate
@@ -74,6 +81,10 @@ class SubstrateCluster(StartedCluster):
         if not all(m.root for m in self._machines):
             raise ClusterStartError(f"--on {self.on}: rlsim's nodes run as root on the "
                                     f"substrate's machines (firewall rules, cgroups)")
+        # each node in a cgroup of its own on its machine: what a network fault's rules match
+        # its traffic by, on its machine, whatever address the kernel sends it from
+        st.cgroups = all(m.cgroups for m in self._machines)
+        state.save(st)
 
     @property
     def addresses(self) -> list[str]:
@@ -105,6 +116,8 @@ class SubstrateCluster(StartedCluster):
     def _reap(self, st: ClusterState) -> None:
         from rlsim import substrate
 
+        with contextlib.suppress(Exception):  # a machine gone took its rules with it
+            self.firewall.heal()
         with contextlib.suppress(Exception):  # a substrate gone: its machines took the nodes
             substrate.release(self.on, tag=st.session)
         self._hosts = []
@@ -167,3 +180,53 @@ class SubstrateCluster(StartedCluster):
         self.wait_for_dead(index, old)
         self._start(index)
         return self.wait_for_nodes(timeout, [index], frozenset({old}) - {None})[index]
+
+
+class MachineFirewall:
+    """A fault's drops, planned as on one machine (a sender node's cgroup -> a receiver node's
+    address in the plan), applied on the substrate's machines: a drop goes to its sender's
+    machine, where the sender's cgroup lives, aimed at the receiver's machine address. The
+    substrate's own Ray traffic between the same machines is in no node's cgroup and passes. A
+    drop from anyone but a node goes to every machine: the node's own keeps its exclusion, the
+    others drop every sender to those ports."""
+
+    def __init__(self, cluster: SubstrateCluster) -> None:
+        self.cluster = cluster
+
+    def _placed(self, drop: Drop) -> list[tuple[int, Drop]]:
+        c = self.cluster
+        by_plan = {n.address: n.index for n in c._st.layout.nodes}
+        target = by_plan[drop.dst]
+        aimed = dataclasses.replace(drop, dst=c.addresses[target])
+        if drop.exclude_src:
+            return [(target, aimed)] + [
+                (i, dataclasses.replace(aimed, src=None, exclude_src=False))
+                for i in range(c.spec.nodes) if i != target]
+        return [(int(drop.src.rsplit("/n", 1)[1]), aimed)]
+
+    def _send(self, verb: str, drops: list[Drop]) -> None:
+        import ray
+
+        c = self.cluster
+        st = c._st
+        per: dict[int, list[dict]] = {}
+        for drop in drops:
+            for index, placed in self._placed(drop):
+                per.setdefault(index, []).append(dataclasses.asdict(placed))
+        ray.get([c._hosts[i].firewall.remote(str(rlsim_home()), st.slot, st.session, verb, ds)
+                 for i, ds in per.items()])
+
+    def apply(self, drops: list[Drop]) -> list[Drop]:
+        self._send("apply", drops)
+        return drops
+
+    def remove(self, drops: list[Drop]) -> None:
+        self._send("remove", drops)
+
+    def heal(self) -> None:
+        import ray
+
+        c = self.cluster
+        st = c._st
+        ray.get([h.firewall.remote(str(rlsim_home()), st.slot, st.session, "heal", [])
+                 for h in c._hosts])

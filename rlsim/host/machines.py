@@ -152,13 +152,19 @@ class NamespaceMachines:
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "link", "set", "lo", "up")
 
+    def inside(self, i: int, cmd: list[str]) -> list[str]:
+        """``cmd`` run inside machine ``i``: its network namespace only. Not `ip netns exec`,
+        which also mounts a sysfs of the namespace's own over /sys and so hides the cgroup
+        hierarchy a machine has (rlsim's nodes there found no cgroups)."""
+        return ["nsenter", f"--net=/run/netns/{self.namespace(i)}", "--", *cmd]
+
     def popen(self, i: int, cmd: list[str], **kwargs) -> subprocess.Popen:
         """Start ``cmd`` inside machine ``i``."""
-        return subprocess.Popen(["ip", "netns", "exec", self.namespace(i), *cmd], **kwargs)
+        return subprocess.Popen(self.inside(i, cmd), **kwargs)
 
     def run(self, i: int, cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
         """Run ``cmd`` inside machine ``i`` to its end."""
-        return subprocess.run(["ip", "netns", "exec", self.namespace(i), *cmd], **kwargs)
+        return subprocess.run(self.inside(i, cmd), **kwargs)
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -262,3 +262,63 @@ def test_rlsim_cluster_on_a_substrate_comes_up_and_goes_down_with_the_command():
             assert cli.returncode == 0, shown + rest
         finally:
             cli.kill()
+
+
+CUT = """
+import json, sys, time
+import ray
+from rlsim.backends.substrate import SubstrateCluster
+from rlsim.host.spec import ClusterSpec
+cluster = SubstrateCluster(ClusterSpec(name="cut-" + sys.argv[2], nodes=3, gpus_per_node=1),
+                           on=sys.argv[1])
+with cluster:
+    drops = cluster.partition([[1]])
+    t0 = time.monotonic()
+    while cluster.nodes()[1].alive and time.monotonic() - t0 < 60:
+        time.sleep(0.2)
+    print(json.dumps({"drops": len(drops), "dead_after_s": time.monotonic() - t0,
+                      "alive": [n.alive for n in cluster.nodes()],
+                      "substrate_alive": sum(n["Alive"] for n in ray.nodes())}), flush=True)
+    sys.stdin.readline()  # the test read each machine's rules
+    cluster.heal_network()
+    print("healed", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def _rules(m: machines.NamespaceMachines, i: int) -> list[str]:
+    out = m.run(i, ["iptables", "-w", "-S"], capture_output=True, text=True, check=True,
+                timeout=30).stdout
+    return [ln for ln in out.splitlines() if "RLSIM" in ln]
+
+
+@pytest.mark.slow
+def test_a_partition_between_machines_cuts_the_simulated_cluster_not_the_substrate():
+    """Node 1 of three, on machine 1, cut off from the others: its sender rules are on each
+    sender's machine, matched by the node's cgroup; the simulated GCS declares node 1 dead
+    while the substrate's own Ray, between the same machines, keeps all three; healing takes
+    every rule off every machine."""
+    with substrate(3) as (m, addresses):
+        driver = m.popen(0, [sys.executable, "-c", CUT, f"{addresses[0]}:{PORT}", m.tag],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env={"RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
+                              "PYTHONPATH": str(Path(__file__).parents[2])})
+        try:
+            got = json.loads(driver.stdout.readline() or "{}")
+            assert got.get("alive") == [True, False, True], got
+            assert got["substrate_alive"] == 3 and got["drops"] == 4, got
+            rules = {i: _rules(m, i) for i in range(3)}
+            # 1 -> 0 and 1 -> 2 on machine 1; 0 -> 1 on machine 0; 2 -> 1 on machine 2
+            drops = {i: [r for r in rs if "-j DROP" in r] for i, rs in rules.items()}
+            assert [len(drops[i]) for i in range(3)] == [1, 2, 1], rules
+            assert all("--path" in r for rs in drops.values() for r in rs), rules
+            assert addresses[1] in drops[0][0] and addresses[1] in drops[2][0], rules
+            driver.stdin.write("go\n")
+            driver.stdin.flush()
+            assert driver.stdout.readline().strip() == "healed"
+            assert [_rules(m, i) for i in range(3)] == [[], [], []]
+            driver.stdin.write("go\n")
+            driver.stdin.flush()
+            assert driver.wait(timeout=120) == 0
+        finally:
+            driver.kill()
