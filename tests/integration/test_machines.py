@@ -283,6 +283,12 @@ with cluster:
     cluster.heal_network()
     print("healed", flush=True)
     sys.stdin.readline()
+    blocked = cluster.block_port(0, "gcs")  # from every process but node 0's own
+    print(json.dumps({"gcs": cluster.port("gcs")[0], "drops": len(blocked)}), flush=True)
+    sys.stdin.readline()
+    cluster.remove_rules(blocked)
+    print("removed", flush=True)
+    sys.stdin.readline()
 """
 
 
@@ -297,7 +303,8 @@ def test_a_partition_between_machines_cuts_the_simulated_cluster_not_the_substra
     """Node 1 of three, on machine 1, cut off from the others: its sender rules are on each
     sender's machine, matched by the node's cgroup; the simulated GCS declares node 1 dead
     while the substrate's own Ray, between the same machines, keeps all three; healing takes
-    every rule off every machine."""
+    every rule off every machine. Then node 0's GCS port blocked from everyone else, and the
+    block removed."""
     with substrate(3) as (m, addresses):
         driver = m.popen(0, [sys.executable, "-c", CUT, f"{addresses[0]}:{PORT}", m.tag],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -317,6 +324,21 @@ def test_a_partition_between_machines_cuts_the_simulated_cluster_not_the_substra
             driver.stdin.flush()
             assert driver.stdout.readline().strip() == "healed"
             assert [_rules(m, i) for i in range(3)] == [[], [], []]
+            driver.stdin.write("go\n")
+            driver.stdin.flush()
+            # node 0's GCS port blocked: on its machine for every process but the node's own,
+            # on the others for every sender; a process on machine 1 cannot connect to it
+            got = json.loads(driver.stdout.readline() or "{}")
+            gcs = str(got["gcs"])
+            drops = {i: [r for r in _rules(m, i) if "-j DROP" in r] for i in range(3)}
+            assert [len(drops[i]) for i in range(3)] == [1, 1, 1], drops
+            assert "! --path" in drops[0][0] and "--path" not in drops[1][0], drops
+            assert all(f"--dport {gcs}" in rs[0] for rs in drops.values()), drops
+            assert _python(m, 1, CONNECT, addresses[0], gcs) == "TimeoutError"
+            driver.stdin.write("go\n")
+            driver.stdin.flush()
+            assert driver.stdout.readline().strip() == "removed"
+            assert _python(m, 1, CONNECT, addresses[0], gcs) == "open"
             driver.stdin.write("go\n")
             driver.stdin.flush()
             assert driver.wait(timeout=120) == 0
