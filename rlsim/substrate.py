@@ -47,6 +47,7 @@ class Machine:
     root: bool            # rlsim may add firewall rules and cgroups there
     iptables: bool
     cgroups: bool         # rlsim's node cgroups can be made there
+    interface: str        # the network interface that carries ``address`` ("" if unknown)
 
 
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: a forked child only calls it
@@ -80,11 +81,13 @@ class Host:
                 "address": ray.util.get_node_ip_address(), "cpus": os.cpu_count() or 1,
                 "memory_bytes": total_kb * 1024, "root": os.geteuid() == 0,
                 "iptables": shutil.which("iptables") is not None,
-                "cgroups": cgroups.available() is None}
+                "cgroups": cgroups.available() is None,
+                "interface": _interface_of(ray.util.get_node_ip_address())}
 
     def firewall(self, home: str, slot: int, session: str, verb: str,
-                 drops: list[dict]) -> None:
-        """``verb`` (apply, remove or heal) ``drops`` in this machine's chain of the cluster
+                 drops: list[dict]) -> list[str] | None:
+        """``verb`` (apply, remove, heal, or left: the rules still there) ``drops`` in this
+        machine's chain of the cluster
         (:class:`rlsim.host.iptables.Firewall`, as on one machine), in the rlsim home
         ``home`` (its id names the chain)."""
         os.environ["RLSIM_HOME"] = home
@@ -93,6 +96,8 @@ class Host:
         fw = Firewall(slot, session)
         if verb == "heal":
             fw.heal()
+        elif verb == "left":
+            return fw.leftover_rules()
         else:
             getattr(fw, verb)([Drop(**{**d, "ports": tuple(d["ports"]) if d["ports"] else None})
                                for d in drops])
@@ -139,6 +144,20 @@ class Host:
         for k in chosen:
             del self._procs[k]
         return {k: p.returncode for k, p in chosen.items()}
+
+
+def _interface_of(address: str) -> str:
+    """The name of the interface that carries ``address`` (``ip -o -4 addr``), or ""."""
+    try:
+        out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True,
+                             text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    for line in out.splitlines():  # "2: eth0    inet 10.1.0.1/16 brd ... scope global eth0"
+        words = line.split()
+        if len(words) > 3 and words[3].split("/")[0] == address:
+            return words[1]
+    return ""
 
 
 def _signal_group(pid: int, sig: int) -> None:

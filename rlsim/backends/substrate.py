@@ -29,7 +29,7 @@ from rlsim.backends.node_start import ADDRESSES_VAR
 from rlsim.backends.ray_internals import connect_env
 from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.started import StartedCluster
-from rlsim.host import state
+from rlsim.host import procs, state
 from rlsim.host.home import auth_token_path, rlsim_home
 from rlsim.host.iptables import Drop
 from rlsim.host.spec import ClusterSpec
@@ -106,6 +106,11 @@ class SubstrateCluster(StartedCluster):
 
         st = self._st
         env = {ADDRESSES_VAR: json.dumps(self.addresses), "RLSIM_HOME": str(rlsim_home())}
+        if iface := self._machines[index].interface:
+            # a process group's gloo devices on the node's own address: torch's default is the
+            # hostname's, which on a machine whose hostname names loopback (namespace machines
+            # share this host's) is one no other machine reaches (connectFullMesh refused)
+            env["GLOO_SOCKET_IFNAME"] = iface
         argv = [self.spec.python.get(index, sys.executable), "-m", "rlsim.backends.node_start",
                 st.spec.name, str(index)]
         return ray.get(self._hosts[index].start.remote(self._key(index), argv, env))
@@ -160,6 +165,23 @@ class SubstrateCluster(StartedCluster):
     def logs(self, index: int, lines: int = 40) -> str:
         return f"(node {index}'s logs are on {self.addresses[index]}, under " \
                f"{self._st.node_dir(index)})"
+
+    def driver_command(self, cmd: list[str], env: dict[str, str] | None = None,
+                       cwd=None) -> list[str]:
+        """``cmd`` as a driver of this cluster: here, where rlsim runs (it reaches the nodes)."""
+        return cmd
+
+    def fault_residue(self) -> list[str]:
+        """Fault rules still in the cluster's chain on any machine."""
+        return [f"iptables rule left on {self.addresses[i]}: {rule}"
+                for i, rules in enumerate(self.firewall.left()) for rule in rules]
+
+    def leaks(self) -> list[str]:
+        """What the stopped cluster left: processes of its session, as this machine sees them
+        (every machine's, where the machines are network namespaces of this one; the others'
+        ended with the cluster's host actors)."""
+        st = self._stopped or self.state
+        return [f"process {pid}" for pid in procs.find(st.session)] if st else []
 
     # ---- node control ------------------------------------------------------------------------
 
@@ -224,9 +246,16 @@ class MachineFirewall:
         self._send("remove", drops)
 
     def heal(self) -> None:
+        self._each("heal")
+
+    def left(self) -> list[list[str]]:
+        """The rules still in the cluster's chain, machine by machine."""
+        return self._each("left")
+
+    def _each(self, verb: str) -> list:
         import ray
 
         c = self.cluster
         st = c._st
-        ray.get([h.firewall.remote(str(rlsim_home()), st.slot, st.session, "heal", [])
-                 for h in c._hosts])
+        return ray.get([h.firewall.remote(str(rlsim_home()), st.slot, st.session, verb, [])
+                        for h in c._hosts])

@@ -106,6 +106,10 @@ def make_cluster(sc: Scenario, backend: str = DEFAULT, ray_address: str | None =
                        else [str(sc.trainer.workdir)],
                        node_local=[str(checkpoint_dir(out_dir))] if out_dir and node_local
                        else [])
+    if sc.cluster.on:  # spread over a substrate's machines, each node run as a local one
+        from rlsim.backends.substrate import SubstrateCluster
+
+        return SubstrateCluster(spec, on=sc.cluster.on)
     return cls.make(spec, ray_address, gpu_faults=any(
         HoldsGpuMemory in FAULTS[f.kind].needs for f in sc.faults))
 

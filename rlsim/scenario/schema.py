@@ -65,6 +65,11 @@ class ClusterSection(ClusterShape):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     backend: BackendName = DEFAULT
+    on: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9.\-]+:[0-9]{1,5}$",
+        description="a substrate's GCS address, HOST:PORT: the nodes spread over the machines "
+                    "of that plain Ray cluster of CPU machines, node i on machine i, as with "
+                    "`rlsim cluster --on` (docs/howto/substrate.md); unset: one machine")
     checkpoint_storage: Literal["shared", "node_local"] = Field(
         "shared",
         description="shared: every node sees the trainer's checkpoint directory (NFS, a shared "
