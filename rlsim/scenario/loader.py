@@ -33,6 +33,7 @@ MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
 MAX_NUMBER = 1e15
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+BOOL_TAG, STR_TAG = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:str"
 _PATH_IN_MSG = re.compile(r"^(\w+)\[(\d+)\](?:\.([\w.]+))?: ")
 _FIELD_IN_MSG = re.compile(r"^(\w+(?:\.\w+)+): ")
 
@@ -160,6 +161,12 @@ def _read(p: Path) -> str:
                             "scenario is a YAML text file") from None
 
 
+def parse(text: str, where: str | Path = "<text>") -> object:
+    """``text``'s Python value as a scenario file's is read (a plain on/off/yes/no key is that
+    word, not a boolean); raises ScenarioError naming ``where``."""
+    return _parse(Path(where), text)[0]
+
+
 def _parse(p: Path, text: str) -> tuple[object, dict[tuple, int]]:
     """The document's Python value and the line of every key path in it."""
     loader = _Loader(text)
@@ -241,6 +248,10 @@ def _attach(p: Path, frame: list, node: Node, lines: dict[tuple, int]) -> tuple:
         parent.value.append(node)
     elif key is None:  # this node is the next key
         frame[2] = node
+        if isinstance(node, ScalarNode) and node.tag == BOOL_TAG and not node.style:
+            # YAML 1.1 reads a plain on/off/yes/no as a boolean, and no key of a scenario is
+            # one: `cluster: {on: HOST:PORT}` is the key "on", as a user reads it
+            node.tag = STR_TAG
         if isinstance(node, ScalarNode):
             ident = (node.tag, node.value)
             if ident in seen:

@@ -268,3 +268,19 @@ def test_markup_in_arguments_is_printed_as_text(tmp_path, monkeypatch, capsys, a
     for word in words:
         assert word in text, text
     assert not (tmp_path / "r").exists()
+
+
+def test_a_plain_on_key_is_the_word_and_a_yaml_boolean_key_is_named(tmp_path):
+    """YAML 1.1 reads a plain `on`, `yes` or `off` as a boolean: as a key of a scenario it is
+    the word (`cluster: {on: HOST:PORT}`), and an unknown one is named as the user wrote it."""
+    from rlsim.scenario.loader import ScenarioError, load
+
+    base = "name: k\ntrainer: {config: grpo_tiny}\nexpect: [{completes: {}}]\n"
+    (tmp_path / "on.yaml").write_text(base + 'cluster: {nodes: 2, on: "10.9.0.1:6379"}\n')
+    assert load(tmp_path / "on.yaml").cluster.on == "10.9.0.1:6379"
+    (tmp_path / "yes.yaml").write_text(base + "yes: 1\n")
+    with pytest.raises(ScenarioError, match=r"yes.yaml:4: yes: unknown key"):
+        load(tmp_path / "yes.yaml")
+    (tmp_path / "value.yaml").write_text(base + "cluster: {nodes: 2, dashboard: on}\n")
+    with pytest.raises(ScenarioError, match="dashboard"):  # a value stays YAML's boolean
+        load(tmp_path / "value.yaml")
