@@ -51,7 +51,6 @@ from rlsim.backends.docker_engine import (
 )
 from rlsim.backends.docker_image import code_roots, host_mounts
 from rlsim.backends.node_start import ADDRESSES_VAR, cluster_env
-from rlsim.backends.ray_internals import connect_env
 from rlsim.backends.ray_internals.launch import version_stamp
 from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.reaper import reap_docker, reap_docker_orphans
@@ -237,13 +236,6 @@ class DockerCluster(StartedCluster):
     @property
     def addresses(self) -> list[str]:
         return addresses(self._st.slot, self.spec.nodes)
-
-    @property
-    def address(self) -> str:
-        return f"{self.addresses[0]}:{self._st.layout.gcs_port}"
-
-    def driver_env(self) -> dict[str, str]:
-        return {"RAY_ADDRESS": self.address, **connect_env(str(auth_token_path()))}
 
     @property
     def dashboard_url(self) -> str:
@@ -464,7 +456,7 @@ class ContainerFirewall:
         network, while either end restarts (a new container has a new, empty namespace)."""
         plan_addrs = {n.address: n.index for n in self.cluster._st.layout.nodes}
         addrs = self.cluster.addresses
-        sender = int(drop.src.rsplit("/n", 1)[1]) if drop.src else None
+        sender = iptables.node_of(drop.src) if drop.src else None
         target = plan_addrs[drop.dst] if drop.dst else None
         ports = []
         if drop.ports:

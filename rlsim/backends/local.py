@@ -20,7 +20,6 @@ from pathlib import Path
 
 from rlsim.backends import redis_store
 from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_containers
-from rlsim.backends.ray_internals import connect_env
 from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.reaper import reap, reap_local
 from rlsim.backends.started import StartedCluster
@@ -131,15 +130,8 @@ class LocalCluster(StartedCluster):
     # ---- addresses -------------------------------------------------------------------------
 
     @property
-    def address(self) -> str:
-        return self._st.layout.gcs_address
-
-    @property
     def dashboard_url(self) -> str:
         return self._st.layout.dashboard_url if self.spec.dashboard else "off (spec.dashboard)"
-
-    def driver_env(self) -> dict[str, str]:
-        return {"RAY_ADDRESS": self.address, **connect_env(str(auth_token_path()))}
 
     def driver_command(self, cmd: list[str], env: dict[str, str] | None = None,
                        cwd: Path | None = None) -> list[str]:

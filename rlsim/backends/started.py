@@ -113,6 +113,20 @@ class StartedCluster:
             raise RuntimeError("the cluster is not running: call start() or use it as a context")
         return self.state
 
+    @property
+    def addresses(self) -> list[str]:
+        """Each node's address: the plan's (a backend whose nodes live elsewhere says where)."""
+        return [n.address for n in self._st.layout.nodes]
+
+    @property
+    def address(self) -> str:
+        """The cluster's GCS: the head's address, at the slot's GCS port."""
+        return f"{self.addresses[0]}:{self._st.layout.gcs_port}"
+
+    def driver_env(self) -> dict[str, str]:
+        """What a driver needs in its environment to join this cluster."""
+        return {"RAY_ADDRESS": self.address, **ray_internals.connect_env(str(auth_token_path()))}
+
     def connect_hints(self) -> list[str]:
         """Lines ``rlsim cluster`` prints beside the connection settings: an unauthenticated
         cluster says so (this Ray has no token auth)."""

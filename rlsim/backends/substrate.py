@@ -26,10 +26,9 @@ import sys
 
 from rlsim.backends.base import ClusterStartError, NodeInfo
 from rlsim.backends.node_start import ADDRESSES_VAR
-from rlsim.backends.ray_internals import connect_env
 from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.started import StartedCluster
-from rlsim.host import procs, state
+from rlsim.host import iptables, procs, state
 from rlsim.host.home import auth_token_path, rlsim_home
 from rlsim.host.iptables import Drop
 from rlsim.host.spec import ClusterSpec
@@ -131,13 +130,6 @@ class SubstrateCluster(StartedCluster):
     # ---- observation -------------------------------------------------------------------------
 
     @property
-    def address(self) -> str:
-        return f"{self.addresses[0]}:{self._st.layout.gcs_port}"
-
-    def driver_env(self) -> dict[str, str]:
-        return {"RAY_ADDRESS": self.address, **connect_env(str(auth_token_path()))}
-
-    @property
     def dashboard_url(self) -> str:
         return (f"http://127.0.0.1:{self._st.layout.dashboard_port} on {self.addresses[0]}"
                 if self.spec.dashboard else "off (spec.dashboard)")
@@ -224,38 +216,34 @@ class MachineFirewall:
             return [(target, aimed)] + [
                 (i, dataclasses.replace(aimed, src=None, exclude_src=False))
                 for i in range(c.spec.nodes) if i != target]
-        return [(int(drop.src.rsplit("/n", 1)[1]), aimed)]
+        return [(iptables.node_of(drop.src), aimed)]
 
-    def _send(self, verb: str, drops: list[Drop]) -> None:
-        import ray
-
-        c = self.cluster
-        st = c._st
+    def _per_machine(self, drops: list[Drop]) -> dict[int, list[dict]]:
         per: dict[int, list[dict]] = {}
         for drop in drops:
             for index, placed in self._placed(drop):
                 per.setdefault(index, []).append(dataclasses.asdict(placed))
-        ray.get([c._hosts[i].firewall.remote(str(rlsim_home()), st.slot, st.session, verb, ds)
-                 for i, ds in per.items()])
+        return per
 
-    def apply(self, drops: list[Drop]) -> list[Drop]:
-        self._send("apply", drops)
-        return drops
-
-    def remove(self, drops: list[Drop]) -> None:
-        self._send("remove", drops)
-
-    def heal(self) -> None:
-        self._each("heal")
-
-    def left(self) -> list[list[str]]:
-        """The rules still in the cluster's chain, machine by machine."""
-        return self._each("left")
-
-    def _each(self, verb: str) -> list:
+    def _send(self, verb: str, per: dict[int, list[dict]]) -> list:
+        """``verb`` on each machine of ``per`` with its drops; each machine's answer."""
         import ray
 
         c = self.cluster
         st = c._st
-        return ray.get([h.firewall.remote(str(rlsim_home()), st.slot, st.session, verb, [])
-                        for h in c._hosts])
+        return ray.get([c._hosts[i].firewall.remote(str(rlsim_home()), st.slot, st.session,
+                                                     verb, ds) for i, ds in per.items()])
+
+    def apply(self, drops: list[Drop]) -> list[Drop]:
+        self._send("apply", self._per_machine(drops))
+        return drops
+
+    def remove(self, drops: list[Drop]) -> None:
+        self._send("remove", self._per_machine(drops))
+
+    def heal(self) -> None:
+        self._send("heal", dict.fromkeys(range(len(self.cluster._hosts)), []))
+
+    def left(self) -> list[list[str]]:
+        """The rules still in the cluster's chain, machine by machine."""
+        return self._send("left", dict.fromkeys(range(len(self.cluster._hosts)), []))

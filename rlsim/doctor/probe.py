@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rlsim.files import write_file
+from rlsim.host.listeners import interface
 
 CONNECT_TIMEOUT_S = 2.0
 
@@ -87,23 +88,6 @@ def cuda_and_nccl() -> dict[str, str | None]:
         for info in entry.glob("nvidia_nccl_cu*.dist-info"):
             found["nccl"] = importlib.metadata.PathDistribution(info).version
     return found
-
-
-def interface(address: str | None) -> str | None:
-    """The network interface that holds ``address`` (the node's Ray address), from ``ip``."""
-    import shutil
-    import subprocess
-
-    if not address or not shutil.which("ip"):
-        return None
-    out = subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True,
-                         timeout=5).stdout
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) > 3 and parts[3].split("/")[0] == address:
-            return parts[1]
-    # loopback answers for all of 127.0.0.0/8, though only 127.0.0.1 is listed
-    return "lo" if address.startswith("127.") else None
 
 
 def _connect(target: dict) -> dict:

@@ -85,6 +85,11 @@ def node_cgroup(session: str, index: int) -> str:
     return NodeGroup(session, index).rel
 
 
+def node_of(cgroup: str) -> int:
+    """The node index of a :func:`node_cgroup` path (a drop's sender)."""
+    return int(cgroup.rsplit("/n", 1)[1])
+
+
 def partition_rules(
     plan: ClusterLayout, session: str, groups: Sequence[Sequence[int]]
 ) -> list[Drop]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,3 +101,17 @@ def held_by(inodes: set[int], pids: list[int]) -> bool:
             except OSError:
                 continue
     return False
+
+
+def interface(address: str | None) -> str | None:
+    """The network interface that holds ``address`` (the node's Ray address), from ``ip``."""
+    if not address or not shutil.which("ip"):
+        return None
+    out = subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True,
+                         timeout=5).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) > 3 and parts[3].split("/")[0] == address:
+            return parts[1]
+    # loopback answers for all of 127.0.0.0/8, though only 127.0.0.1 is listed
+    return "lo" if address.startswith("127.") else None
