@@ -74,6 +74,7 @@ class Host:
         import ray
 
         from rlsim.host import cgroups
+        from rlsim.host.listeners import interface
 
         with open("/proc/meminfo") as f:
             total_kb = int(next(ln for ln in f if ln.startswith("MemTotal:")).split()[1])
@@ -82,7 +83,7 @@ class Host:
                 "memory_bytes": total_kb * 1024, "root": os.geteuid() == 0,
                 "iptables": shutil.which("iptables") is not None,
                 "cgroups": cgroups.available() is None,
-                "interface": _interface_of(ray.util.get_node_ip_address())}
+                "interface": interface(ray.util.get_node_ip_address()) or ""}
 
     def firewall(self, home: str, slot: int, session: str, verb: str,
                  drops: list[dict]) -> list[str] | None:
@@ -146,20 +147,6 @@ class Host:
         return {k: p.returncode for k, p in chosen.items()}
 
 
-def _interface_of(address: str) -> str:
-    """The name of the interface that carries ``address`` (``ip -o -4 addr``), or ""."""
-    try:
-        out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True,
-                             text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    for line in out.splitlines():  # "2: eth0    inet 10.1.0.1/16 brd ... scope global eth0"
-        words = line.split()
-        if len(words) > 3 and words[3].split("/")[0] == address:
-            return words[1]
-    return ""
-
-
 def _signal_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
@@ -169,9 +156,24 @@ def connect(address: str) -> None:
     """This process as a driver of the substrate at ``address`` (``host:port`` of its GCS)."""
     import ray
 
+    from rlsim.backends import ray_internals as ri
+
     if not ray.is_initialized():
+        mine = {"_node_ip_address": _route_to(address)} if ri.available("driver_address") \
+            else {}
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
-                 logging_level="ERROR")
+                 logging_level="ERROR", **mine)
+
+
+def _route_to(address: str) -> str:
+    """This machine's address on the way to ``address`` (a UDP socket's choice: nothing sent).
+    Ray 2.48 took the hostname's instead, loopback on namespace machines, and the host actors
+    this driver owned died at once (their workers could not reach their owner)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((address.rsplit(":", 1)[0], 1))
+        return s.getsockname()[0]
 
 
 def hosts(address: str, tag: str = "") -> list[tuple[Machine, object]]:

@@ -62,13 +62,16 @@ def _edit(path: Path, old: str, new: str) -> None:
      "def get_node(gcs_address, node_id, timeout)", "get_node also needs timeout"),
     ("draining_nodes", "_private/state.py", "def get_draining_nodes(", "def draining_nodes(",
      "has no GlobalState.get_draining_nodes"),
+    ("driver_address", "_private/worker.py", 'kwargs.pop("_node_ip_address"',
+     'kwargs.pop("_node_ip"', "no longer builds"),
 ])
 def test_a_renamed_internal_fails_its_probe_and_names_it(tmp_path, capability, rel, old, new,
                                                          why):
     root = _fake_ray(tmp_path, "_private/parameter.py", "_private/services.py",
                      "_private/node.py", "_private/state.py", "_private/ray_constants.py",
                      "dashboard/consts.py", "dashboard/agent.py",
-                     "_private/runtime_env/agent/main.py", "_private/workers/setup_worker.py")
+                     "_private/runtime_env/agent/main.py", "_private/workers/setup_worker.py",
+                     "_private/worker.py")
     fake = ri.RaySurface(root, "9.9.9")
     assert ri.probe(capability, fake).available
     _edit(root / rel, old, new)

@@ -395,6 +395,12 @@ CAPABILITIES: tuple[Capability, ...] = (
                 _has_text("_private/authentication/authentication_utils.py",
                           "get_authentication_mode", "AuthenticationMode"))),
     Capability(
+        "driver_address", "a driver of a substrate joins it from the address that routes to the "
+        "substrate's GCS", "Ray picks the driver's address from this machine's hostname (on a "
+        "machine whose hostname names loopback, the actors it owns die at once: their workers "
+        "cannot reach it)",
+        _in_function("_private/worker.py", "init", 'kwargs.pop("_node_ip_address"')),
+    Capability(
         "fast_health_checks", "a dead node declared dead in about a second (health checks "
         "every 300 ms)", "Ray's default health checks (a dead node seen after about 12 s)",
         _flags(*HEALTH_FLAGS)),
