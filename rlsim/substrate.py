@@ -152,15 +152,14 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-def connect(address: str) -> None:
-    """This process as a driver of the substrate at ``address`` (``host:port`` of its GCS)."""
+def connect(address: str, own_address: bool = False) -> None:
+    """This process as a driver of the substrate at ``address`` (``host:port`` of its GCS);
+    ``own_address``: from the address that routes there (where Ray takes it: the caller asks
+    rlsim.backends.ray_internals, capability driver_address), not the hostname's."""
     import ray
 
-    from rlsim.backends import ray_internals as ri
-
     if not ray.is_initialized():
-        mine = {"_node_ip_address": _route_to(address)} if ri.available("driver_address") \
-            else {}
+        mine = {"_node_ip_address": _route_to(address)} if own_address else {}
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
                  logging_level="ERROR", **mine)
 

@@ -24,6 +24,7 @@ import dataclasses
 import json
 import sys
 
+from rlsim.backends import ray_internals
 from rlsim.backends.base import ClusterStartError, NodeInfo
 from rlsim.backends.node_start import ADDRESSES_VAR
 from rlsim.backends.ray_state import alive_nodes
@@ -61,7 +62,7 @@ class SubstrateCluster(StartedCluster):
                                     f"substrate's GCS address (HOST:PORT, as `ray start "
                                     f"--address` takes it)")
         try:
-            substrate.connect(self.on)
+            substrate.connect(self.on, own_address=ray_internals.available("driver_address"))
         except Exception as e:  # noqa: BLE001 - said in words, with the address
             raise ClusterStartError(f"--on {self.on}: cannot reach the substrate's GCS "
                                     f"({type(e).__name__}: {e})") from None
