@@ -180,6 +180,21 @@ def test_throughput_within_judges_each_window_against_its_own_limit(tmp_path):
     assert not throughput(slow_for_good, tmp_path, {"ratio": 0.2, "after": 0.9}).ok
 
 
+def test_below_is_met_against_the_twin_or_the_runs_own_pace_after_the_heal(tmp_path):
+    # The twin's steps take 1 s. This run's steps 4 and 5 (the fault's window, 2.5 to 4.0) take
+    # 1 s as well, step 6 after the heal 0.5 s (a quieter machine by then): against the twin
+    # nothing happened, against its own pace the fault halved it.
+    quiet = [0, 0.5, 1.0, 2.0, 3.0, 4.0, 4.5]
+    verdict = throughput(quiet, tmp_path, {"ratio": 0.2, "below": 0.8}, healed=4.0)
+    assert verdict.ok, verdict.message
+    assert "during: 1.00" in verdict.message and "its own after the heal: 0.50" in verdict.message
+    steady = [0, 1, 2, 2.6, 3.2, 3.9, 4.5]  # the fault cost nothing: 0.95 of its own pace
+    verdict = throughput(steady, tmp_path, {"ratio": 0.2, "below": 0.8}, healed=3.9)
+    assert not verdict.ok and "its own after the heal: 0.95" in verdict.message
+    slow_then_back = [0, 1, 2, 6, 10, 11, 12]  # the twin's pace, a quarter of it in the window
+    assert throughput(slow_then_back, tmp_path, {"ratio": 0.2, "below": 0.8}).ok
+
+
 def test_throughput_within_without_a_twin_fails_saying_so(tmp_path):
     o = Outcome(scenario=None, run_dir=Path("."), started=0.0, timeline=[
         {"ts": 1.0, "source": "rlsim", "type": "fault_injected", "fault": "x", "index": 0}])
