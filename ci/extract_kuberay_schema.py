@@ -1,9 +1,12 @@
-"""Write the RayJob CRD's OpenAPI schema (KubeRay's own, ray-operator/config/crd/bases/
-ray.io_rayjobs.yaml) as gzipped JSON, with where it came from: what `rlsim launch kuberay`'s
-output is validated against (rlsim/launch/schemas).
+"""Write a KubeRay CRD's OpenAPI schema (KubeRay's own, ray-operator/config/crd/bases/
+ray.io_<plural>.yaml) as gzipped JSON, with where it came from: what `rlsim launch kuberay`'s
+RayJob and `rlsim launch kuberay-substrate`'s RayCluster are validated against
+(rlsim/launch/schemas).
 
-    python ci/extract_kuberay_schema.py KUBERAY_GIT_DIR \
+    python ci/extract_kuberay_schema.py KUBERAY_GIT_DIR rayjobs \
         > rlsim/launch/schemas/kuberay-rayjob.json.gz
+    python ci/extract_kuberay_schema.py KUBERAY_GIT_DIR rayclusters \
+        > rlsim/launch/schemas/kuberay-raycluster.json.gz
 """
 import gzip
 import json
@@ -12,8 +15,8 @@ import sys
 
 import yaml
 
-repo = sys.argv[1]
-path = "ray-operator/config/crd/bases/ray.io_rayjobs.yaml"
+repo, plural = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "rayjobs"
+path = f"ray-operator/config/crd/bases/ray.io_{plural}.yaml"
 commit = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True,
                         check=True).stdout.strip()
 tag = subprocess.run(["git", "-C", repo, "describe", "--tags"], capture_output=True,

@@ -1,6 +1,7 @@
 """``rlsim launch PLATFORM``: write a ready launcher that starts Ray on N GPU nodes, waits until
 they all joined, runs rlsim's doctor and scenarios with ``--backend real`` on the head and keeps
-the report in a shared directory. Exit 0: written; 2: bad input."""
+the report in a shared directory; or, for ``kuberay-substrate``, the RayCluster of CPU pods that
+hosts simulated clusters (``cluster: {on: ...}``). Exit 0: written; 2: bad input."""
 
 from __future__ import annotations
 
@@ -35,10 +36,13 @@ OPTIONS = {"accelerator": "--accelerator", "nodes": "--nodes", "gpus_per_node": 
 
 
 def launch(
-    platform: Annotated[str, typer.Argument(help="slurm, kuberay, skypilot or dstack")],
+    platform: Annotated[str, typer.Argument(help="slurm, kuberay, skypilot, dstack or "
+                                            "kuberay-substrate")],
     out: Annotated[Path, typer.Option(help="Directory to write the launcher into.")],
-    nodes: int = typer.Option(..., help="GPU nodes, the head included."),
-    gpus_per_node: int = typer.Option(..., help="GPUs each node has."),
+    nodes: int = typer.Option(..., help="GPU nodes, the head included (kuberay-substrate: CPU "
+                              "pods, the head's included, one per simulated node)."),
+    gpus_per_node: int | None = typer.Option(None, help="GPUs each node has (not for "
+                                             "kuberay-substrate: its pods have none)."),
     image: str | None = typer.Option(None, help="Container image every node runs (Slurm: "
                                      "pyxis --container-image)."),
     accelerator: str | None = typer.Option(None, help="GPU type to ask for (SkyPilot, dstack; "
@@ -58,10 +62,29 @@ def launch(
     allow_disruptive: bool = typer.Option(False, "--allow-disruptive", help="Run scenarios "
                                           "that kill nodes or processes (a cluster nobody "
                                           "else uses)."),
+    shared_dir: str = typer.Option("/rlsim", help="kuberay-substrate: where every pod mounts "
+                                   "the shared claim (runs and reports)."),
 ) -> None:
     """Write a launcher for PLATFORM into OUT. Exit 0: written; 2: bad input."""
+    if platform == "kuberay-substrate":
+        given = {"--gpus-per-node": gpus_per_node, "--accelerator": accelerator,
+                 "--scenarios": scenarios, "--report-dir": report_dir, "--python": python,
+                 "--time": time, "--port": None if port == 6379 else port,
+                 "--wait": None if wait == 600 else wait,
+                 "--allow-disruptive": allow_disruptive or None}
+        if extra := [k for k, v in given.items() if v is not None]:
+            _fail(f"{', '.join(extra)}: a substrate's RayCluster runs nothing by itself and "
+                  "stays until deleted (its pods have no GPUs; KubeRay's GCS port is 6379); "
+                  "fix: drop them, and give scenarios `cluster: {on: ...}` instead")
+        _substrate(out, nodes, image, shared_dir)
+        return
     if platform not in PLATFORMS:
-        _fail(f"{platform!r}: rlsim launch writes {', '.join(PLATFORMS)}")
+        _fail(f"{platform!r}: rlsim launch writes {', '.join(PLATFORMS)} or kuberay-substrate")
+    if gpus_per_node is None:
+        _fail("--gpus-per-node: give the GPUs each node has (e.g. --gpus-per-node 8)")
+    if shared_dir != "/rlsim":
+        _fail(f"--shared-dir {shared_dir}: only kuberay-substrate mounts a shared claim; "
+              f"{platform}'s shared directory is --report-dir")
     render, name, start, default_python = PLATFORMS[platform]
     # an option a platform has no place for is refused, not dropped without a word
     if accelerator is not None and platform in ("slurm", "kuberay"):
@@ -95,14 +118,39 @@ def launch(
         text = render(spec, name)
     except ValueError as e:  # what this platform needs that was not given (e.g. an image)
         _fail(str(e))
+    path = _write(out, name, text)
+    console.print(f"wrote {path}: start it with `{start.format(path=path)}`; the report lands "
+                  f"in {spec.report_dir}", markup=False)
+
+
+def _substrate(out: Path, nodes: int, image: str | None, shared_dir: str) -> None:
+    name = "rlsim-substrate-raycluster.yaml"
+    if not image:
+        _fail("--image: KubeRay runs every pod of a container image; give one with rlsim, the "
+              "Ray release of the machine you drive it from, and iptables")
+    options = {"machines": "--nodes", "shared_dir": "--shared-dir", "image": "--image"}
+    fields = dict(machines=nodes, image=image, shared_dir=shared_dir)
+    try:
+        spec = kuberay.Substrate(**fields)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
+        _fail(f"{options.get(field, field)} {fields.get(field)}: "
+              f"{first['msg'].removeprefix('Value error, ')}")
+    _write(out, name, kuberay.substrate_script(spec, name))
+    console.print(f"wrote {out / name}: create the claim {kuberay.SHARED_CLAIM!r}, then "
+                  f"`kubectl apply -f {out / name}`; scenarios name it as "
+                  f"`cluster: {{on: \"{kuberay.SUBSTRATE}-head-svc:6379\"}}`", markup=False)
+
+
+def _write(out: Path, name: str, text: str) -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
         path = out / name
         write_file(path, text, 0o755 if path.suffix in (".sbatch", ".sh") else 0o644)
     except OSError as e:
         _fail(f"--out {out}: cannot write there ({e.strerror})")
-    console.print(f"wrote {path}: start it with `{start.format(path=path)}`; the report lands "
-                  f"in {spec.report_dir}", markup=False)
+    return path
 
 
 def _fail(message: str) -> None:

@@ -189,3 +189,63 @@ def test_quotes_spaces_and_dollars_in_the_users_values_reach_the_shell_as_writte
 def test_every_slurm_time_form_is_read_and_written_one_way(given, seconds, written):
     spec = launch_spec(time=given)
     assert (spec.seconds, spec.time) == (seconds, written)
+
+
+def test_the_substrate_raycluster_is_valid_against_kuberays_crd_and_hosts_simulated_nodes(
+        tmp_path):
+    import yaml
+
+    from rlsim.launch import kuberay
+
+    code, out = run("kuberay-substrate", "--nodes", "3", "--image", "me/rlsim:1", "--out",
+                    str(tmp_path))
+    assert code == 0, out
+    path = tmp_path / "rlsim-substrate-raycluster.yaml"
+    doc = yaml.safe_load(path.read_text())
+    assert doc["kind"] == "RayCluster" and kuberay.problems(doc) == []
+    assert "rlsim-substrate-head-svc:6379" in path.read_text()
+    spec = doc["spec"]
+    head, workers = spec["headGroupSpec"], spec["workerGroupSpecs"][0]
+    # three pods, one per simulated node; CPU only; root and privileged (iptables, cgroups)
+    assert workers["replicas"] == workers["minReplicas"] == workers["maxReplicas"] == 2
+    pods = [head["template"]["spec"], workers["template"]["spec"]]
+    for group in (head, workers):
+        assert group["rayStartParams"] == {"num-gpus": "0"}
+    for pod in pods:
+        (container,) = pod["containers"]
+        assert "resources" not in container and "gpu" not in yaml.safe_dump(pod)
+        assert container["securityContext"] == {"privileged": True, "runAsUser": 0}
+        assert container["volumeMounts"] == [{"name": "shared", "mountPath": "/rlsim"}]
+        assert pod["volumes"][0]["persistentVolumeClaim"] == {"claimName": "rlsim-shared"}
+    from importlib.metadata import version
+    assert spec["rayVersion"] == version("ray")
+    # what KubeRay rejects, and what Kubernetes would drop without a word, are both problems
+    workers["replicas"] = "two"
+    pods[0]["containers"][0]["securityContxt"] = pods[0]["containers"][0].pop("securityContext")
+    bad = kuberay.problems(doc)
+    assert any("replicas" in b for b in bad)
+    assert "spec.headGroupSpec.template.spec.containers.0.securityContxt: not in the schema; " \
+        "Kubernetes would drop it" in bad
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--nodes", "1", "--image", "x:1"], "--nodes 1: a substrate spreads"),
+    (["--nodes", "3"], "--image"),
+    (["--nodes", "3", "--image", "x:1", "--gpus-per-node", "8"], "--gpus-per-node"),
+    (["--nodes", "3", "--image", "x:1", "--scenarios", "/s", "--time", "10"],
+     "--scenarios, --time: a substrate's RayCluster runs nothing"),
+    (["--nodes", "3", "--image", "x:1", "--shared-dir", "rel"], "--shared-dir rel"),
+])
+def test_the_substrate_refuses_what_it_has_no_place_for(tmp_path, args, words):
+    code, out = run("kuberay-substrate", *args, "--out", str(tmp_path))
+    assert code == 2 and words in out, out
+    assert not list(tmp_path.iterdir())
+
+
+def test_only_the_substrate_takes_a_shared_dir_and_the_others_need_gpus(tmp_path):
+    code, out = run("kuberay", "--nodes", "2", "--image", "x:1", "--scenarios", "/s", "--out",
+                    str(tmp_path))
+    assert code == 2 and "--gpus-per-node" in out
+    code, out = run("slurm", "--nodes", "2", "--gpus-per-node", "8", "--shared-dir", "/x",
+                    "--out", str(tmp_path))
+    assert code == 2 and "--shared-dir /x" in out
