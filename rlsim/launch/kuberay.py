@@ -16,6 +16,7 @@ does not know is refused, where Kubernetes would drop it without a word.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import shlex
@@ -155,10 +156,8 @@ def raycluster(s: Substrate) -> dict:
             "maxReplicas": workers, "rayStartParams": {"num-gpus": "0"},
             "template": pod("ray-worker")}],
     }
-    try:  # the driver (rlsim) and the pods must run one Ray release
-        spec = {"rayVersion": metadata.version("ray"), **spec}
-    except metadata.PackageNotFoundError:
-        pass
+    with contextlib.suppress(metadata.PackageNotFoundError):  # the driver's and the pods'
+        spec = {"rayVersion": metadata.version("ray"), **spec}  # must be one Ray release
     return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": SUBSTRATE},
             "spec": spec}
 
@@ -170,8 +169,8 @@ def substrate_script(s: Substrate, name: str) -> str:
     crd = schema("RayCluster")
     return (f"# Written by `rlsim launch kuberay-substrate`: a RayCluster of {s.machines} CPU "
             f"pods that host simulated clusters.\n"
-            f"# Pods: privileged, as root (iptables rules, the nodes' cgroups); no GPUs. Create the ReadWriteMany PersistentVolumeClaim "
-            f"{SHARED_CLAIM!r} first\n# (mounted at {s.shared_dir} on every pod: run scenarios "
+            f"# Pods: privileged, as root (iptables rules, the nodes' cgroups); no GPUs. "
+            f"Create the ReadWriteMany PersistentVolumeClaim {SHARED_CLAIM!r} first\n# (mounted at {s.shared_dir} on every pod: run scenarios "
             f"from there), then: kubectl apply -f {name}\n"
             f"# A scenario on it: cluster: {{on: \"{SUBSTRATE}-head-svc:6379\"}}, run from a pod "
             f"(kubectl exec).\n"
