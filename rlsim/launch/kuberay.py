@@ -169,9 +169,10 @@ def substrate_script(s: Substrate, name: str) -> str:
     crd = schema("RayCluster")
     return (f"# Written by `rlsim launch kuberay-substrate`: a RayCluster of {s.machines} CPU "
             f"pods that host simulated clusters.\n"
-            f"# Pods: privileged, as root (iptables rules, the nodes' cgroups); no GPUs. "
-            f"Create the ReadWriteMany PersistentVolumeClaim {SHARED_CLAIM!r} first\n# (mounted at {s.shared_dir} on every pod: run scenarios "
-            f"from there), then: kubectl apply -f {name}\n"
+            f"# Pods: privileged, as root (iptables rules, the nodes' cgroups); no GPUs.\n"
+            f"# Create the ReadWriteMany PersistentVolumeClaim {SHARED_CLAIM!r} first (mounted "
+            f"at {s.shared_dir} on every pod:\n# run scenarios from there), then: kubectl apply "
+            f"-f {name}\n"
             f"# A scenario on it: cluster: {{on: \"{SUBSTRATE}-head-svc:6379\"}}, run from a pod "
             f"(kubectl exec).\n"
             f"# Valid against KubeRay's RayCluster CRD ({crd['file']} @ {crd['describe']}).\n"
