@@ -12,8 +12,9 @@ A process a host starts dies with the host (``PR_SET_PDEATHSIG``; Ray 2.60 also 
 worker's children itself): a host actor that crashes, or is killed, leaves nothing running
 behind it.
 
-What is built: the hosts, and processes started and ended through them. Not yet: simulated nodes
-started through them (``rlsim cluster --on``), faults applied across machines.
+A host also does to its machine's simulated node what the local backend does to a node on one
+machine (:mod:`rlsim.host.nodeops`: freeze, CPU quota, a connection from inside the node), and
+holds the doctor's probe conversations there (:class:`rlsim.host.talk.Talk`).
 
 Ray is imported inside the functions: the driver connects to the substrate only when asked.
 """
@@ -64,6 +65,7 @@ class Host:
 
     def __init__(self) -> None:
         self._procs: dict[str, subprocess.Popen] = {}
+        self._talks: dict = {}
         # root's programs (iptables, ip) where a worker's PATH, inherited from whatever ran
         # `ray start`, leaves them out
         path = os.environ.get("PATH", os.defpath).split(os.pathsep)
@@ -102,6 +104,40 @@ class Host:
         else:
             getattr(fw, verb)([Drop(**{**d, "ports": tuple(d["ports"]) if d["ports"] else None})
                                for d in drops])
+
+    def node(self, home: str, session: str, index: int, verb: str, *args):
+        """:mod:`rlsim.host.nodeops`'s ``verb`` (reaches, set_paused, throttle_cpu, residue,
+        kill) on node ``index`` of ``session`` here, in the rlsim home ``home`` (its id names
+        the node's cgroup)."""
+        os.environ["RLSIM_HOME"] = home
+        from rlsim.host import nodeops
+
+        if verb not in ("reaches", "set_paused", "throttle_cpu", "residue", "kill"):
+            raise ValueError(f"{verb!r} is no node verb")
+        return getattr(nodeops, verb)(session, index, *args)
+
+    def end_session(self, home: str, session: str) -> None:
+        """The session's nodes on this machine: what is left of them killed, their cgroups
+        removed (:func:`rlsim.host.nodeops.end_session`)."""
+        os.environ["RLSIM_HOME"] = home
+        from rlsim.host import nodeops
+
+        nodeops.end_session(session)
+
+    def talk(self, key: str, argv: list[str], env: dict[str, str], phase: str, args: dict,
+             timeout_s: float) -> dict:
+        """The answer of the conversation ``key`` (``argv`` here, started at its first
+        question) to ``phase``; RuntimeError saying why none came."""
+        from rlsim.host.talk import Talk
+
+        if key not in self._talks:
+            self._talks[key] = Talk(argv, timeout_s, {**os.environ, **env})
+        return self._talks[key].ask(phase, args)
+
+    def end_talks(self, prefix: str) -> None:
+        """End the conversations whose key starts with ``prefix``."""
+        for key in [k for k in self._talks if k.startswith(prefix)]:
+            self._talks.pop(key).close()
 
     def start(self, key: str, argv: list[str], env: dict[str, str] | None = None) -> int:
         """Start ``argv`` on this machine under ``key`` (its own process group, ended with this

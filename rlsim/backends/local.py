@@ -8,7 +8,6 @@ left alone (no ``ray stop``).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -23,7 +22,7 @@ from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_
 from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.reaper import reap, reap_local
 from rlsim.backends.started import StartedCluster
-from rlsim.host import cgroups, disk, iptables, links, procs, state
+from rlsim.host import cgroups, disk, iptables, links, nodeops, procs, state
 from rlsim.host.home import auth_token_path, socket_path_problem
 from rlsim.host.iptables import Firewall, Rule
 from rlsim.host.spec import ClusterShape, ClusterSpec
@@ -117,14 +116,7 @@ class LocalCluster(StartedCluster):
         found = [f"iptables rule left: {rule}" for rule in self.firewall.leftover_rules()]
         if st.cgroups:
             for node in st.layout.nodes:
-                group = cgroups.NodeGroup(st.session, node.index)
-                if group.frozen():
-                    found.append(f"node {node.index} is frozen")
-                if group.memory().limited():
-                    found.append(f"node {node.index} has a memory cap")
-                with contextlib.suppress(RuntimeError):  # a host without a CPU controller
-                    if group.cpu().limit() is not None:
-                        found.append(f"node {node.index} has a CPU quota")
+                found += nodeops.residue(st.session, node.index)
         return found
 
     # ---- addresses -------------------------------------------------------------------------
@@ -143,13 +135,8 @@ class LocalCluster(StartedCluster):
         """Can a process on node ``src`` open a TCP connection to node ``dst``:``port``? (From
         inside the node's cgroup, so the node's firewall rules apply to it.)"""
         st = self._st
-        enter = ""
-        if st.cgroups:
-            procs_file = str(cgroups.NodeGroup(st.session, src).path / "cgroup.procs")
-            enter = f"open({procs_file!r}, 'w').write(str(__import__('os').getpid()));"
-        code = (enter + "import socket,sys;s=socket.socket();s.settimeout(1.5);"
-                f"sys.exit(s.connect_ex(({st.layout.nodes[dst].address!r}, {port})))")
-        return subprocess.run([sys.executable, "-c", code], timeout=10).returncode == 0
+        return nodeops.reaches(st.session, src, st.layout.nodes[dst].address, port,
+                               bool(st.cgroups))
 
     # ---- observation -----------------------------------------------------------------------
 
@@ -231,11 +218,7 @@ class LocalCluster(StartedCluster):
 
     def kill_node(self, index: int) -> list[int]:
         self._check_index(index)
-        st = self._st
-        if st.cgroups:
-            return cgroups.NodeGroup(st.session, index).kill()
-        procs.signal_all(procs.find(st.session, index), signal.SIGCONT)
-        return procs.kill_and_wait(st.session, index)
+        return nodeops.kill(self._st.session, index, bool(self._st.cgroups))
 
     def node_command(self, index: int, cmd: list[str]) -> list[str]:
         """``cmd`` as a process of node ``index`` (in its cgroups, with its labels)."""
@@ -257,9 +240,7 @@ class LocalCluster(StartedCluster):
         if not self._st.cgroups:
             raise RuntimeError(f"a node's CPU quota needs rlsim's node cgroups: "
                                f"{cgroups.available()}")
-        group = cgroups.NodeGroup(self._st.session, index).cpu()
-        group.set_limit(cores)
-        return group.throttled()
+        return nodeops.throttle_cpu(self._st.session, index, cores)
 
     def kill_process(self, ip: str, pid: int) -> int:
         """SIGKILL one process of the cluster (every node shares this host's pid space)."""
@@ -296,15 +277,11 @@ class LocalCluster(StartedCluster):
         """Freeze node ``index``: cgroup freeze (atomic, covers processes forked meanwhile), or
         SIGSTOP to each labelled process without cgroups."""
         self._check_index(index)
-        if self._st.cgroups:
-            return cgroups.NodeGroup(self._st.session, index).set_frozen(True)
-        return procs.signal_all(procs.find(self._st.session, index), signal.SIGSTOP)
+        return nodeops.set_paused(self._st.session, index, True, bool(self._st.cgroups))
 
     def resume_node(self, index: int) -> list[int]:
         self._check_index(index)
-        if self._st.cgroups:
-            return cgroups.NodeGroup(self._st.session, index).set_frozen(False)
-        return procs.signal_all(procs.find(self._st.session, index), signal.SIGCONT)
+        return nodeops.set_paused(self._st.session, index, False, bool(self._st.cgroups))
 
     # ---- storage ---------------------------------------------------------------------------
 

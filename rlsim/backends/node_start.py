@@ -72,8 +72,9 @@ def cluster_env(st: ClusterState, addresses: list[str] | None = None) -> dict[st
 
 def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None):
     """Ray's parameters for node ``index``. ``addresses`` replace the plan's loopback addresses
-    for nodes that live in their own network namespace (docker); the dashboard then listens on
-    the container's loopback."""
+    for nodes that live in their own network namespace (docker) or on a machine of their own (a
+    substrate); the dashboard then listens on the container's loopback (docker) or the head
+    machine's address (a substrate: its drivers run on any machine)."""
     plan = st.layout
     node = plan.nodes[index]
     spec = st.spec
@@ -114,7 +115,8 @@ def ray_params(st: ClusterState, index: int, addresses: list[str] | None = None)
     return launch.ray_params(kwargs, dict(
         gcs_server_port=plan.gcs_port,
         include_dashboard=spec.dashboard,
-        dashboard_host="127.0.0.1" if addresses else address,
+        # a substrate's driver, `ray job submit` included, may run on any of its machines
+        dashboard_host=address if st.backend == "substrate" or not addresses else "127.0.0.1",
         dashboard_port=plan.dashboard_port,
         **redis_store.head_params(st),
     ))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -30,6 +29,7 @@ from rlsim.host.layout import named_ports
 from rlsim.host.links import LinkShape
 from rlsim.host.spec import ClusterSpec
 from rlsim.host.state import ClusterState
+from rlsim.host.talk import Talk
 
 PROBE_TIMEOUT_S = 60  # one doctor phase on one node: its answer, or the node is a finding
 
@@ -175,47 +175,20 @@ class StartedCluster:
         """While inside: ``ask(index, phase, args)`` runs a :mod:`rlsim.doctor.probe` phase on
         node ``index`` and returns its answer, every phase of a node in one probe process (a
         process of that node), started at its first question and ended on leaving."""
-        running: dict[int, subprocess.Popen] = {}
-        failed: dict[int, str] = {}  # a node that did not answer is not asked again
+        talks: dict[int, Talk] = {}
 
         def ask(index: int, phase: str, args: dict) -> dict:
-            if index in failed:
-                raise RuntimeError(failed[index])
-            if index not in running:
+            if index not in talks:
                 python = self._st.spec.python.get(index, sys.executable)
-                running[index] = subprocess.Popen(
-                    self.node_command(index, [python, "-m", PROBE_MODULE]),
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    text=True)
-            proc = running[index]
-            with contextlib.suppress(OSError):  # it ended: its status and stderr say why
-                proc.stdin.write(json.dumps({"phase": phase, "args": args}) + "\n")
-                proc.stdin.flush()
-            ready, _, _ = select.select([proc.stdout], [], [], PROBE_TIMEOUT_S)
-            line = proc.stdout.readline() if ready else ""
-            if line.strip():
-                return json.loads(line)
-            if ready:
-                proc.wait(timeout=5)
-                said = proc.stderr.read().strip()[-300:]
-                failed[index] = f"probe exited {proc.returncode}: {said}"
-            else:
-                failed[index] = f"probe gave no answer to {phase} within {PROBE_TIMEOUT_S:g} s"
-            raise RuntimeError(failed[index])
+                talks[index] = Talk(self.node_command(index, [python, "-m", PROBE_MODULE]),
+                                    PROBE_TIMEOUT_S)
+            return talks[index].ask(phase, args)
 
         try:
             yield ask
         finally:
-            for proc in running.values():
-                with contextlib.suppress(OSError):
-                    proc.stdin.close()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                proc.stdout.close()
-                proc.stderr.close()
+            for talk in talks.values():
+                talk.close()
 
     # ---- waiting ---------------------------------------------------------------------------------
 

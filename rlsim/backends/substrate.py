@@ -12,9 +12,9 @@ Each node lives in a cgroup of its own on its machine (where the machine has cgr
 fault's rules match a node's traffic by it on the node's machine (:class:`MachineFirewall`).
 
 What is built: bring-up, the nodes as Ray sees them, a node killed and restarted, partitions and
-blocked ports across machines, teardown (the rules healed on every machine). Not yet: more nodes
-than machines (each node needs an address of its own), links, disks and the other faults across
-machines, ``cluster: {on: ...}`` in scenarios, ``--detach``.
+blocked ports across machines, a node frozen or CPU-capped on its machine, the doctor's probes,
+teardown (the rules healed on every machine). Not yet: more nodes than machines (each node needs
+an address of its own), links, disks and memory faults across machines, ``--detach``.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ import json
 import sys
 
 from rlsim.backends import ray_internals
-from rlsim.backends.base import ClusterStartError, NodeInfo
+from rlsim.backends.base import PROBE_MODULE, ClusterStartError, NodeInfo
 from rlsim.backends.node_start import ADDRESSES_VAR
+from rlsim.backends.ray_internals import gcs
 from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.started import StartedCluster
-from rlsim.host import iptables, procs, state
+from rlsim.host import cgroups, iptables, procs, state
 from rlsim.host.home import auth_token_path, rlsim_home
 from rlsim.host.iptables import Drop
 from rlsim.host.spec import ClusterSpec
@@ -61,6 +62,7 @@ class SubstrateCluster(StartedCluster):
             raise ClusterStartError(f"--on {self.on}: nothing answers there; fix: give the "
                                     f"substrate's GCS address (HOST:PORT, as `ray start "
                                     f"--address` takes it)")
+        gcs.join_open_cluster(self.on)
         try:
             substrate.connect(self.on, own_address=ray_internals.available("driver_address"))
         except Exception as e:  # noqa: BLE001 - said in words, with the address
@@ -119,10 +121,16 @@ class SubstrateCluster(StartedCluster):
         return f"{self._st.session}-n{index}"
 
     def _reap(self, st: ClusterState) -> None:
+        import ray
+
         from rlsim import substrate
 
         with contextlib.suppress(Exception):  # a machine gone took its rules with it
             self.firewall.heal()
+        with contextlib.suppress(Exception):  # what left the nodes' process groups, and the
+            # nodes' cgroups: the hosts' processes end below, but a cgroup outlives them all
+            ray.get([h.stop.remote() for h in self._hosts])
+            ray.get([h.end_session.remote(str(rlsim_home()), st.session) for h in self._hosts])
         with contextlib.suppress(Exception):  # a substrate gone: its machines took the nodes
             substrate.release(self.on, tag=st.session)
         self._hosts = []
@@ -132,7 +140,7 @@ class SubstrateCluster(StartedCluster):
 
     @property
     def dashboard_url(self) -> str:
-        return (f"http://127.0.0.1:{self._st.layout.dashboard_port} on {self.addresses[0]}"
+        return (f"http://{self.addresses[0]}:{self._st.layout.dashboard_port}"
                 if self.spec.dashboard else "off (spec.dashboard)")
 
     def nodes(self, exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
@@ -165,16 +173,61 @@ class SubstrateCluster(StartedCluster):
         return cmd
 
     def fault_residue(self) -> list[str]:
-        """Fault rules still in the cluster's chain on any machine."""
-        return [f"iptables rule left on {self.addresses[i]}: {rule}"
-                for i, rules in enumerate(self.firewall.left()) for rule in rules]
+        """Fault rules still in the cluster's chain on any machine, and frozen, memory- or
+        CPU-capped nodes."""
+        import ray
+
+        found = [f"iptables rule left on {self.addresses[i]}: {rule}"
+                 for i, rules in enumerate(self.firewall.left()) for rule in rules]
+        if self._st.cgroups:
+            found += [r for rs in ray.get([self._node(i, "residue", remote=True)
+                                           for i in range(self.spec.nodes)]) for r in rs]
+        return found
+
+    def probe(self, src: int, dst: int, port: int) -> bool:
+        """Can a process of node ``src``, on its machine, connect to node ``dst``:``port``?"""
+        self._check_index(src)
+        return self._node(src, "reaches", self.addresses[dst], port, bool(self._st.cgroups))
+
+    @contextlib.contextmanager
+    def probes(self):
+        """The doctor's probe of each node, run as a process of that node on its machine and
+        asked through the machine's host (the answers are the same JSON lines as on one
+        machine)."""
+        import ray
+
+        from rlsim.backends.started import PROBE_TIMEOUT_S
+
+        st, prefix = self._st, f"{self._st.session}-probe-"
+
+        def ask(index: int, phase: str, args: dict) -> dict:
+            python = st.spec.python.get(index, sys.executable)
+            argv = [python, "-m", "rlsim.backends.in_node", st.session, str(index), python,
+                    "-m", PROBE_MODULE]
+            try:
+                return ray.get(self._hosts[index].talk.remote(
+                    f"{prefix}{index}", argv, {"RLSIM_HOME": str(rlsim_home())}, phase, args,
+                    PROBE_TIMEOUT_S))
+            except ray.exceptions.RayTaskError as e:  # the host's words, not Ray's wrapping
+                raise RuntimeError(str(e.cause)) from None
+
+        try:
+            yield ask
+        finally:
+            with contextlib.suppress(Exception):
+                ray.get([h.end_talks.remote(prefix) for h in self._hosts])
 
     def leaks(self) -> list[str]:
-        """What the stopped cluster left: processes of its session, as this machine sees them
-        (every machine's, where the machines are network namespaces of this one; the others'
-        ended with the cluster's host actors)."""
+        """What the stopped cluster left: processes and cgroups of its session, as this machine
+        sees them (every machine's, where the machines are network namespaces of this one;
+        elsewhere the hosts removed them at teardown, and a process ended with its host)."""
         st = self._stopped or self.state
-        return [f"process {pid}" for pid in procs.find(st.session)] if st else []
+        if st is None:
+            return []
+        found = [f"process {pid}" for pid in procs.find(st.session)]
+        if st.session in cgroups.sessions():
+            found.append(f"cgroup rlsim/{st.session}")
+        return found
 
     # ---- node control ------------------------------------------------------------------------
 
@@ -184,7 +237,35 @@ class SubstrateCluster(StartedCluster):
         self._check_index(index)
         pid = ray.get(self._hosts[index].running.remote()).get(self._key(index))
         ray.get(self._hosts[index].stop.remote([self._key(index)], 0.0))
+        if self._st.cgroups:  # and what left its process group, waited for
+            return sorted({pid, *self._node(index, "kill", True)} - {None})
         return [pid] if pid else []
+
+    def _node(self, index: int, verb: str, *args, remote: bool = False):
+        """:mod:`rlsim.host.nodeops`'s ``verb`` on node ``index``, on its machine (``remote``:
+        the call's ref, to gather several)."""
+        import ray
+
+        ref = self._hosts[index].node.remote(str(rlsim_home()), self._st.session, index, verb,
+                                             *args)
+        return ref if remote else ray.get(ref)
+
+    def pause_node(self, index: int) -> list[int]:
+        """Freeze node ``index`` on its machine (its cgroup, or SIGSTOP without)."""
+        self._check_index(index)
+        return self._node(index, "set_paused", True, bool(self._st.cgroups))
+
+    def resume_node(self, index: int) -> list[int]:
+        self._check_index(index)
+        return self._node(index, "set_paused", False, bool(self._st.cgroups))
+
+    def throttle_cpu(self, index: int, cores: float | None) -> dict[str, float] | None:
+        """The CPU quota of node ``index``'s cgroup on its machine; its throttling counters."""
+        self._check_index(index)
+        if not self._st.cgroups:
+            raise RuntimeError(f"a node's CPU quota needs rlsim's node cgroups, which machine "
+                               f"{self.addresses[index]} does not give")
+        return self._node(index, "throttle_cpu", cores)
 
     def restart_node(self, index: int, timeout: float | None = None) -> NodeInfo:
         if index == 0:
@@ -207,6 +288,13 @@ class MachineFirewall:
 
     def __init__(self, cluster: SubstrateCluster) -> None:
         self.cluster = cluster
+
+    def available(self) -> str | None:
+        """None when every machine of the cluster can take rules, else the reason."""
+        lacking = [m.address for m in self.cluster._machines if not (m.iptables and m.cgroups)]
+        return (f"network faults need iptables and rlsim's node cgroups on every machine; "
+                f"{', '.join(lacking)} lack(s) them (a container machine: privileged)"
+                if lacking else None)
 
     def _placed(self, drop: Drop) -> list[tuple[int, Drop]]:
         c = self.cluster

@@ -1,5 +1,6 @@
 """One backend compliance suite, run against every backend: the same observable behaviour from a
-local (loopback processes) and a docker (container) cluster. Each backend gets one 3-node cluster
+local (loopback processes), a docker (container) cluster and, where one is given, a cluster spread
+over a substrate's machines (RLSIM_TEST_SUBSTRATE). Each backend gets one 3-node cluster
 for the module; every test heals what it did, so the order below is also a story."""
 
 from __future__ import annotations
@@ -27,16 +28,27 @@ SHAPE = {"memory_gb": 2.5, "accelerator": "A100", "resources": {"nvme": 1.0},
          "node": {2: {"like": "g6e.12xlarge", "gpus": 1, "labels": {"tier": "small"}}}}
 
 
-@pytest.fixture(scope="module", params=names(starts=True))  # every backend that starts clusters
-def cluster(request, tmp_path_factory):
+# A substrate (a Ray cluster of machines the simulated nodes spread over, rlsim.substrate) is
+# asked for by its GCS address: test_machines.py runs this suite inside one of the namespace
+# machines it made, with the address of the Ray cluster it started on them
+SUBSTRATE = os.environ.get("RLSIM_TEST_SUBSTRATE")
+
+
+@pytest.fixture(scope="module", params=names(starts=True) + ["substrate"] * bool(SUBSTRATE))
+def cluster(request, tmp_path_factory):  # every backend that starts clusters
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
     shared = tmp_path_factory.mktemp(f"shared-{request.param}")  # every node sees it
     spec = ClusterSpec(name=f"pt-comp-{request.param}-{worker}-{os.getpid()}", nodes=NODES,
                        gpus_per_node=GPUS, mounts=[str(shared)], **SHAPE)
-    cls = cluster_class(request.param)
-    if (refused := cls.refusal(spec, False)) is not None and refused.missing_part:
-        require(str(refused))  # no engine here: fails under RLSIM_STRICT, as in CI
-    backend = cls(spec)
+    if request.param == "substrate":
+        from rlsim.backends.substrate import SubstrateCluster
+
+        backend = SubstrateCluster(spec, on=SUBSTRATE)
+    else:
+        cls = cluster_class(request.param)
+        if (refused := cls.refusal(spec, False)) is not None and refused.missing_part:
+            require(str(refused))  # no engine here: fails under RLSIM_STRICT, as in CI
+        backend = cls(spec)
     # started from a shell whose PATH lacks the virtualenv (`.venv/bin/rlsim cluster` without
     # activating it): the nodes' processes must still find its python (Ray Jobs below)
     path = os.environ.get("PATH", "")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -211,8 +212,10 @@ with cluster:
     again = [(n.address, n.alive, n.gpus) for n in cluster.nodes()]
     session = cluster.state.session
     during = procs.find(session)
+from rlsim.host import cgroups
 print(json.dumps({"seen": seen, "again": again, "session": session, "during": during,
-                  "after": procs.find(session)}), flush=True)
+                  "after": procs.find(session), "cgroups": session in cgroups.sessions(),
+                  "leaks": cluster.leaks()}), flush=True)
 """
 
 
@@ -231,8 +234,10 @@ def test_a_simulated_cluster_spreads_over_the_machines_of_a_substrate():
         want = [[addresses[0], True, 2], [addresses[1], True, 2]]
         assert got["seen"] == want and got["again"] == want, got
         # the nodes' processes, found by their session's label: there while it ran, ended
-        # by its teardown (release), and none after its owner's exit either
+        # by its teardown (killed by their cgroups, waited for), and none after its owner's
+        # exit either
         assert len(got["during"]) >= 4 and got["after"] == [], got
+        assert got["cgroups"] is False and got["leaks"] == [], got  # the nodes' cgroups too
         assert procs.find(got["session"]) == []
 
 
@@ -370,3 +375,24 @@ def test_the_readme_main_job_passes_on_a_cluster_spread_over_four_machines(tmp_p
         ready = next(json.loads(ln) for ln in timeline.read_text().splitlines()
                      if '"cluster_ready"' in ln)
         assert ready["nodes"] == addresses, ready
+
+
+@pytest.mark.slow
+def test_the_backend_compliance_suite_passes_on_a_cluster_spread_over_three_machines():
+    """Issue 55's Done-when, the compliance half: tests/integration/test_backend_compliance.py,
+    the suite every backend passes, run inside machine 0 of three against a simulated cluster
+    of three nodes, one per machine (shapes, fake GPUs, a Ray Job, blocked ports and the
+    doctor's finding, a partition, kill and restart, freeze, a CPU quota, refusals), every
+    test of it passing and nothing left on any machine."""
+    root = Path(__file__).parents[2]
+    with substrate(3) as (m, addresses):
+        out = m.run(0, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-p", "no:randomly", "-k", "substrate", "-rf",
+                        "tests/integration/test_backend_compliance.py"],
+                    cwd=root, capture_output=True, text=True, timeout=600,
+                    env={"PATH": "/usr/bin:/bin", "HOME": "/root",
+                         "RLSIM_TEST_SUBSTRATE": f"{addresses[0]}:{PORT}"})
+        shown = out.stdout[-6000:] + out.stderr[-3000:]
+        assert out.returncode == 0, shown
+        passed = re.search(r"(\d+) passed", out.stdout)
+        assert passed and int(passed.group(1)) >= 10 and "skipped" not in out.stdout, shown

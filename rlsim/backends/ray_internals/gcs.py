@@ -39,6 +39,23 @@ def _set_auth(token_path: str) -> None:
         Config.initialize("")
 
 
+def join_open_cluster(gcs_address: str) -> None:
+    """Before this process joins, as a driver, a Ray cluster rlsim did not start (a substrate)
+    whose GCS answers without a token: Ray's auth mode off in this process. A process that is
+    in token mode (rlsim's own clusters: the pytest plugin sets it at start-up) checks a token on
+    the calls it serves, and the open cluster's GCS presents none: it took the driver for dead
+    and cancelled every actor the driver owned before it ran. rlsim's own clusters are read
+    with the token again afterwards (:func:`_set_auth`, read again as this is)."""
+    if os.environ.get("RAY_AUTH_MODE", "disabled") == "disabled" or \
+            auth_in_force(gcs_address) != "none":
+        return
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    if "ray._raylet" in sys.modules and ri.available("auth_reread"):
+        from ray._raylet import Config
+
+        Config.initialize("")
+
+
 class GcsReader:
     """Ray's read-only view of one GCS (Ray's ``GlobalState``, no driver, no ``ray.init``):
     the tables as Ray's own ``ray.nodes()``/``ray.state`` return them."""

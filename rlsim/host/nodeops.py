@@ -1,0 +1,71 @@
+"""What is done to one node of a cluster on the machine it runs on: the same for the local
+backend (every node on this machine) and a substrate's host actors (each machine's node,
+:mod:`rlsim.substrate`). A node is its session's cgroup ``n<index>`` where the machine has
+rlsim's cgroups (:mod:`rlsim.host.cgroups`), else its labelled processes (:mod:`rlsim.host.procs`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+
+from rlsim.host import cgroups, procs
+
+
+def reaches(session: str, index: int, address: str, port: int, in_cgroup: bool) -> bool:
+    """Can a process of node ``index`` open a TCP connection to ``address``:``port``? (From
+    inside the node's cgroup where it has one, so the node's firewall rules apply to it.)"""
+    enter = ""
+    if in_cgroup:
+        procs_file = str(cgroups.NodeGroup(session, index).path / "cgroup.procs")
+        enter = f"open({procs_file!r}, 'w').write(str(__import__('os').getpid()));"
+    code = (enter + "import socket,sys;s=socket.socket();s.settimeout(1.5);"
+            f"sys.exit(s.connect_ex(({address!r}, {port})))")
+    return subprocess.run([sys.executable, "-c", code], timeout=10).returncode == 0
+
+
+def kill(session: str, index: int, in_cgroup: bool) -> list[int]:
+    """SIGKILL every process of node ``index`` and wait until they are gone: its cgroup (what
+    left the node's process group too: a forked agent, a resource tracker), or its labelled
+    processes, thawed first, without cgroups; the pids."""
+    if in_cgroup:
+        return cgroups.NodeGroup(session, index).kill()
+    procs.signal_all(procs.find(session, index), signal.SIGCONT)
+    return procs.kill_and_wait(session, index)
+
+
+def end_session(session: str) -> None:
+    """What is left of the session's nodes on this machine killed, their cgroups removed."""
+    cgroups.remove_session(session)
+
+
+def set_paused(session: str, index: int, paused: bool, in_cgroup: bool) -> list[int]:
+    """Freeze (or thaw) node ``index``: its cgroup (atomic, covers processes forked meanwhile),
+    or SIGSTOP (SIGCONT) to each labelled process without cgroups; the pids."""
+    if in_cgroup:
+        return cgroups.NodeGroup(session, index).set_frozen(paused)
+    return procs.signal_all(procs.find(session, index), signal.SIGSTOP if paused
+                            else signal.SIGCONT)
+
+
+def throttle_cpu(session: str, index: int, cores: float | None) -> dict[str, float] | None:
+    """Cap node ``index``'s cgroup at ``cores`` (None lifts it); its throttling counters."""
+    group = cgroups.NodeGroup(session, index).cpu()
+    group.set_limit(cores)
+    return group.throttled()
+
+
+def residue(session: str, index: int) -> list[str]:
+    """What faults left on node ``index``'s cgroup: frozen, a memory cap, a CPU quota."""
+    group = cgroups.NodeGroup(session, index)
+    found = []
+    if group.frozen():
+        found.append(f"node {index} is frozen")
+    if group.memory().limited():
+        found.append(f"node {index} has a memory cap")
+    with contextlib.suppress(RuntimeError):  # a host without a CPU controller
+        if group.cpu().limit() is not None:
+            found.append(f"node {index} has a CPU quota")
+    return found
