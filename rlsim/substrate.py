@@ -116,6 +116,18 @@ class Host:
             raise ValueError(f"{verb!r} is no node verb")
         return getattr(nodeops, verb)(session, index, *args)
 
+    def overlay(self, verb: str, slot: int, *args):
+        """:mod:`rlsim.host.overlay`'s ``join`` (this machine's nodes' own addresses and the
+        routes to the others') or ``leave`` (what is left of them after) for ``slot``."""
+        from rlsim.host import overlay
+
+        if verb == "join":
+            own, routes = args
+            return overlay.join(slot, {int(i): a for i, a in own.items()}, routes)
+        if verb == "leave":
+            return overlay.leave(slot)
+        raise ValueError(f"{verb!r} is no overlay verb")
+
     def end_session(self, home: str, session: str) -> None:
         """The session's nodes on this machine: what is left of them killed, their cgroups
         removed (:func:`rlsim.host.nodeops.end_session`)."""

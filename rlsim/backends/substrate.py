@@ -30,7 +30,7 @@ from rlsim.backends.node_start import ADDRESSES_VAR
 from rlsim.backends.ray_internals import gcs
 from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.started import StartedCluster
-from rlsim.host import cgroups, iptables, procs, state
+from rlsim.host import cgroups, iptables, overlay, procs, state
 from rlsim.host.home import auth_token_path, rlsim_home
 from rlsim.host.iptables import Drop
 from rlsim.host.spec import ClusterSpec
@@ -50,8 +50,11 @@ class SubstrateCluster(StartedCluster):
         self.state: ClusterState | None = None
         self._stopped: ClusterState | None = None
         self.timings: dict[str, float] = {}
-        self._hosts: list = []
+        self._hosts: list = []      # one per machine the cluster uses
         self._machines: list = []
+        self._at: list[int] = []    # node -> its machine
+        self._addresses: list[str] = []
+        self._overlay_left: list[str] = []
         self.firewall = MachineFirewall(self)
 
     def _check_can_start(self) -> None:
@@ -73,16 +76,26 @@ class SubstrateCluster(StartedCluster):
         from rlsim import substrate
 
         found = substrate.hosts(self.on, tag=st.session)
-        if len(found) < self.spec.nodes:
-            raise ClusterStartError(
-                f"--on {self.on}: {self.spec.nodes} nodes need {self.spec.nodes} machines (one "
-                f"node per machine, at its address); the substrate has {len(found)}: give fewer "
-                f"nodes or add machines")
-        self._machines = [m for m, _ in found][:self.spec.nodes]
-        self._hosts = [h for _, h in found][:self.spec.nodes]
+        used = min(len(found), self.spec.nodes)
+        self._machines = [m for m, _ in found][:used]
+        self._hosts = [h for _, h in found][:used]
         if not all(m.root for m in self._machines):
             raise ClusterStartError(f"--on {self.on}: rlsim's nodes run as root on the "
                                     f"substrate's machines (firewall rules, cgroups)")
+        # node i on machine i % machines: the first on each at the machine's address, the
+        # others at addresses of their own there (rlsim.host.overlay), which only the
+        # substrate's machines route to: the driver must run on one of them
+        self._at = [i % used for i in range(self.spec.nodes)]
+        self._addresses = [self._machines[i].address if i < used else
+                           overlay.address(st.slot, i) for i in range(self.spec.nodes)]
+        if used < self.spec.nodes:
+            mine = substrate._route_to(self.on)
+            if mine not in {m.address for m in self._machines}:
+                raise ClusterStartError(
+                    f"--on {self.on}: {self.spec.nodes} nodes on {used} machines put several "
+                    f"nodes on a machine, at addresses only the substrate's machines route to; "
+                    f"this process runs at {mine}, not on one of them: run rlsim on a machine "
+                    f"of the substrate, or give at most {used} nodes")
         # each node in a cgroup of its own on its machine: what a network fault's rules match
         # its traffic by, on its machine, whatever address the kernel sends it from
         st.cgroups = all(m.cgroups for m in self._machines)
@@ -90,7 +103,15 @@ class SubstrateCluster(StartedCluster):
 
     @property
     def addresses(self) -> list[str]:
-        return [m.address for m in self._machines]
+        return self._addresses
+
+    def _host(self, index: int):
+        """The host actor of node ``index``'s machine."""
+        return self._hosts[self._at[index]]
+
+    def _own(self, index: int) -> bool:
+        """Whether node ``index`` has an address of its own (it shares its machine)."""
+        return index >= len(self._machines)
 
     def _launch_nodes(self) -> None:
         import ray
@@ -100,6 +121,12 @@ class SubstrateCluster(StartedCluster):
         files = {str(state.state_path(st.spec.name)): (st.model_dump_json(), 0o600),
                  str(token): (token.read_text(), 0o600)}
         ray.get([h.put.remote(files) for h in self._hosts])
+        if own := [i for i in range(self.spec.nodes) if self._own(i)]:
+            ray.get([h.overlay.remote("join", st.slot,
+                                      {i: self.addresses[i] for i in own if self._at[i] == k},
+                                      {self.addresses[i]: self._machines[self._at[i]].address
+                                       for i in own if self._at[i] != k})
+                     for k, h in enumerate(self._hosts)])
         for index in range(self.spec.nodes):
             self._start(index)
 
@@ -108,14 +135,16 @@ class SubstrateCluster(StartedCluster):
 
         st = self._st
         env = {ADDRESSES_VAR: json.dumps(self.addresses), "RLSIM_HOME": str(rlsim_home())}
-        if iface := self._machines[index].interface:
+        iface = overlay.iface(st.slot, index) if self._own(index) else \
+            self._machines[self._at[index]].interface
+        if iface:
             # a process group's gloo devices on the node's own address: torch's default is the
             # hostname's, which on a machine whose hostname names loopback (namespace machines
             # share this host's) is one no other machine reaches (connectFullMesh refused)
             env["GLOO_SOCKET_IFNAME"] = iface
         argv = [self.spec.python.get(index, sys.executable), "-m", "rlsim.backends.node_start",
                 st.spec.name, str(index)]
-        return ray.get(self._hosts[index].start.remote(self._key(index), argv, env))
+        return ray.get(self._host(index).start.remote(self._key(index), argv, env))
 
     def _key(self, index: int) -> str:
         return f"{self._st.session}-n{index}"
@@ -131,6 +160,10 @@ class SubstrateCluster(StartedCluster):
             # nodes' cgroups: the hosts' processes end below, but a cgroup outlives them all
             ray.get([h.stop.remote() for h in self._hosts])
             ray.get([h.end_session.remote(str(rlsim_home()), st.session) for h in self._hosts])
+        with contextlib.suppress(Exception):  # the nodes' own addresses and the routes to them
+            self._overlay_left = [f"{x} on {m.address}" for m, left in zip(
+                self._machines, ray.get([h.overlay.remote("leave", st.slot) for h in self._hosts]),
+                strict=True) for x in left]
         with contextlib.suppress(Exception):  # a substrate gone: its machines took the nodes
             substrate.release(self.on, tag=st.session)
         self._hosts = []
@@ -146,7 +179,8 @@ class SubstrateCluster(StartedCluster):
     def nodes(self, exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
         import ray
 
-        running = ray.get([h.running.remote() for h in self._hosts])
+        running = [ray.get(h.running.remote()) for h in self._hosts]
+        running = [running[self._at[i]] for i in range(self.spec.nodes)]
         alive: dict[str, dict] = {}
         with contextlib.suppress(Exception):  # a GCS that just went away: nobody is alive
             alive = alive_nodes(self.address, str(auth_token_path()), exclude_ids)
@@ -177,7 +211,7 @@ class SubstrateCluster(StartedCluster):
         CPU-capped nodes."""
         import ray
 
-        found = [f"iptables rule left on {self.addresses[i]}: {rule}"
+        found = [f"iptables rule left on {self._machines[i].address}: {rule}"
                  for i, rules in enumerate(self.firewall.left()) for rule in rules]
         if self._st.cgroups:
             found += [r for rs in ray.get([self._node(i, "residue", remote=True)
@@ -205,7 +239,7 @@ class SubstrateCluster(StartedCluster):
             argv = [python, "-m", "rlsim.backends.in_node", st.session, str(index), python,
                     "-m", PROBE_MODULE]
             try:
-                return ray.get(self._hosts[index].talk.remote(
+                return ray.get(self._host(index).talk.remote(
                     f"{prefix}{index}", argv, {"RLSIM_HOME": str(rlsim_home())}, phase, args,
                     PROBE_TIMEOUT_S))
             except ray.exceptions.RayTaskError as e:  # the host's words, not Ray's wrapping
@@ -227,7 +261,7 @@ class SubstrateCluster(StartedCluster):
         found = [f"process {pid}" for pid in procs.find(st.session)]
         if st.session in cgroups.sessions():
             found.append(f"cgroup rlsim/{st.session}")
-        return found
+        return found + self._overlay_left
 
     # ---- node control ------------------------------------------------------------------------
 
@@ -235,8 +269,8 @@ class SubstrateCluster(StartedCluster):
         import ray
 
         self._check_index(index)
-        pid = ray.get(self._hosts[index].running.remote()).get(self._key(index))
-        ray.get(self._hosts[index].stop.remote([self._key(index)], 0.0))
+        pid = ray.get(self._host(index).running.remote()).get(self._key(index))
+        ray.get(self._host(index).stop.remote([self._key(index)], 0.0))
         if self._st.cgroups:  # and what left its process group, waited for
             return sorted({pid, *self._node(index, "kill", True)} - {None})
         return [pid] if pid else []
@@ -246,7 +280,7 @@ class SubstrateCluster(StartedCluster):
         the call's ref, to gather several)."""
         import ray
 
-        ref = self._hosts[index].node.remote(str(rlsim_home()), self._st.session, index, verb,
+        ref = self._host(index).node.remote(str(rlsim_home()), self._st.session, index, verb,
                                              *args)
         return ref if remote else ray.get(ref)
 
@@ -302,12 +336,13 @@ class MachineFirewall:
         target = by_plan[drop.dst]
         aimed = dataclasses.replace(drop, dst=c.addresses[target])
         if drop.exclude_src:
-            return [(target, aimed)] + [
-                (i, dataclasses.replace(aimed, src=None, exclude_src=False))
-                for i in range(c.spec.nodes) if i != target]
-        return [(iptables.node_of(drop.src), aimed)]
+            return [(c._at[target], aimed)] + [
+                (k, dataclasses.replace(aimed, src=None, exclude_src=False))
+                for k in range(len(c._machines)) if k != c._at[target]]
+        return [(c._at[iptables.node_of(drop.src)], aimed)]
 
     def _per_machine(self, drops: list[Drop]) -> dict[int, list[dict]]:
+        """Machine index -> its drops."""
         per: dict[int, list[dict]] = {}
         for drop in drops:
             for index, placed in self._placed(drop):

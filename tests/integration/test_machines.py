@@ -352,16 +352,20 @@ def test_a_partition_between_machines_cuts_the_simulated_cluster_not_the_substra
 
 
 @pytest.mark.slow
-def test_the_readme_main_job_passes_on_a_cluster_spread_over_four_machines(tmp_path):
+@pytest.mark.parametrize("count", [4, 2])
+def test_the_readme_main_job_passes_on_a_cluster_spread_over_machines(tmp_path, count):
     """Issue 55's Done-when, the main job's half: scenarios/node_failure_mid_run.yaml with
     `cluster: {on: ...}` added, run by `rlsim run` as a user runs it from a folder of theirs
-    inside machine 0: its four nodes on four machines, node 1's machine loses its node mid-run,
-    and every check holds as on one machine (the twin's metrics and weights bit-identical)."""
+    inside machine 0: its four nodes on four machines (or two each on two: nodes 2 and 3 at
+    addresses of their own there), node 1's machine loses its node mid-run, and every check
+    holds as on one machine (the twin's metrics and weights bit-identical)."""
     import yaml
+
+    from rlsim.host import overlay
 
     doc = yaml.safe_load((Path(__file__).parents[2] / "scenarios" /
                           "node_failure_mid_run.yaml").read_text())
-    with substrate(4) as (m, addresses):
+    with substrate(count) as (m, addresses):
         doc["cluster"]["on"] = f"{addresses[0]}:{PORT}"
         (tmp_path / "main.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
         rlsim = str(Path(sys.executable).parent / "rlsim")
@@ -374,18 +378,34 @@ def test_the_readme_main_job_passes_on_a_cluster_spread_over_four_machines(tmp_p
         [timeline] = (tmp_path / "r").glob("*/timeline.jsonl")
         ready = next(json.loads(ln) for ln in timeline.read_text().splitlines()
                      if '"cluster_ready"' in ln)
-        assert ready["nodes"] == addresses, ready
+        assert ready["nodes"][:count] == addresses, ready
+        assert all(a.startswith(overlay.PREFIX) for a in ready["nodes"][count:]), ready
+        assert _overlay_left(m, count) == [], "a node's address or route left on a machine"
+
+
+def _overlay_left(m: machines.NamespaceMachines, count: int) -> list[str]:
+    """The node addresses and routes of rlsim.host.overlay still on the machines."""
+    from rlsim.host import overlay
+
+    left = []
+    for i in range(count):
+        for what in (["-o", "addr"], ["route"]):
+            out = m.run(i, ["ip", *what], capture_output=True, text=True, timeout=30).stdout
+            left += [f"machine {i}: {ln}" for ln in out.splitlines() if overlay.PREFIX in ln]
+    return left
 
 
 @pytest.mark.slow
-def test_the_backend_compliance_suite_passes_on_a_cluster_spread_over_three_machines():
+@pytest.mark.parametrize("count", [3, 2])
+def test_the_backend_compliance_suite_passes_on_a_cluster_spread_over_machines(count):
     """Issue 55's Done-when, the compliance half: tests/integration/test_backend_compliance.py,
-    the suite every backend passes, run inside machine 0 of three against a simulated cluster
-    of three nodes, one per machine (shapes, fake GPUs, a Ray Job, blocked ports and the
-    doctor's finding, a partition, kill and restart, freeze, a CPU quota, refusals), every
-    test of it passing and nothing left on any machine."""
+    the suite every backend passes, run inside machine 0 of three (or two: node 2 then shares
+    machine 0, at an address of its own) against a simulated cluster of three nodes (shapes,
+    fake GPUs, a Ray Job, blocked ports and the doctor's finding, a partition, kill and
+    restart, freeze, a CPU quota, refusals), every test of it passing and nothing left on any
+    machine."""
     root = Path(__file__).parents[2]
-    with substrate(3) as (m, addresses):
+    with substrate(count) as (m, addresses):
         out = m.run(0, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         "-p", "no:randomly", "-k", "substrate", "-rf",
                         "tests/integration/test_backend_compliance.py"],
@@ -396,3 +416,4 @@ def test_the_backend_compliance_suite_passes_on_a_cluster_spread_over_three_mach
         assert out.returncode == 0, shown
         passed = re.search(r"(\d+) passed", out.stdout)
         assert passed and int(passed.group(1)) >= 10 and "skipped" not in out.stdout, shown
+        assert _overlay_left(m, count) == []
