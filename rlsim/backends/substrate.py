@@ -1,20 +1,22 @@
 """A simulated cluster spread over the machines of a substrate (a plain Ray cluster of CPU
-machines, :mod:`rlsim.substrate`): node ``i`` runs on machine ``i`` at that machine's address,
-started there by the cluster's own host actor as a docker node is started in its container
-(``python -m rlsim.backends.node_start NAME I`` with every node's address); the head on the first
-machine. The cluster's state and token are written to each machine first, so the machines need
-no shared file system; the node's ports are the cluster's slot's, as on one machine.
+machines, :mod:`rlsim.substrate`): node ``i`` runs on machine ``i % machines``, the first node on
+each machine at the machine's address and the others at addresses of their own there
+(:mod:`rlsim.host.overlay`), started by the cluster's own host actor as a docker node is started
+in its container (``python -m rlsim.backends.node_start NAME I`` with every node's address); the
+head on the first machine. The cluster's state and token are written to each machine first, so
+the machines need no shared file system; the node's ports are the cluster's slot's, as on one
+machine.
 
 The hosts belong to the process that started the cluster: when it ends, they end, and the nodes
-with them, on every machine.
+with them, on every machine. A teardown also removes the nodes' cgroups, addresses and routes.
 
 Each node lives in a cgroup of its own on its machine (where the machine has cgroups): a network
 fault's rules match a node's traffic by it on the node's machine (:class:`MachineFirewall`).
 
 What is built: bring-up, the nodes as Ray sees them, a node killed and restarted, partitions and
 blocked ports across machines, a node frozen or CPU-capped on its machine, the doctor's probes,
-teardown (the rules healed on every machine). Not yet: more nodes than machines (each node needs
-an address of its own), links, disks and memory faults across machines, ``--detach``.
+teardown (the rules healed on every machine). Not yet: links, disks and memory faults across
+machines, ``--detach``.
 """
 
 from __future__ import annotations
@@ -104,6 +106,10 @@ class SubstrateCluster(StartedCluster):
     @property
     def addresses(self) -> list[str]:
         return self._addresses
+
+    def spread(self) -> dict:
+        """Where the cluster runs, for its timeline: the substrate and each node's machine."""
+        return {"on": self.on, "machines": [self._machines[k].address for k in self._at]}
 
     def _host(self, index: int):
         """The host actor of node ``index``'s machine."""

@@ -60,8 +60,10 @@ class Story:
     teardown: float | None = None   # seconds from the last step to the trainer's exit
 
 
-def node_lane(index: int, address: str) -> str:
-    return f"node {index}{' (head)' if index == 0 else ''} {address}"
+def node_lane(index: int, address: str, machine: str | None = None) -> str:
+    """A node's lane; ``machine``: the substrate machine it ran on, where not its address."""
+    on = f" on {machine}" if machine and machine != address else ""
+    return f"node {index}{' (head)' if index == 0 else ''} {address}{on}"
 
 
 def fault_lane(index: int, fault: str) -> str:
@@ -77,7 +79,9 @@ def story(events: list[dict]) -> Story:
     end = max([e["ts"] for e in events] + [t0]) - t0
     ready = first.get("cluster_ready")
     addresses = [str(a) for a in ready.get("nodes") or []] if ready else []
-    nodes = [node_lane(i, a) for i, a in enumerate(addresses)]
+    machines = [str(m) for m in ready.get("machines") or []] if ready else []
+    nodes = [node_lane(i, a, machines[i] if i < len(machines) else None)
+             for i, a in enumerate(addresses)]
     rel = [{**e, "ts": e["ts"] - t0} for e in events]
     faults = _faults(rel, end)
     spans = _node_states(nodes, faults, max(0.0, (ready["ts"] - t0) if ready else 0.0), end)
@@ -86,7 +90,7 @@ def story(events: list[dict]) -> Story:
               for i, f in faults.items()]
     refused = first.get("cluster_refused")
     reused = bool(ready and ready.get("reused"))
-    return Story(t0=t0, end=end, nodes=nodes, spans=spans, marks=_marks(rel, addresses),
+    return Story(t0=t0, end=end, nodes=nodes, spans=spans, marks=_marks(rel, addresses, nodes),
                  steps=[e for e in rel if e["type"] == "step_end" and is_number(e.get("step"))],
                  setup=_setup(events, t0, reused), reused=reused,
                  refusal=refused and refused.get("message"), teardown=teardown_s(events))
@@ -171,12 +175,13 @@ ON_NODE = {"node_lost": "ip", "ray_node_dead": "node", "ray_actor_died": "node"}
 NOT_MARKED = frozenset({"step_end", "fault_injected", "fault_healed"})  # drawn as lines and spans
 
 
-def _marks(rel: list[dict], addresses: list[str]) -> list[Mark]:
+def _marks(rel: list[dict], addresses: list[str], lanes: list[str]) -> list[Mark]:
+    """The events drawn as marks; ``lanes``: each node's lane (as ``addresses``)."""
     marks = []
     for e in (e for e in rel if e["ts"] >= 0):  # the set-up before is a line of figures
         if e["type"] == "fault_injected" and e.get("ip") in addresses:  # kill_role: its node
             j = addresses.index(e["ip"])
-            marks.append(Mark(node_lane(j, e["ip"]), e["fault"], e["ts"], _detail(e), "fault"))
+            marks.append(Mark(lanes[j], e["fault"], e["ts"], _detail(e), "fault"))
         if e["type"] in NOT_MARKED:
             continue
         source = e.get("source", "trainer")
@@ -185,7 +190,7 @@ def _marks(rel: list[dict], addresses: list[str]) -> list[Mark]:
         where = e.get(ON_NODE.get(e["type"], ""))
         index = addresses.index(where) if where in addresses else where
         if isinstance(index, int) and 0 <= index < len(addresses):
-            marks.append(Mark(node_lane(index, addresses[index]), e["type"], e["ts"], _detail(e)))
+            marks.append(Mark(lanes[index], e["type"], e["ts"], _detail(e)))
     return marks
 
 

@@ -251,7 +251,11 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
                 outcome.refusal = str(e)
                 log.emit("cluster_refused", message=str(e)[:2000])
                 return outcome
-        log.emit("cluster_ready", nodes=[n.address for n in cluster.nodes()], reused=reused)
+        # a cluster spread over a substrate says where each node runs: what differs from one
+        # machine (rlsim.backends.substrate)
+        where = cluster.spread() if hasattr(cluster, "spread") else {}
+        log.emit("cluster_ready", nodes=[n.address for n in cluster.nodes()], reused=reused,
+                 **where)
         _ray_report(sc, cluster, log)
         warm_up(sc, cluster, log)
         nemesis.setup()  # before the doctor: it examines the storage the trainer will use

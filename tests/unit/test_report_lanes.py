@@ -168,3 +168,20 @@ def test_a_fault_that_reached_nothing_of_the_trainer_is_marked_in_its_lane():
     lanes = sorted({s.lane for s in st.spans if s.state == "fault"})
     assert lanes == ["fault 0: kill_node (reached nothing of the trainer)",
                      "fault 1: pause_node (meant to miss)", "fault 2: kill_node"]
+
+
+def test_a_cluster_spread_over_machines_names_each_nodes_machine_in_its_lane():
+    spread = ["10.0.0.1", "10.0.1.1", "198.18.0.12"]
+    events = timeline(injected(5.0, 0, "kill_node", node=2, took_s=0.04),
+                      {"ts": 6.0, "source": "rlsim", "type": "ray_node_dead", "node": 2})
+    for e in events:
+        if e["type"] == "cluster_ready":
+            e.update(nodes=spread, on="10.0.0.1:6390",
+                     machines=["10.0.0.1", "10.0.1.1", "10.0.0.1"])
+    st = story(events)
+    assert st.nodes == ["node 0 (head) 10.0.0.1", "node 1 10.0.1.1",
+                        "node 2 198.18.0.12 on 10.0.0.1"]
+    assert ("node 2 198.18.0.12 on 10.0.0.1", "ray_node_dead") in {(m.lane, m.label)
+                                                                   for m in st.marks}
+    assert ("dead", 5.0) in {(s.state, round(s.start, 2)) for s in st.spans
+                             if s.lane == st.nodes[2]}
