@@ -98,8 +98,12 @@ def main() -> int:
             one.append(time.monotonic() - t0)
     counts = [int(c) for c in args.machines.split(",") if c.strip()]
     rows = {c: spread(c, args.nodes, args.gpus, args.repeat, f"m{c}") for c in counts}
-    largest = spread(args.largest_machines, args.largest, args.gpus, 1, "big") \
-        if args.largest else []
+    largest, failed = [], ""
+    if args.largest:
+        try:
+            largest = spread(args.largest_machines, args.largest, args.gpus, 1, "big")
+        except SystemExit as e:  # the row says why, the others stand
+            failed = str(e).strip().splitlines()[-1][:300]
     table = Table(title=f"rlsim bench: substrate ({os.cpu_count()} cores, "
                         f"{args.nodes} x {args.gpus})")
     for col in ("measure", "value", "vs one machine"):
@@ -113,6 +117,9 @@ def main() -> int:
         table.add_row(f"ready: spread over {c} namespace machines (substrate), median",
                       f"{b:.2f} s", f"{b / a:.2f}x")
         table.add_row("  all runs", " ".join(f"{x:.2f}" for x in ready), "")
+    if failed:
+        table.add_row(f"largest: {args.largest} x {args.gpus} over {args.largest_machines} "
+                      "machines", "failed", failed)
     if largest:
         r = largest[0]
         table.add_row(f"largest: {args.largest} x {args.gpus} over {args.largest_machines} "

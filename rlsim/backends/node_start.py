@@ -235,6 +235,8 @@ def main(argv: list[str]) -> int:
     addresses = json.loads(os.environ[ADDRESSES_VAR]) if ADDRESSES_VAR in os.environ else None
     os.environ.update(cluster_env(st, addresses))
     if addresses is not None:  # PID 1 of a docker node: start it, then keep the container alive
+        if st.backend == "substrate":  # (or a substrate's node: then its machine's zygotes)
+            start_zygotes(st, f"-{os.stat('/proc/self/ns/net').st_ino}")
         pid = start_node(st, indices[0], addresses)
         launch.wait_dashboards()
         print(json.dumps({"index": indices[0], "raylet_pid": pid}), flush=True)
@@ -267,19 +269,25 @@ def zygote_modules(st: ClusterState) -> list[str]:
     return [*modules, *RAY_DEPENDENCIES] if modules else []
 
 
-def start_zygotes(st: ClusterState) -> None:
+def start_zygotes(st: ClusterState, machine: str = "") -> None:
     """Where node cgroups exist (a forked process is found by its node's cgroup): one zygote
     forks the nodes' agents (:data:`launch.AGENT_MODULES`, where forked_agents is in force), and,
     where the workers preload something and start through rlsim's worker set-up, another forks
     the workers (:mod:`rlsim.backends.zygote`). Started once per cluster, before
     any node, outside every node's cgroup (a node kill must not end them); a node started later
-    (a restart) finds them by their variables, set in this process's environment."""
+    (a restart) finds them by their variables, set in this process's environment.
+
+    On a substrate each machine has its own (``machine``: its network namespace, in their
+    names): a process forked by a zygote lives in the zygote's network namespace, and one
+    machine's would bind its addresses on another machine. They end with the cluster's
+    session on that machine (:func:`rlsim.host.nodeops.end_session`)."""
     if not st.cgroups:
         return
     if ri.available("forked_agents"):  # cluster_env set the pipe check: before it imports
-        _start_zygote(st, "agents", AGENT_ZYGOTE_VAR, launch.AGENT_MODULES, agents=True)
+        _start_zygote(st, f"agents{machine}", AGENT_ZYGOTE_VAR, launch.AGENT_MODULES,
+                      agents=True)
     if ri.available("worker_setup") and (modules := zygote_modules(st)):
-        _start_zygote(st, "zygote", ZYGOTE_VAR, modules)
+        _start_zygote(st, f"zygote{machine}", ZYGOTE_VAR, modules)
 
 
 def _start_zygote(st: ClusterState, name: str, var: str, modules: list[str],

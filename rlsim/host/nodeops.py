@@ -37,8 +37,10 @@ def kill(session: str, index: int, in_cgroup: bool) -> list[int]:
 
 
 def end_session(session: str) -> None:
-    """What is left of the session's nodes on this machine killed, their cgroups removed."""
+    """What is left of the session's nodes on this machine killed, their cgroups removed, and
+    the session's other processes here (a substrate machine's zygotes) killed."""
     cgroups.remove_session(session)
+    procs.kill_and_wait(session)
 
 
 def set_paused(session: str, index: int, paused: bool, in_cgroup: bool) -> list[int]:
