@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import signal
@@ -25,6 +26,9 @@ from rlsim.host import machines, procs
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
 RAY = str(Path(sys.executable).parent / "ray")
+# the user's consent to clusters without token auth (a Ray below 2.52, as root), passed to the
+# commands the tests run inside the machines with an environment of their own
+CONSENT = {k: v for k, v in os.environ.items() if k == "RLSIM_ALLOW_UNAUTHENTICATED"}
 PORT = 6390
 
 DRIVER = """
@@ -176,7 +180,7 @@ def test_host_actors_start_processes_on_their_machines_and_take_them_down():
         driver = m.popen(0, [sys.executable, "-c", SUBSTRATE, f"{addresses[0]}:{PORT}", LISTEN,
                              port],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                         env={"RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
+                         env={**CONSENT, "RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
                               "PYTHONPATH": str(Path(__file__).parents[2])})
         try:
             first = json.loads(driver.stdout.readline() or "{}")
@@ -227,7 +231,7 @@ def test_a_simulated_cluster_spreads_over_the_machines_of_a_substrate():
     with substrate(2) as (m, addresses):
         out = m.run(0, [sys.executable, "-c", SPREAD, f"{addresses[0]}:{PORT}", m.tag],
                     capture_output=True, text=True, timeout=300,
-                    env={"RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
+                    env={**CONSENT, "RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
                          "PYTHONPATH": str(Path(__file__).parents[2])})
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
         got = json.loads(out.stdout.strip().splitlines()[-1])
@@ -250,7 +254,7 @@ def test_rlsim_cluster_on_a_substrate_comes_up_and_goes_down_with_the_command():
         cli = m.popen(0, [rlsim, "cluster", "--on", f"{addresses[0]}:{PORT}", "--nodes", "2",
                           "--fake-gpus", "2", "--name", f"on-{m.tag}"],
                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                      env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"})  # as a user's shell
+                      env={**CONSENT, "PATH": "/usr/bin:/bin", "COLUMNS": "200"})  # a user's
         try:
             lines = []
             for line in cli.stdout:
@@ -313,7 +317,7 @@ def test_a_partition_between_machines_cuts_the_simulated_cluster_not_the_substra
     with substrate(3) as (m, addresses):
         driver = m.popen(0, [sys.executable, "-c", CUT, f"{addresses[0]}:{PORT}", m.tag],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                         env={"RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
+                         env={**CONSENT, "RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
                               "PYTHONPATH": str(Path(__file__).parents[2])})
         try:
             got = json.loads(driver.stdout.readline() or "{}")
@@ -371,7 +375,7 @@ def test_the_readme_main_job_passes_on_a_cluster_spread_over_machines(tmp_path, 
         rlsim = str(Path(sys.executable).parent / "rlsim")
         out = m.run(0, [rlsim, "run", "main.yaml", "--report", str(tmp_path / "r")],
                     cwd=tmp_path, capture_output=True, text=True, timeout=400,
-                    env={"PATH": "/usr/bin:/bin", "HOME": "/root", "COLUMNS": "200"})
+                    env={**CONSENT, "PATH": "/usr/bin:/bin", "HOME": "/root", "COLUMNS": "200"})
         shown = out.stdout[-4000:] + out.stderr[-3000:]
         assert out.returncode == 0, shown
         assert "matches_baseline" in shown and "bit-identical" in shown, shown
@@ -410,7 +414,7 @@ def test_the_backend_compliance_suite_passes_on_a_cluster_spread_over_machines(c
                         "-p", "no:randomly", "-k", "substrate", "-rf",
                         "tests/integration/test_backend_compliance.py"],
                     cwd=root, capture_output=True, text=True, timeout=600,
-                    env={"PATH": "/usr/bin:/bin", "HOME": "/root",
+                    env={**CONSENT, "PATH": "/usr/bin:/bin", "HOME": "/root",
                          "RLSIM_TEST_SUBSTRATE": f"{addresses[0]}:{PORT}"})
         shown = out.stdout[-6000:] + out.stderr[-3000:]
         assert out.returncode == 0, shown
