@@ -128,6 +128,17 @@ class Host:
             return overlay.leave(slot)
         raise ValueError(f"{verb!r} is no overlay verb")
 
+    def signal(self, session: str, pid: int, signum: int) -> int:
+        """Send ``signum`` to ``pid`` here if it is a process of ``session`` (its label);
+        ProcessLookupError otherwise."""
+        from rlsim.host import procs
+
+        if pid not in procs.find(session):
+            raise ProcessLookupError(f"pid {pid} is not a process of session {session} on "
+                                     f"this machine")
+        os.kill(pid, signum)
+        return pid
+
     def end_session(self, home: str, session: str) -> None:
         """The session's nodes on this machine: what is left of them killed, their cgroups
         removed (:func:`rlsim.host.nodeops.end_session`)."""

@@ -24,10 +24,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import signal
 import sys
 
 from rlsim.backends import ray_internals
-from rlsim.backends.base import PROBE_MODULE, ClusterStartError, NodeInfo
+from rlsim.backends.base import (
+    PROBE_MODULE,
+    ClusterStartError,
+    NodeInfo,
+    Unsupported,
+    needs_containers,
+)
 from rlsim.backends.node_start import ADDRESSES_VAR
 from rlsim.backends.ray_internals import gcs
 from rlsim.backends.ray_state import alive_nodes
@@ -58,6 +65,22 @@ class SubstrateCluster(StartedCluster):
         self._addresses: list[str] = []
         self._overlay_left: list[str] = []
         self.firewall = MachineFirewall(self)
+
+    # What a fault needs that is not built across machines yet: None makes the backend lack
+    # the capability (rlsim.backends.base's protocols), so a scenario with such a fault is
+    # refused before it starts, naming the fault, instead of running it on one machine only
+    degrade_links = restore_links = None  # a link's delay and loss (rlsim.host.links)
+    lose_gpu = None                       # a node restarted with fewer GPUs than its state says
+    hold_gpu = release_gpu = None         # GPU memory held on a node's machine
+
+    @classmethod
+    def refusal(cls, shape, node_local: bool) -> Unsupported | None:
+        if refused := needs_containers(shape, node_local):
+            return refused
+        if shape.gcs_ft == "redis":
+            return Unsupported("cluster.gcs_ft: a substrate's head is not restarted (GCS fault "
+                               "tolerance across machines is not built); fix: drop on: or gcs_ft")
+        return None
 
     def _check_can_start(self) -> None:
         from rlsim import substrate
@@ -280,6 +303,23 @@ class SubstrateCluster(StartedCluster):
         if self._st.cgroups:  # and what left its process group, waited for
             return sorted({pid, *self._node(index, "kill", True)} - {None})
         return [pid] if pid else []
+
+    def kill_process(self, ip: str, pid: int) -> int:
+        """SIGKILL one process of the cluster, on the machine of the node at ``ip``."""
+        return self.signal_process(ip, pid, signal.SIGKILL)
+
+    def signal_process(self, ip: str, pid: int, signum: int) -> int:
+        """Signal one process of the cluster, by the pid the machine of the node at ``ip``
+        sees, never another cluster's or the machine's (its host checks the session label)."""
+        import ray
+
+        if ip not in self.addresses:
+            raise ProcessLookupError(f"{ip} is no node of cluster {self._st.spec.name!r}")
+        index = self.addresses.index(ip)
+        try:
+            return ray.get(self._host(index).signal.remote(self._st.session, pid, int(signum)))
+        except ray.exceptions.RayTaskError as e:  # its words: ProcessLookupError, not Ray's
+            raise e.cause from None
 
     def _node(self, index: int, verb: str, *args, remote: bool = False):
         """:mod:`rlsim.host.nodeops`'s ``verb`` on node ``index``, on its machine (``remote``:

@@ -163,6 +163,10 @@ def _runnable(sc: Scenario, backend: str) -> type:
         cls = cluster_class(backend)
     except ValueError as e:
         raise Unsupported(str(e)) from None
+    if sc.cluster.on:  # its nodes, and its faults, are a substrate's (see make_cluster)
+        from rlsim.backends.substrate import SubstrateCluster
+
+        cls, backend = SubstrateCluster, "local with cluster.on (a substrate)"
     node_local = sc.cluster.checkpoint_storage == "node_local"
     if refused := cls.refusal(sc.cluster, node_local):
         raise refused

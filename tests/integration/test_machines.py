@@ -421,3 +421,31 @@ def test_the_backend_compliance_suite_passes_on_a_cluster_spread_over_machines(c
         passed = re.search(r"(\d+) passed", out.stdout)
         assert passed and int(passed.group(1)) >= 10 and "skipped" not in out.stdout, shown
         assert _overlay_left(m, count) == []
+
+
+@pytest.mark.slow
+def test_faults_aimed_at_a_rank_land_on_its_machine_and_the_unbuilt_are_refused(tmp_path):
+    """Catalogue scenarios with `on:` added, on two machines (a third node at an address of its
+    own): a hung rank (SIGSTOP) and a killed rank (SIGKILL) reach the rank's process on the
+    machine its node runs on, and each story passes as on one machine; a fault not built
+    across machines (disk_full) is a skip that names it, never run on one machine only."""
+    import yaml
+
+    root = Path(__file__).parents[2] / "scenarios"
+    names = ["hung_actor_rank", "resume_equals_uninterrupted", "disk_full_while_saving"]
+    with substrate(2) as (m, addresses):
+        for name in names:
+            doc = yaml.safe_load((root / f"{name}.yaml").read_text())
+            doc["cluster"]["on"] = f"{addresses[0]}:{PORT}"
+            (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        rlsim = str(Path(sys.executable).parent / "rlsim")
+        out = m.run(0, [rlsim, "run", *(f"{n}.yaml" for n in names), "--report",
+                        str(tmp_path / "r")], cwd=tmp_path, capture_output=True, text=True,
+                    timeout=600, env={**CONSENT, "PATH": "/usr/bin:/bin", "HOME": "/root",
+                                      "COLUMNS": "200"})
+        shown = out.stdout[-5000:] + out.stderr[-2000:]
+        assert out.returncode == 0, shown
+        assert "PASS hung_actor_rank" in shown and "PASS resume_equals_uninterrupted" in shown
+        assert re.search(r"SKIP disk_full_while_saving: fault 'disk_full' needs .*cluster\.on "
+                         r"\(a substrate\) cannot do", shown), shown
+        assert "bit-identical" in shown, shown

@@ -151,3 +151,28 @@ def test_a_folder_is_searched_for_scenarios_less_hidden_folders(tmp_path):
     hydra.mkdir(parents=True)
     (hydra / "config.yaml").write_text("trainer: {nnodes: 2}\n")
     assert discover(tmp_path) == [tmp_path / "a.yaml", tmp_path / "sub" / "b.yaml"]
+
+
+@pytest.mark.parametrize(("fault", "refused"), [
+    ("degrade_link: {groups: [[\"actor:1\"]], delay_ms: 50}", "degrade_link"),
+    ("gpu_lost: {node: 1, gpu: 0}", "gpu_lost"),
+    ("kill_role: {role: actor, rank: 1}", None),
+    ("partition: {groups: [[\"actor:1\"]]}", None),
+    ("pause_node: {node: 1}\n    for_s: 3", None),
+])
+def test_a_substrate_scenario_is_refused_a_fault_not_built_across_machines(tmp_path, fault,
+                                                                         refused):
+    """`cluster: {on: ...}`: the faults are checked against the substrate's cluster, not the
+    backend named (whose nodes would be on this machine only)."""
+    from rlsim.backends.base import Unsupported
+    from rlsim.scenario.runner import check_runnable
+
+    sc = load(write(tmp_path, "name: s\ncluster: {nodes: 2, gpus_per_node: 1, on: "
+                    "\"10.0.0.1:6379\"}\ntrainer: {config: grpo_tiny}\nfaults:\n"
+                    f"  - at: {{step: 2}}\n    {fault}\nexpect: [{{completes: true}}]\n"))
+    if refused is None:
+        assert check_runnable(sc, "local").__name__ == "SubstrateCluster"
+    else:
+        said = rf"(?s)fault '{refused}' needs to .*cluster.on \(a substrate\) cannot"
+        with pytest.raises(Unsupported, match=said):
+            check_runnable(sc, "local")
