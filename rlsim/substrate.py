@@ -94,15 +94,16 @@ class Host:
         (:class:`rlsim.host.iptables.Firewall`, as on one machine), in the rlsim home
         ``home`` (its id names the chain)."""
         os.environ["RLSIM_HOME"] = home
-        from rlsim.host.iptables import Drop, Firewall
+        from rlsim.host.iptables import Drop, Firewall, Rule
 
         fw = Firewall(slot, session)
         if verb == "heal":
             fw.heal()
         elif verb == "left":
             return fw.leftover_rules()
-        else:
-            getattr(fw, verb)([Drop(**{**d, "ports": tuple(d["ports"]) if d["ports"] else None})
+        else:  # a drop, or a degraded link's rule (its match and target words)
+            getattr(fw, verb)([Rule(tuple(d["match"]), tuple(d["target"])) if "match" in d else
+                               Drop(**{**d, "ports": tuple(d["ports"]) if d["ports"] else None})
                                for d in drops])
 
     def node(self, home: str, session: str, index: int, verb: str, *args):
@@ -173,6 +174,22 @@ class Host:
                                 preexec_fn=_die_with_parent)
         self._procs[key] = proc
         return proc.pid
+
+    def start_delayer(self, key: str, argv: list[str], env: dict[str, str],
+                      queue: int) -> int:
+        """Start a link's delayer (:mod:`rlsim.host.delayer`) under ``key`` and wait until it
+        listens on netfilter ``queue`` here; its pid. RuntimeError if it exits first."""
+        from rlsim.host import links
+
+        pid = self.start(key, argv, env)
+        deadline = time.monotonic() + 30
+        while queue not in links.bound_queues():
+            if self._procs[key].poll() is not None or time.monotonic() > deadline:
+                self.stop([key], 0.0)
+                raise RuntimeError(f"the link's delayer (netfilter queue {queue}) did not start "
+                                   f"on this machine")
+            time.sleep(0.05)
+        return pid
 
     def put(self, files: dict[str, tuple[str, int]]) -> None:
         """Write ``files`` (path -> (text, mode)) on this machine, the folders made (a cluster's

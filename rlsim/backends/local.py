@@ -317,7 +317,8 @@ class LocalCluster(StartedCluster):
         """Loopback nodes: marks by sender cgroup, loss and the delayer's queue on marked
         connections, in the cluster's chain; one delayer on the host."""
         st = self._st
-        rules = links.loopback_rules(st.layout, st.session, pairs, shape, links.new_mark(), queue)
+        rules = links.loopback_rules([n.address for n in st.layout.nodes], st.session, pairs,
+                                     shape, links.new_mark(), queue)
         if queue is not None:
             held["delayers"].append(self._spawn_delayer(queue, shape, seed))
         for rule in rules:

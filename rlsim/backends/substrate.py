@@ -13,10 +13,10 @@ with them, on every machine. A teardown also removes the nodes' cgroups, address
 Each node lives in a cgroup of its own on its machine (where the machine has cgroups): a network
 fault's rules match a node's traffic by it on the node's machine (:class:`MachineFirewall`).
 
-What is built: bring-up, the nodes as Ray sees them, a node killed and restarted, partitions and
-blocked ports across machines, a node frozen or CPU-capped on its machine, the doctor's probes,
-teardown (the rules healed on every machine). Not yet: links, disks and memory faults across
-machines, ``--detach``.
+What is built: bring-up, the nodes as Ray sees them, a node killed and restarted, partitions,
+blocked ports and degraded links across machines, a node frozen or CPU-capped on its machine, a
+rank's process signalled there, the doctor's probes, teardown (the rules healed on every
+machine). Not yet: disks, memory and GPU faults across machines, ``--detach``.
 """
 
 from __future__ import annotations
@@ -69,7 +69,6 @@ class SubstrateCluster(StartedCluster):
     # What a fault needs that is not built across machines yet: None makes the backend lack
     # the capability (rlsim.backends.base's protocols), so a scenario with such a fault is
     # refused before it starts, naming the fault, instead of running it on one machine only
-    degrade_links = restore_links = None  # a link's delay and loss (rlsim.host.links)
     lose_gpu = None                       # a node restarted with fewer GPUs than its state says
     hold_gpu = release_gpu = None         # GPU memory held on a node's machine
 
@@ -303,6 +302,40 @@ class SubstrateCluster(StartedCluster):
         if self._st.cgroups:  # and what left its process group, waited for
             return sorted({pid, *self._node(index, "kill", True)} - {None})
         return [pid] if pid else []
+
+    def _degrade(self, pairs, shape, queue, seed, held) -> None:
+        """Each sender machine: its senders' pairs marked by their cgroups and the receivers'
+        addresses, the loss and the queue on marked connections, in the cluster's chain there
+        (as on one machine, :func:`rlsim.host.links.loopback_rules`); a delayer there. Every
+        packet a sender node sends across the link meets it on its own machine, the replies too
+        (they are the receiver's packets, on the receiver's machine)."""
+        import ray
+
+        from rlsim.host import delayer, links
+
+        st, mark = self._st, links.new_mark()
+        for k in sorted({self._at[a] for a, _ in pairs}):
+            mine = [(a, b) for a, b in pairs if self._at[a] == k]
+            if queue is not None:
+                key = f"{st.session}-delayer-{queue}"
+                ray.get(self._hosts[k].start_delayer.remote(
+                    key, delayer.command(queue, shape.delay_ms, shape.jitter_ms, seed),
+                    procs.labels(st.session), queue))
+                held["delayers"].append([k, key])
+            rules = [dataclasses.asdict(r) for r in links.loopback_rules(
+                self.addresses, st.session, mine, shape, mark, queue)]
+            held["rules"].append([k, rules])
+            self.firewall._send("apply", {k: rules})
+
+    def restore_links(self, held: dict) -> None:
+        """Undo one ``degrade_links``: its rules on each machine, then its delayers (safe
+        twice)."""
+        import ray
+
+        for k, rules in held["rules"]:
+            self.firewall._send("remove", {k: rules})
+        for k, key in held["delayers"]:
+            ray.get(self._hosts[k].stop.remote([key]))
 
     def kill_process(self, ip: str, pid: int) -> int:
         """SIGKILL one process of the cluster, on the machine of the node at ``ip``."""

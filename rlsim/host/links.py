@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlsim.host.iptables import Rule, grudge, node_cgroup
-from rlsim.host.layout import ClusterLayout
 
 QUEUES = (20000, 60000)  # the netfilter queue numbers a delayer is given, one per fault
 
@@ -60,10 +59,11 @@ def crossing(nodes: Sequence[int], groups: Sequence[Sequence[int]]) -> list[tupl
     return [(a, b) for a in sorted(cut) for b in sorted(cut[a])]
 
 
-def loopback_rules(plan: ClusterLayout, session: str, pairs: Sequence[tuple[int, int]],
+def loopback_rules(addr: Sequence[str], session: str, pairs: Sequence[tuple[int, int]],
                    shape: LinkShape, mark: int, queue: int | None) -> list[Rule]:
-    """The rules of one degraded link on loopback nodes (see the module's docstring)."""
-    addr = {n.index: n.address for n in plan.nodes}
+    """The rules of one degraded link on nodes told apart by cgroup (see the module's
+    docstring), ``addr`` each node's address: loopback nodes, or a substrate machine's senders
+    (:mod:`rlsim.backends.substrate`, each machine's rules for the pairs it sends from)."""
     tag = ("-m", "connmark", "--mark", f"{mark:#x}")
     rules = [Rule(("-m", "cgroup", "--path", node_cgroup(session, a), "-d", addr[b]),
                   ("-j", "CONNMARK", "--set-mark", f"{mark:#x}")) for a, b in pairs]

@@ -424,15 +424,18 @@ def test_the_backend_compliance_suite_passes_on_a_cluster_spread_over_machines(c
 
 
 @pytest.mark.slow
-def test_faults_aimed_at_a_rank_land_on_its_machine_and_the_unbuilt_are_refused(tmp_path):
-    """Catalogue scenarios with `on:` added, on two machines (a third node at an address of its
-    own): a hung rank (SIGSTOP) and a killed rank (SIGKILL) reach the rank's process on the
-    machine its node runs on, and each story passes as on one machine; a fault not built
-    across machines (disk_full) is a skip that names it, never run on one machine only."""
+def test_faults_across_machines_land_and_the_unbuilt_are_refused(tmp_path):
+    """Catalogue scenarios with `on:` added, on two machines: a hung rank (SIGSTOP) and a killed
+    rank (SIGKILL) reach the rank's process on the machine its node runs on; a degraded link
+    (marks, loss and a delayer on each sender's machine) and a flapping one (a partition on a
+    period) cost the speed their checks demand; each story passes as on one machine, and no
+    rule or delayer is left on any machine. A fault not built across machines (disk_full) is a
+    skip that names it, never run on one machine only."""
     import yaml
 
     root = Path(__file__).parents[2] / "scenarios"
-    names = ["hung_actor_rank", "resume_equals_uninterrupted", "disk_full_while_saving"]
+    names = ["hung_actor_rank", "resume_equals_uninterrupted", "degraded_link", "flapping_link",
+             "disk_full_while_saving"]
     with substrate(2) as (m, addresses):
         for name in names:
             doc = yaml.safe_load((root / f"{name}.yaml").read_text())
@@ -441,11 +444,15 @@ def test_faults_aimed_at_a_rank_land_on_its_machine_and_the_unbuilt_are_refused(
         rlsim = str(Path(sys.executable).parent / "rlsim")
         out = m.run(0, [rlsim, "run", *(f"{n}.yaml" for n in names), "--report",
                         str(tmp_path / "r")], cwd=tmp_path, capture_output=True, text=True,
-                    timeout=600, env={**CONSENT, "PATH": "/usr/bin:/bin", "HOME": "/root",
+                    timeout=900, env={**CONSENT, "PATH": "/usr/bin:/bin", "HOME": "/root",
                                       "COLUMNS": "200"})
-        shown = out.stdout[-5000:] + out.stderr[-2000:]
+        shown = out.stdout[-8000:] + out.stderr[-2000:]
         assert out.returncode == 0, shown
-        assert "PASS hung_actor_rank" in shown and "PASS resume_equals_uninterrupted" in shown
+        for name in names[:-1]:
+            assert f"PASS {name}" in shown, shown
+        assert [_rules(m, i) for i in range(2)] == [[], []]
+        assert subprocess.run(["pgrep", "-f", "rlsim.host.delayer"],
+                              capture_output=True).returncode == 1, "a delayer left"
         assert re.search(r"SKIP disk_full_while_saving: fault 'disk_full' needs .*cluster\.on "
                          r"\(a substrate\) cannot do", shown), shown
         assert "bit-identical" in shown, shown

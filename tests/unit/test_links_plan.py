@@ -39,8 +39,8 @@ def test_loss_comes_before_the_delay_and_is_a_probability():
 
 
 def test_on_loopback_a_pair_marks_its_connection_and_the_mark_gets_the_loss_and_the_queue():
-    rules = links.loopback_rules(PLAN, "s1", [(1, 0), (0, 1)], LinkShape(50, 0, 1), 0x52000abc,
-                                 20001)
+    rules = links.loopback_rules([n.address for n in PLAN.nodes], "s1", [(1, 0), (0, 1)],
+                                 LinkShape(50, 0, 1), 0x52000abc, 20001)
     words = [r.args("c") for r in rules]
     assert words[0] == ["-m", "cgroup", "--path", f"rlsim/{H}.s1/n1", "-d", "127.77.0.10",
                         "-m", "comment", "--comment", "c", "-j", "CONNMARK", "--set-mark",

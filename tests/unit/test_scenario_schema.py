@@ -154,7 +154,8 @@ def test_a_folder_is_searched_for_scenarios_less_hidden_folders(tmp_path):
 
 
 @pytest.mark.parametrize(("fault", "refused"), [
-    ("degrade_link: {groups: [[\"actor:1\"]], delay_ms: 50}", "degrade_link"),
+    ("degrade_link: {groups: [[\"actor:1\"]], delay_ms: 50}", None),
+    ("disk_full: {size_mb: 64}", "disk_full"),
     ("gpu_lost: {node: 1, gpu: 0}", "gpu_lost"),
     ("kill_role: {role: actor, rank: 1}", None),
     ("partition: {groups: [[\"actor:1\"]]}", None),
