@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -314,7 +315,7 @@ class Fault:
                 raise Unsupported(f"fault {cls.name!r}: {reason}", missing_part=True)
             return
         able = [n for n, other in others.items() if not cls.missing(other)]
-        what = (lacking[0].__doc__ or lacking[0].__name__).strip().rstrip(".")
+        what = _plain(lacking[0].__doc__ or lacking[0].__name__).rstrip(".")
         where = (f"it runs on {', '.join(f'--backend {n}' for n in able)}" if able
                  else "no backend offers it here")
         raise Unsupported(f"fault {cls.name!r} needs to {what[0].lower() + what[1:]}, which "
@@ -483,3 +484,8 @@ class StorageFault(Fault):
         self.unmount(self.dir)
         return {"path": str(self.dir), "unmounted": True}
 
+
+def _plain(doc: str) -> str:
+    """A capability's docstring as a user reads it: one line, cross-references as plain names
+    (``:mod:`rlsim.host.links``` -> ``rlsim.host.links``)."""
+    return re.sub(r":\w+:`~?([^`]*)`", r"\1", " ".join(doc.split()))

@@ -177,3 +177,12 @@ def test_a_substrate_scenario_is_refused_a_fault_not_built_across_machines(tmp_p
         said = rf"(?s)fault '{refused}' needs to .*cluster.on \(a substrate\) cannot"
         with pytest.raises(Unsupported, match=said):
             check_runnable(sc, "local")
+
+
+def test_a_missing_capability_is_said_in_plain_words():
+    """What a fault needs comes from the capability's docstring: one line, no markup."""
+    from rlsim.backends import base
+    from rlsim.faults.base import _plain
+
+    assert _plain(base.ShapesLinks.__doc__) == ("Delay and lose the packets between groups of "
+                                                "nodes (a degraded link; see rlsim.host.links).")
