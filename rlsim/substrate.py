@@ -129,16 +129,11 @@ class Host:
             return overlay.leave(slot)
         raise ValueError(f"{verb!r} is no overlay verb")
 
-    def signal(self, session: str, pid: int, signum: int) -> int:
-        """Send ``signum`` to ``pid`` here if it is a process of ``session`` (its label);
-        ProcessLookupError otherwise."""
-        from rlsim.host import procs
+    def signal(self, session: str, pid: int, signum: int, refusal: str) -> int:
+        """:func:`rlsim.host.nodeops.send_signal` here."""
+        from rlsim.host import nodeops
 
-        if pid not in procs.find(session):
-            raise ProcessLookupError(f"pid {pid} is not a process of session {session} on "
-                                     f"this machine")
-        os.kill(pid, signum)
-        return pid
+        return nodeops.send_signal(session, pid, signum, refusal)
 
     def end_session(self, home: str, session: str) -> None:
         """The session's nodes on this machine: what is left of them killed, their cgroups
@@ -158,10 +153,10 @@ class Host:
             self._talks[key] = Talk(argv, timeout_s, {**os.environ, **env})
         return self._talks[key].ask(phase, args)
 
-    def end_talks(self, prefix: str) -> None:
-        """End the conversations whose key starts with ``prefix``."""
-        for key in [k for k in self._talks if k.startswith(prefix)]:
-            self._talks.pop(key).close()
+    def end_talks(self, key: str) -> None:
+        """End the conversation ``key``; nothing if there is none."""
+        if (talk := self._talks.pop(key, None)) is not None:
+            talk.close()
 
     def start(self, key: str, argv: list[str], env: dict[str, str] | None = None) -> int:
         """Start ``argv`` on this machine under ``key`` (its own process group, ended with this

@@ -248,11 +248,8 @@ class LocalCluster(StartedCluster):
 
     def signal_process(self, ip: str, pid: int, signum: int) -> int:
         """Signal one process of the cluster, never another home's or the host's."""
-        if pid not in procs.find(self._st.session):
-            raise ProcessLookupError(f"pid {pid} ({ip}) is not a process of cluster "
-                                     f"{self._st.spec.name!r}")
-        os.kill(pid, signum)
-        return pid
+        return nodeops.send_signal(self._st.session, pid, signum, f"pid {pid} ({ip}) is not a "
+                              f"process of cluster {self._st.spec.name!r}")
 
     def restart_node(self, index: int, timeout: float | None = None) -> NodeInfo:
         """Kill node ``index`` and start it again at its address. The head only with

@@ -179,9 +179,7 @@ class StartedCluster:
 
         def ask(index: int, phase: str, args: dict) -> dict:
             if index not in talks:
-                python = self._st.spec.python.get(index, sys.executable)
-                talks[index] = Talk(self.node_command(index, [python, "-m", PROBE_MODULE]),
-                                    PROBE_TIMEOUT_S)
+                talks[index] = self._probe_talk(index)
             return talks[index].ask(phase, args)
 
         try:
@@ -189,6 +187,11 @@ class StartedCluster:
         finally:
             for talk in talks.values():
                 talk.close()
+
+    def _probe_talk(self, index: int) -> Talk:
+        """The conversation with node ``index``'s probe, a process of that node."""
+        python = self._st.spec.python.get(index, sys.executable)
+        return Talk(self.node_command(index, [python, "-m", PROBE_MODULE]), PROBE_TIMEOUT_S)
 
     # ---- waiting ---------------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from rlsim.backends.base import (
 from rlsim.backends.node_start import ADDRESSES_VAR
 from rlsim.backends.ray_internals import gcs
 from rlsim.backends.ray_state import alive_nodes
-from rlsim.backends.started import StartedCluster
+from rlsim.backends.started import PROBE_TIMEOUT_S, StartedCluster
 from rlsim.host import cgroups, iptables, overlay, procs, state
 from rlsim.host.home import auth_token_path, rlsim_home
 from rlsim.host.iptables import Drop
@@ -47,7 +47,8 @@ from rlsim.host.state import ClusterState
 
 
 class SubstrateCluster(StartedCluster):
-    """Node ``i`` of ``spec`` on machine ``i`` of the substrate whose GCS is at ``on``."""
+    """Node ``i`` of ``spec`` on machine ``i % machines`` of the substrate whose GCS is at
+    ``on``."""
 
     name = "substrate"
     pid_label = "launcher pid"
@@ -207,7 +208,7 @@ class SubstrateCluster(StartedCluster):
     def nodes(self, exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
         import ray
 
-        running = [ray.get(h.running.remote()) for h in self._hosts]
+        running = ray.get([h.running.remote() for h in self._hosts])
         running = [running[self._at[i]] for i in range(self.spec.nodes)]
         alive: dict[str, dict] = {}
         with contextlib.suppress(Exception):  # a GCS that just went away: nobody is alive
@@ -251,33 +252,14 @@ class SubstrateCluster(StartedCluster):
         self._check_index(src)
         return self._node(src, "reaches", self.addresses[dst], port, bool(self._st.cgroups))
 
-    @contextlib.contextmanager
-    def probes(self):
-        """The doctor's probe of each node, run as a process of that node on its machine and
-        asked through the machine's host (the answers are the same JSON lines as on one
-        machine)."""
-        import ray
-
-        from rlsim.backends.started import PROBE_TIMEOUT_S
-
-        st, prefix = self._st, f"{self._st.session}-probe-"
-
-        def ask(index: int, phase: str, args: dict) -> dict:
-            python = st.spec.python.get(index, sys.executable)
-            argv = [python, "-m", "rlsim.backends.in_node", st.session, str(index), python,
-                    "-m", PROBE_MODULE]
-            try:
-                return ray.get(self._host(index).talk.remote(
-                    f"{prefix}{index}", argv, {"RLSIM_HOME": str(rlsim_home())}, phase, args,
-                    PROBE_TIMEOUT_S))
-            except ray.exceptions.RayTaskError as e:  # the host's words, not Ray's wrapping
-                raise RuntimeError(str(e.cause)) from None
-
-        try:
-            yield ask
-        finally:
-            with contextlib.suppress(Exception):
-                ray.get([h.end_talks.remote(prefix) for h in self._hosts])
+    def _probe_talk(self, index: int) -> HostTalk:
+        """Node ``index``'s probe, run as a process of that node on its machine and asked
+        through the machine's host (the same JSON lines as on one machine)."""
+        st = self._st
+        python = st.spec.python.get(index, sys.executable)
+        return HostTalk(self._host(index), f"{st.session}-probe-{index}",
+                        [python, "-m", "rlsim.backends.in_node", st.session, str(index), python,
+                         "-m", PROBE_MODULE], {"RLSIM_HOME": str(rlsim_home())})
 
     def leaks(self) -> list[str]:
         """What the stopped cluster left: processes and cgroups of its session, as this machine
@@ -349,8 +331,10 @@ class SubstrateCluster(StartedCluster):
         if ip not in self.addresses:
             raise ProcessLookupError(f"{ip} is no node of cluster {self._st.spec.name!r}")
         index = self.addresses.index(ip)
+        refusal = f"pid {pid} ({ip}) is not a process of cluster {self._st.spec.name!r}"
         try:
-            return ray.get(self._host(index).signal.remote(self._st.session, pid, int(signum)))
+            return ray.get(self._host(index).signal.remote(self._st.session, pid, int(signum),
+                                                           refusal))
         except ray.exceptions.RayTaskError as e:  # its words: ProcessLookupError, not Ray's
             raise e.cause from None
 
@@ -391,10 +375,33 @@ class SubstrateCluster(StartedCluster):
         return self.wait_for_nodes(timeout, [index], frozenset({old}) - {None})[index]
 
 
+class HostTalk:
+    """A :class:`rlsim.host.talk.Talk` held by a machine's host actor: the same ``ask`` and
+    ``close``, each a call to the host."""
+
+    def __init__(self, host, key: str, argv: list[str], env: dict[str, str]) -> None:
+        self.host, self.key, self.argv, self.env = host, key, argv, env
+
+    def ask(self, phase: str, args: dict) -> dict:
+        import ray
+
+        try:
+            return ray.get(self.host.talk.remote(self.key, self.argv, self.env, phase, args,
+                                                 PROBE_TIMEOUT_S))
+        except ray.exceptions.RayTaskError as e:  # the host's words, not Ray's wrapping
+            raise RuntimeError(str(e.cause)) from None
+
+    def close(self) -> None:
+        import ray
+
+        with contextlib.suppress(Exception):  # a host gone took the probe with it
+            ray.get(self.host.end_talks.remote(self.key))
+
+
 class MachineFirewall:
     """A fault's drops, planned as on one machine (a sender node's cgroup -> a receiver node's
     address in the plan), applied on the substrate's machines: a drop goes to its sender's
-    machine, where the sender's cgroup lives, aimed at the receiver's machine address. The
+    machine, where the sender's cgroup lives, aimed at the receiver node's address there. The
     substrate's own Ray traffic between the same machines is in no node's cgroup and passes. A
     drop from anyone but a node goes to every machine: the node's own keeps its exclusion, the
     others drop every sender to those ports."""

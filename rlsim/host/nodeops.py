@@ -7,6 +7,7 @@ rlsim's cgroups (:mod:`rlsim.host.cgroups`), else its labelled processes (:mod:`
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -34,6 +35,15 @@ def kill(session: str, index: int, in_cgroup: bool) -> list[int]:
         return cgroups.NodeGroup(session, index).kill()
     procs.signal_all(procs.find(session, index), signal.SIGCONT)
     return procs.kill_and_wait(session, index)
+
+
+def send_signal(session: str, pid: int, signum: int, refusal: str) -> int:
+    """Send ``signum`` to ``pid`` if it is a process of ``session`` (its label), never another
+    home's or the machine's; else ProcessLookupError with ``refusal`` (the caller's words)."""
+    if pid not in procs.find(session):
+        raise ProcessLookupError(refusal)
+    os.kill(pid, signum)
+    return pid
 
 
 def end_session(session: str) -> None:
