@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlsim.host import programs
+
 NAMESPACE = "rlsim-substrate"
 HOST_PREFIX = "rlsim-host-"
 PR_SET_PDEATHSIG = 1
@@ -49,6 +51,7 @@ class Machine:
     iptables: bool
     cgroups: bool         # rlsim's node cgroups can be made there
     interface: str        # the network interface that carries ``address`` ("" if unknown)
+    mounts: str           # which mount table it sees (rlsim.host.disk.mount_table)
 
 
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: a forked child only calls it
@@ -66,16 +69,12 @@ class Host:
     def __init__(self) -> None:
         self._procs: dict[str, subprocess.Popen] = {}
         self._talks: dict = {}
-        # root's programs (iptables, ip) where a worker's PATH, inherited from whatever ran
-        # `ray start`, leaves them out
-        path = os.environ.get("PATH", os.defpath).split(os.pathsep)
-        os.environ["PATH"] = os.pathsep.join(
-            path + [d for d in ("/usr/sbin", "/sbin") if d not in path])
+        os.environ["PATH"] = programs.search_path()  # a worker's PATH is whatever ran `ray start`
 
     def machine(self) -> dict:
         import ray
 
-        from rlsim.host import cgroups
+        from rlsim.host import cgroups, disk
         from rlsim.host.listeners import interface
 
         with open("/proc/meminfo") as f:
@@ -85,7 +84,8 @@ class Host:
                 "memory_bytes": total_kb * 1024, "root": os.geteuid() == 0,
                 "iptables": shutil.which("iptables") is not None,
                 "cgroups": cgroups.available() is None,
-                "interface": interface(ray.util.get_node_ip_address()) or ""}
+                "interface": interface(ray.util.get_node_ip_address()) or "",
+                "mounts": disk.mount_table()}
 
     def firewall(self, home: str, slot: int, session: str, verb: str,
                  drops: list[dict]) -> list[str] | None:
@@ -108,12 +108,13 @@ class Host:
 
     def node(self, home: str, session: str, index: int, verb: str, *args):
         """:mod:`rlsim.host.nodeops`'s ``verb`` (reaches, set_paused, throttle_cpu, residue,
-        kill) on node ``index`` of ``session`` here, in the rlsim home ``home`` (its id names
-        the node's cgroup)."""
+        kill, squeeze_memory, lift_memory) on node ``index`` of ``session`` here, in the rlsim
+        home ``home`` (its id names the node's cgroup)."""
         os.environ["RLSIM_HOME"] = home
         from rlsim.host import nodeops
 
-        if verb not in ("reaches", "set_paused", "throttle_cpu", "residue", "kill"):
+        if verb not in ("reaches", "set_paused", "throttle_cpu", "residue", "kill",
+                        "squeeze_memory", "lift_memory"):
             raise ValueError(f"{verb!r} is no node verb")
         return getattr(nodeops, verb)(session, index, *args)
 
@@ -134,6 +135,14 @@ class Host:
         from rlsim.host import nodeops
 
         return nodeops.send_signal(session, pid, signum, refusal)
+
+    def throttle_writes(self, home: str, session: str, indexes: list[int], in_cgroup: bool,
+                        device: str, bps: int | None) -> list[str]:
+        """:func:`rlsim.host.nodeops.throttle_writes` for this machine's nodes ``indexes``."""
+        os.environ["RLSIM_HOME"] = home
+        from rlsim.host import nodeops
+
+        return nodeops.throttle_writes(session, indexes, in_cgroup, device, bps)
 
     def end_session(self, home: str, session: str) -> None:
         """The session's nodes on this machine: what is left of them killed, their cgroups

@@ -76,17 +76,17 @@ class Unsupported(Exception):
         self.missing_part = missing_part
 
 
-def needs_containers(shape: ClusterShape, node_local: bool) -> Unsupported | None:
+def needs_containers(shape: ClusterShape, node_local: bool,
+                     fix: str = "run it with --backend docker") -> Unsupported | None:
     """What of a cluster section only container nodes can give (another Ray or Python on a node,
-    a disk per node), as the refusal of a backend without them."""
+    a disk per node), as the refusal of a backend without them, ending with ``fix``."""
     for key, what in (("ray_version", "a node with another Ray"),
                       ("python", "a node with another Python")):
         if getattr(shape, key):
-            return Unsupported(f"cluster.{key} ({what}) needs container nodes: run it with "
-                               "--backend docker")
+            return Unsupported(f"cluster.{key} ({what}) needs container nodes: {fix}")
     if node_local:
-        return Unsupported("cluster.checkpoint_storage (a disk per node) needs container nodes: "
-                           "run it with --backend docker")
+        return Unsupported(f"cluster.checkpoint_storage (a disk per node) needs container "
+                           f"nodes: {fix}")
     return None
 
 
@@ -259,19 +259,16 @@ class SignalsProcesses(Protocol):
 
 
 @runtime_checkable
-class RunsInNodes(Protocol):
-    """Run a command as a process of a node (its cgroups, its container)."""
+class SqueezesMemory(Protocol):
+    """Squeeze a node out of host memory until the kernel's OOM killer takes a victim there
+    (:mod:`rlsim.host.squeeze`, on the node's machine)."""
 
-    def node_command(self, index: int, cmd: list[str]) -> list[str]:
-        """``cmd`` as a process of node ``index``."""
+    def squeeze_memory(self, index: int, mb: int) -> dict:
+        """Cap node ``index``'s memory at its usage, take ``mb`` MiB more inside it, wait for
+        the kernel's kill; what happened (plain data). The cap stays until ``lift_memory``."""
 
-
-@runtime_checkable
-class LimitsMemory(Protocol):
-    """Cap a node's host memory (its memory cgroup)."""
-
-    def memory(self, index: int):
-        """Node ``index``'s memory cgroup (:class:`rlsim.host.cgroups.MemoryGroup`)."""
+    def lift_memory(self, index: int) -> None:
+        """End node ``index``'s memory cap; safe twice, and when the node is gone."""
 
 
 @runtime_checkable

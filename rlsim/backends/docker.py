@@ -56,7 +56,7 @@ from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.reaper import reap_docker, reap_docker_orphans
 from rlsim.backends.started import StartedCluster
 from rlsim.files import write_file
-from rlsim.host import cgroups, disk, iptables, links, mountns, procs, state
+from rlsim.host import cgroups, disk, iptables, links, mountns, procs, squeeze, state
 from rlsim.host.home import auth_token_path, home_id, rlsim_home
 from rlsim.host.iptables import Drop
 from rlsim.host.spec import ClusterShape, ClusterSpec
@@ -417,12 +417,26 @@ class DockerCluster(StartedCluster):
         """``cmd`` as a process of node ``index``: ``docker exec`` in its container."""
         return ["docker", "exec", "-i", self._container(index).name, *cmd]
 
-    def memory(self, index: int) -> cgroups.MemoryGroup:
+    def _memory(self, index: int) -> cgroups.MemoryGroup:
         """The container's memory cgroup (found through its main process)."""
         pid = self._state(index)["Pid"]
         if not pid:
             raise RuntimeError(f"node {index} is not running")
         return cgroups.memory_group_of(pid)
+
+    def squeeze_memory(self, index: int, mb: int) -> dict:
+        """The container's memory cgroup squeezed, the hog run by ``docker exec``
+        (:mod:`rlsim.host.squeeze`)."""
+        ip = self.addresses[index]
+        return squeeze.squeeze(self._memory(index), self.node_command(index, squeeze.hog(mb)),
+                               mb, lambda pid: self.kill_process(ip, pid))
+
+    def lift_memory(self, index: int) -> None:
+        try:
+            memory = self._memory(index)
+        except Exception:  # noqa: BLE001 - a container gone (or stopped) has no cap to lift
+            return
+        squeeze.lift(memory)
 
     def kill_process(self, ip: str, pid: int) -> int:
         """SIGKILL a process by its pid inside the container that has address ``ip``."""

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rlsim.backends import redis_store
 from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_containers
+from rlsim.backends.disks_here import DisksHere
 from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.reaper import reap, reap_local
 from rlsim.backends.started import StartedCluster
@@ -29,7 +30,7 @@ from rlsim.host.spec import ClusterShape, ClusterSpec
 from rlsim.host.state import ClusterState
 
 
-class LocalCluster(StartedCluster):
+class LocalCluster(DisksHere, StartedCluster):
     """A Ray cluster of ``spec.nodes`` nodes on loopback addresses, each with fake GPUs."""
 
     name = "local"
@@ -86,6 +87,7 @@ class LocalCluster(StartedCluster):
     def _launch_nodes(self) -> None:
         if self.spec.gcs_ft == "redis":
             redis_store.start(self._st)
+            state.save(self._st)  # where the store is, for the head's launcher
         self._launch(list(range(self.spec.nodes)))
 
     def _reap(self, st: ClusterState) -> None:
@@ -211,10 +213,7 @@ class LocalCluster(StartedCluster):
         return any(procs.stopped(pid) for pid in pids)
 
     def _pids(self, index: int) -> list[int]:
-        st = self._st
-        if st.cgroups:
-            return cgroups.NodeGroup(st.session, index).pids()
-        return procs.find(st.session, index)
+        return nodeops.pids(self._st.session, index, bool(self._st.cgroups))
 
     def kill_node(self, index: int) -> list[int]:
         self._check_index(index)
@@ -223,23 +222,21 @@ class LocalCluster(StartedCluster):
     def node_command(self, index: int, cmd: list[str]) -> list[str]:
         """``cmd`` as a process of node ``index`` (in its cgroups, with its labels)."""
         self._check_index(index)
-        return [sys.executable, "-m", "rlsim.backends.in_node", self._st.session, str(index),
-                *cmd]
+        return nodeops.in_node(self._st.session, index, cmd)
 
-    def memory(self, index: int) -> cgroups.MemoryGroup:
-        """The memory cgroup of node ``index`` (see :mod:`rlsim.host.cgroups`)."""
-        self._check_index(index)
-        if not self._st.cgroups:
-            raise RuntimeError(f"node memory needs rlsim's node cgroups: {cgroups.available()}")
-        return cgroups.NodeGroup(self._st.session, index).memory()
+    def squeeze_memory(self, index: int, mb: int) -> dict:
+        """Node ``index``'s memory cgroup squeezed (:func:`rlsim.host.nodeops.squeeze_memory`)."""
+        self._check_cgroup(index, "node memory")
+        return nodeops.squeeze_memory(self._st.session, index, mb)
+
+    def lift_memory(self, index: int) -> None:
+        self._check_cgroup(index, "node memory")
+        nodeops.lift_memory(self._st.session, index)
 
     def throttle_cpu(self, index: int, cores: float | None) -> dict[str, float] | None:
         """The CPU quota of node ``index``'s cgroup (see :mod:`rlsim.host.cgroups`); its
         throttling counters so far."""
-        self._check_index(index)
-        if not self._st.cgroups:
-            raise RuntimeError(f"a node's CPU quota needs rlsim's node cgroups: "
-                               f"{cgroups.available()}")
+        self._check_cgroup(index, "a node's CPU quota")
         return nodeops.throttle_cpu(self._st.session, index, cores)
 
     def kill_process(self, ip: str, pid: int) -> int:
@@ -255,13 +252,7 @@ class LocalCluster(StartedCluster):
         """Kill node ``index`` and start it again at its address. The head only with
         ``gcs_ft: redis``: its new GCS reloads the cluster's tables from the store, and the
         other nodes' raylets reconnect to it (they wait ``gcs_rpc_server_reconnect_timeout_s``)."""
-        self._check_index(index)
-        if index == 0 and self.spec.gcs_ft != "redis":
-            raise NotImplementedError(
-                "restarting the head needs GCS fault tolerance: start the cluster with "
-                "gcs_ft: redis (scenario cluster section) so its tables outlive the head; "
-                "without, kill_head ends the cluster"
-            )
+        self._check_head_restart(index)
         old = self.nodes()[index].node_id
         self.kill_node(index)
         if index != 0:  # the head's GCS is the one that would declare it: it restarts whole
@@ -282,31 +273,12 @@ class LocalCluster(StartedCluster):
 
     # ---- storage ---------------------------------------------------------------------------
 
-    def cap_disk(self, path: Path, mb: int) -> None:
-        """A tmpfs of ``mb`` MiB at ``path``: every node (a process tree of this host) writes
-        there. Unmounted by ``uncap_disk``, or by the reaper if the run is interrupted."""
-        disk.mount(path, mb, self._st.session)
-
-    def uncap_disk(self, path: Path) -> None:
-        disk.unmount_keeping(path)
-
-    def mount_disk(self, path: Path, mb: int) -> str:
-        """ext4 on a loop device at ``path`` (its image in the cluster's run directory): every
-        node is a process tree of this host and sees it there."""
-        return disk.mount_device(path, mb, self._st.session, self._st.root)
-
     def throttle_disk(self, path: Path, write_mbps: float | None) -> list[str]:
-        """The device's write cap in the I/O cgroups the nodes' processes write from: the
-        nodes' only, never the cgroup of a process of the session that belongs to no node (the
-        zygote, a link's delayer: they live in the harness's group, whose writes would be
-        capped too)."""
-        pids = [pid for index in range(self.spec.nodes) for pid in self._pids(index)]
-        groups = cgroups.io_groups_of(pids)
-        return cgroups.throttle_writes(disk.device_of(path), cgroups.bytes_per_s(write_mbps),
-                                       groups)
-
-    def unmount_disk(self, path: Path) -> None:
-        disk.unmount_device_keeping(path)
+        """The device's write cap in the I/O cgroups the nodes' processes write from
+        (:func:`rlsim.host.nodeops.throttle_writes`)."""
+        return nodeops.throttle_writes(self._st.session, range(self.spec.nodes),
+                                       bool(self._st.cgroups), disk.device_of(path),
+                                       cgroups.bytes_per_s(write_mbps))
 
     # ---- network ---------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """The GCS's external store for clusters with ``gcs_ft: redis`` (Ray's GCS fault tolerance).
 
 A real ``redis-server`` per cluster, started before the head and stopped with the cluster: at the
-slot's ``.9`` address and the port block's ``base + 5`` (see :mod:`rlsim.host.layout`), password
+slot's ``.9`` address on one machine (a substrate's: its head machine's address), on the port
+block's ``base + 5`` (see :mod:`rlsim.host.layout`), recorded as the state's ``gcs_store``, password
 protected (a fresh password in the cluster's private run directory), no persistence (it stands
 for an HA Redis that outlives the head, not for one that survives its own crash). It carries the
 cluster's session label, so a reaper that finds the cluster abandoned kills it with the nodes.
@@ -33,34 +34,60 @@ def problem() -> str | None:
     return None
 
 
-def _password_path(st: ClusterState):
+def password_path(st: ClusterState):
     return st.root / "gcs-store.password"
 
 
 def start(st: ClusterState) -> int:
-    """Start the cluster's Redis and wait until it answers; its pid."""
-    host, port = st.layout.gcs_store_address.rsplit(":", 1)
-    password = secrets.token_hex(16)
-    path = _password_path(st)
-    path.touch(0o600)
-    write_file(path, password, 0o600)
-    log = st.root / "gcs-store.log"
-    cmd = ["redis-server", "--bind", host, "--port", port, "--requirepass", password,
-           "--save", "", "--appendonly", "no", "--dir", str(st.root), "--logfile", str(log),
-           "--daemonize", "no", "--set-proc-title", "no"]  # keeps the session label
-    env = {**os.environ, **procs.labels(st.session)}
-    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not _answers(host, int(port), password):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            tail = log.read_text()[-600:] if log.exists() else ""
-            raise RuntimeError(f"the GCS store (redis-server at {host}:{port}) did not answer "
-                               f"within {START_TIMEOUT_S:.0f} s (exit {proc.poll()}). Log tail:\n"
-                               f"{tail}")
-        time.sleep(0.05)
+    """Start the cluster's Redis here, at the slot's store address, and wait until it answers;
+    its pid."""
+    argv, env = command(st, st.layout.gcs_store_address)
+    proc = subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        wait(st, proc.poll)
+    except RuntimeError:
+        proc.kill()
+        raise
     return proc.pid
+
+
+def command(st: ClusterState, address: str) -> tuple[list[str], dict[str, str]]:
+    """The cluster's Redis at ``address`` (HOST:PORT, recorded as ``st.gcs_store``): its command
+    line and the environment it adds (the session label); a fresh password written first."""
+    st.gcs_store = address
+    host, port = address.rsplit(":", 1)
+    path = password_path(st)
+    path.touch(0o600)
+    write_file(path, secrets.token_hex(16), 0o600)
+    cmd = ["redis-server", "--bind", host, "--port", port, "--requirepass", password(st),
+           "--save", "", "--appendonly", "no", "--dir", str(st.root), "--logfile",
+           str(_log_path(st)), "--daemonize", "no", "--set-proc-title", "no"]  # keeps the label
+    return cmd, procs.labels(st.session)
+
+
+def wait(st: ClusterState, exited) -> None:
+    """Until the cluster's Redis answers; RuntimeError (with its log's tail where it is on this
+    machine) if ``exited()`` (its exit status, None while it runs) says it ended, or it does not
+    answer within ``START_TIMEOUT_S``."""
+    host, port = st.gcs_store.rsplit(":", 1)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _answers(host, int(port), password(st)):
+        if (code := exited()) is not None or time.monotonic() > deadline:
+            log = _log_path(st)
+            tail = log.read_text()[-600:] if log.exists() else f"(none at {log} here)"
+            raise RuntimeError(f"the GCS store (redis-server at {st.gcs_store}) did not answer "
+                               f"within {START_TIMEOUT_S:.0f} s (exit {code}). Log tail:\n{tail}")
+        time.sleep(0.05)
+
+
+def password(st: ClusterState) -> str:
+    return read_file(password_path(st)).decode()
+
+
+def _log_path(st: ClusterState):
+    return st.root / "gcs-store.log"
 
 
 def _answers(host: str, port: int, password: str) -> bool:
@@ -82,6 +109,6 @@ def head_params(st: ClusterState) -> dict:
     """What the head's Ray parameters add to use the store (none without ``gcs_ft``)."""
     if st.spec.gcs_ft != "redis":
         return {}
-    address = st.layout.gcs_store_address
+    address = st.gcs_store
     return {"external_addresses": [address, address], "num_redis_shards": 1,
-            "redis_password": read_file(_password_path(st)).decode()}
+            "redis_password": password(st)}

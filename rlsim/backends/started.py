@@ -149,6 +149,28 @@ class StartedCluster:
             last = self._st.spec.nodes - 1
             raise IndexError(f"node {index} does not exist: the cluster has nodes 0..{last}")
 
+    def _check_head_restart(self, index: int) -> None:
+        """Node ``index`` exists, and is not the head of a cluster whose tables die with it."""
+        self._check_index(index)
+        if index == 0 and self.spec.gcs_ft != "redis":
+            raise NotImplementedError(
+                "restarting the head needs GCS fault tolerance: start the cluster with "
+                "gcs_ft: redis (scenario cluster section) so its tables outlive the head; "
+                "without, kill_head ends the cluster"
+            )
+
+    def _check_cgroup(self, index: int, what: str) -> None:
+        """Node ``index`` exists and has a cgroup of its own, which ``what`` needs."""
+        self._check_index(index)
+        if not self._st.cgroups:
+            raise RuntimeError(f"{what} needs rlsim's node cgroups, which {self._no_cgroups()}")
+
+    def _no_cgroups(self) -> str:
+        """Where rlsim's node cgroups are missing, and why (the end of a sentence)."""
+        from rlsim.host import cgroups
+
+        return f"this machine does not give: {cgroups.available()}"
+
     def port(self, name: str) -> tuple[int, int]:
         """A named port range of this cluster (``gcs``, ``dashboard``, ``workers:1``, ...)."""
         ports = named_ports(self._st.layout)

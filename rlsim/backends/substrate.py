@@ -13,10 +13,13 @@ with them, on every machine. A teardown also removes the nodes' cgroups, address
 Each node lives in a cgroup of its own on its machine (where the machine has cgroups): a network
 fault's rules match a node's traffic by it on the node's machine (:class:`MachineFirewall`).
 
-What is built: bring-up, the nodes as Ray sees them, a node killed and restarted, partitions,
-blocked ports and degraded links across machines, a node frozen or CPU-capped on its machine, a
-rank's process signalled there, the doctor's probes, teardown (the rules healed on every
-machine). Not yet: disks, memory and GPU faults across machines, ``--detach``.
+What is built: bring-up, the nodes as Ray sees them, a node killed and restarted (the head with
+``gcs_ft: redis``: the cluster's Redis on the head's machine), partitions, blocked ports and
+degraded links across machines, a node frozen, CPU-capped or squeezed out of memory on its
+machine, a GPU lost (the node restarted there with one fewer), GPU memory held (the run's
+ledger), a rank's process signalled there, the doctor's probes, teardown (the rules healed on
+every machine). Disk faults only where the machines share this kernel's mounts
+(:meth:`SubstrateCluster._check_mounts`). Not yet: ``--detach``.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ import dataclasses
 import json
 import signal
 import sys
+from pathlib import Path
 
-from rlsim.backends import ray_internals
+from rlsim.backends import ray_internals, redis_store
 from rlsim.backends.base import (
     PROBE_MODULE,
     ClusterStartError,
@@ -35,18 +39,19 @@ from rlsim.backends.base import (
     Unsupported,
     needs_containers,
 )
+from rlsim.backends.disks_here import DisksHere
 from rlsim.backends.node_start import ADDRESSES_VAR
 from rlsim.backends.ray_internals import gcs
 from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.started import PROBE_TIMEOUT_S, StartedCluster
-from rlsim.host import cgroups, iptables, overlay, procs, state
+from rlsim.host import cgroups, disk, iptables, overlay, procs, state
 from rlsim.host.home import auth_token_path, rlsim_home
 from rlsim.host.iptables import Drop
 from rlsim.host.spec import ClusterSpec
 from rlsim.host.state import ClusterState
 
 
-class SubstrateCluster(StartedCluster):
+class SubstrateCluster(DisksHere, StartedCluster):
     """Node ``i`` of ``spec`` on machine ``i % machines`` of the substrate whose GCS is at
     ``on``."""
 
@@ -67,20 +72,10 @@ class SubstrateCluster(StartedCluster):
         self._overlay_left: list[str] = []
         self.firewall = MachineFirewall(self)
 
-    # What a fault needs that is not built across machines yet: None makes the backend lack
-    # the capability (rlsim.backends.base's protocols), so a scenario with such a fault is
-    # refused before it starts, naming the fault, instead of running it on one machine only
-    lose_gpu = None                       # a node restarted with fewer GPUs than its state says
-    hold_gpu = release_gpu = None         # GPU memory held on a node's machine
-
     @classmethod
     def refusal(cls, shape, node_local: bool) -> Unsupported | None:
-        if refused := needs_containers(shape, node_local):
-            return refused
-        if shape.gcs_ft == "redis":
-            return Unsupported("cluster.gcs_ft: a substrate's head is not restarted (GCS fault "
-                               "tolerance across machines is not built); fix: drop on: or gcs_ft")
-        return None
+        return needs_containers(shape, node_local, "a substrate's nodes are processes on its "
+                                "machines; fix: drop cluster.on")
 
     def _check_can_start(self) -> None:
         from rlsim import substrate
@@ -147,8 +142,10 @@ class SubstrateCluster(StartedCluster):
 
         st = self._st
         token = auth_token_path()
-        files = {str(state.state_path(st.spec.name)): (st.model_dump_json(), 0o600),
-                 str(token): (token.read_text(), 0o600)}
+        files = {str(token): (token.read_text(), 0o600)}
+        if self.spec.gcs_ft == "redis":
+            self._start_gcs_store()
+        files[str(state.state_path(st.spec.name))] = (st.model_dump_json(), 0o600)
         ray.get([h.put.remote(files) for h in self._hosts])
         if own := [i for i in range(self.spec.nodes) if self._own(i)]:
             ray.get([h.overlay.remote("join", st.slot,
@@ -158,6 +155,26 @@ class SubstrateCluster(StartedCluster):
                      for k, h in enumerate(self._hosts)])
         for index in range(self.spec.nodes):
             self._start(index)
+
+    def _start_gcs_store(self) -> None:
+        """The cluster's Redis (:mod:`rlsim.backends.redis_store`) on the head's machine, at its
+        address, started by its host and waited for from here; its password's file put there
+        first (its folder is the store's, and the head's launcher reads it)."""
+        import ray
+
+        st = self._st
+        argv, env = redis_store.command(st, f"{self.addresses[0]}:{st.layout.gcs_store_port}")
+        secret = str(redis_store.password_path(st))
+        ray.get(self._hosts[0].put.remote({secret: (redis_store.password(st), 0o600)}))
+        host, key = self._hosts[0], f"{st.session}-gcs-store"
+        try:
+            ray.get(host.start.remote(key, argv, env))
+        except ray.exceptions.RayTaskError as e:
+            raise ClusterStartError(f"cluster.gcs_ft: the GCS store could not start on "
+                                    f"{self.addresses[0]} ({e.cause}); "
+                                    f"{redis_store.problem() or 'see its log there'}") from None
+        redis_store.wait(st, lambda: None if key in ray.get(host.running.remote()) else "?")
+        state.save(st)
 
     def _start(self, index: int) -> int:
         import ray
@@ -189,6 +206,8 @@ class SubstrateCluster(StartedCluster):
             # nodes' cgroups: the hosts' processes end below, but a cgroup outlives them all
             ray.get([h.stop.remote() for h in self._hosts])
             ray.get([h.end_session.remote(str(rlsim_home()), st.session) for h in self._hosts])
+        with contextlib.suppress(OSError):  # a disk fault's filesystem, where a run was cut short
+            disk.unmount_all(st.session)
         with contextlib.suppress(Exception):  # the nodes' own addresses and the routes to them
             self._overlay_left = [f"{x} on {m.address}" for m, left in zip(
                 self._machines, ray.get([h.overlay.remote("leave", st.slot) for h in self._hosts]),
@@ -271,7 +290,37 @@ class SubstrateCluster(StartedCluster):
         found = [f"process {pid}" for pid in procs.find(st.session)]
         if st.session in cgroups.sessions():
             found.append(f"cgroup rlsim/{st.session}")
+        found += [f"mount {point}" for point in disk.mounted(st.session)]
         return found + self._overlay_left
+
+    # ---- storage: mounted here (DisksHere), where every machine sees this kernel's mounts -----
+
+    def _check_mounts(self, path: Path) -> None:
+        """A filesystem mounted over the run's directory must be the one every node writes to:
+        only where the machines share this process's mount table (network namespaces of its
+        machine). Separate machines each have their own: a mount here would cap or slow this
+        machine's view only, while their nodes wrote past it to the shared storage."""
+        here = disk.mount_table()
+        apart = [m.address for m in self._machines if m.mounts != here]
+        if apart:
+            raise RuntimeError(
+                f"{path}: a filesystem mounted over the run's directory on a substrate must be "
+                f"seen by every node, and machine(s) {', '.join(apart)} do not see this "
+                f"machine's mounts (they are other machines, with storage shared between them); "
+                f"disk faults across separate machines are not built: run this scenario without "
+                f"cluster.on, or on a substrate of network namespaces of one machine")
+
+    def throttle_disk(self, path: Path, write_mbps: float | None) -> list[str]:
+        """The device's write cap in the I/O cgroups of each machine's nodes, set there by its
+        host actor (:func:`rlsim.host.nodeops.throttle_writes`)."""
+        import ray
+
+        device, bps = disk.device_of(path), cgroups.bytes_per_s(write_mbps)
+        home, st = str(rlsim_home()), self._st
+        done = ray.get([h.throttle_writes.remote(
+            home, st.session, [i for i in range(self.spec.nodes) if self._at[i] == k],
+            bool(st.cgroups), device, bps) for k, h in enumerate(self._hosts)])
+        return [f"{self._machines[k].address}:{g}" for k, groups in enumerate(done) for g in groups]
 
     # ---- node control ------------------------------------------------------------------------
 
@@ -358,21 +407,39 @@ class SubstrateCluster(StartedCluster):
 
     def throttle_cpu(self, index: int, cores: float | None) -> dict[str, float] | None:
         """The CPU quota of node ``index``'s cgroup on its machine; its throttling counters."""
-        self._check_index(index)
-        if not self._st.cgroups:
-            raise RuntimeError(f"a node's CPU quota needs rlsim's node cgroups, which machine "
-                               f"{self.addresses[index]} does not give")
+        self._check_cgroup(index, "a node's CPU quota")
         return self._node(index, "throttle_cpu", cores)
 
+    def squeeze_memory(self, index: int, mb: int) -> dict:
+        """Node ``index``'s memory cgroup squeezed on its machine, the hog run there inside the
+        node (:func:`rlsim.host.nodeops.squeeze_memory`, by the machine's host actor)."""
+        self._check_cgroup(index, "node memory")
+        return self._node(index, "squeeze_memory", mb)
+
+    def lift_memory(self, index: int) -> None:
+        self._check_cgroup(index, "node memory")
+        self._node(index, "lift_memory")
+
+    def _no_cgroups(self) -> str:
+        bare = [m.address for m in self._machines if not m.cgroups]
+        return f"machine(s) {', '.join(bare)} of the substrate do not give"
+
     def restart_node(self, index: int, timeout: float | None = None) -> NodeInfo:
-        if index == 0:
-            raise NotImplementedError("restarting the head needs GCS fault tolerance, which "
-                                      "the substrate's clusters do not run yet")
+        """Kill node ``index`` and start it again on its machine, from the cluster's state as it
+        is now (a lost GPU stays lost: ``lose_gpu`` writes it there first)."""
+        import ray
+
+        self._check_head_restart(index)
         old = self.nodes()[index].node_id
         self.kill_node(index)
-        self.wait_for_dead(index, old)
+        if index != 0:  # the head's GCS is the one that would declare it: it restarts whole
+            self.wait_for_dead(index, old)
+        st = self._st
+        ray.get(self._host(index).put.remote(
+            {str(state.state_path(st.spec.name)): (st.model_dump_json(), 0o600)}))
         self._start(index)
-        return self.wait_for_nodes(timeout, [index], frozenset({old}) - {None})[index]
+        return self.wait_for_nodes(timeout, None if index == 0 else [index],
+                                   frozenset({old}) - {None})[index]
 
 
 class HostTalk:

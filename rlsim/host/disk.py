@@ -17,9 +17,19 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from rlsim.host import programs
+
 PREFIX = "rlsim-disk-"
 FILLER = ".rlsim-disk-full"  # the file that takes a capped filesystem's free space
 KEEP_OUT = (FILLER, "lost+found")  # what an unmount does not keep
+
+
+def mount_table() -> str:
+    """Which mount table this process sees: its kernel's boot id and its mount namespace. Two
+    processes say the same only where they share one kernel's mounts (network namespaces of one
+    machine do; two machines never, though their first namespaces' numbers may be equal)."""
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return f"{boot}/{os.stat('/proc/self/ns/mnt').st_ino}"
 
 
 def source(session: str) -> str:
@@ -43,12 +53,16 @@ def mount_device(path: Path, mb: int, session: str, images: Path) -> str:
         n += 1
     with open(image, "xb") as f:
         f.truncate(mb << 20)
-    for cmd in (["mkfs.ext4", "-q", "-F", "-m", "0", str(image)],
+    if (mkfs := shutil.which("mkfs.ext4", path=programs.search_path())) is None:
+        image.unlink()
+        raise OSError(f"cannot put a {mb} MiB ext4 device at {path}: mkfs.ext4 is not installed "
+                      f"(Debian: apt-get install e2fsprogs)")
+    for cmd in ([mkfs, "-q", "-F", "-m", "0", str(image)],
                 ["mount", "-t", "ext4", "-o", "loop", str(image), str(path)]):
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
             image.unlink(missing_ok=True)
-            raise OSError(f"cannot put a {mb} MiB ext4 device at {path} ({cmd[0]}): "
+            raise OSError(f"cannot put a {mb} MiB ext4 device at {path} ({Path(cmd[0]).name}): "
                           f"{out.stderr.strip()}")
     (path / "lost+found").rmdir()  # the trainer's folder holds what the trainer writes only
     device = device_of(path)

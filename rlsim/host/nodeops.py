@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 
-from rlsim.host import cgroups, procs
+from rlsim.host import cgroups, procs, squeeze
 
 
 def reaches(session: str, index: int, address: str, port: int, in_cgroup: bool) -> bool:
@@ -25,6 +25,28 @@ def reaches(session: str, index: int, address: str, port: int, in_cgroup: bool) 
     code = (enter + "import socket,sys;s=socket.socket();s.settimeout(1.5);"
             f"sys.exit(s.connect_ex(({address!r}, {port})))")
     return subprocess.run([sys.executable, "-c", code], timeout=10).returncode == 0
+
+
+def in_node(session: str, index: int, cmd: list[str]) -> list[str]:
+    """``cmd`` as a process of node ``index`` here (in its cgroups, with its labels)."""
+    return [sys.executable, "-m", "rlsim.backends.in_node", session, str(index), *cmd]
+
+
+def pids(session: str, index: int, in_cgroup: bool) -> list[int]:
+    """Node ``index``'s processes: its cgroup's, or its labelled ones without cgroups."""
+    if in_cgroup:
+        return cgroups.NodeGroup(session, index).pids()
+    return procs.find(session, index)
+
+
+def throttle_writes(session: str, indexes, in_cgroup: bool, device: str,
+                    bps: int | None) -> list[str]:
+    """Cap writes to ``device`` at ``bps`` (None lifts it) in the I/O cgroups the processes of
+    nodes ``indexes`` write from: the nodes' only, never the cgroup of a process of the session
+    that belongs to no node (a zygote, a link's delayer: they live in the harness's group, whose
+    writes would be capped too); the groups written."""
+    found = [pid for index in indexes for pid in pids(session, index, in_cgroup)]
+    return cgroups.throttle_writes(device, bps, cgroups.io_groups_of(found))
 
 
 def kill(session: str, index: int, in_cgroup: bool) -> list[int]:
@@ -81,3 +103,17 @@ def residue(session: str, index: int) -> list[str]:
         if group.cpu().limit() is not None:
             found.append(f"node {index} has a CPU quota")
     return found
+
+
+def squeeze_memory(session: str, index: int, mb: int) -> dict:
+    """Node ``index``'s memory cgroup squeezed until the kernel's OOM killer takes a victim
+    (:func:`rlsim.host.squeeze.squeeze`), the hog run inside the node; what happened."""
+    argv = in_node(session, index, squeeze.hog(mb))
+    refusal = f"the hog of node {index} is gone"
+    return squeeze.squeeze(cgroups.NodeGroup(session, index).memory(), argv, mb,
+                             lambda pid: send_signal(session, pid, signal.SIGKILL, refusal))
+
+
+def lift_memory(session: str, index: int) -> None:
+    """End node ``index``'s memory cap (safe twice)."""
+    squeeze.lift(cgroups.NodeGroup(session, index).memory())

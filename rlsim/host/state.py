@@ -61,6 +61,8 @@ class ClusterState(BaseModel):
                                 "cluster_report), as its launcher saw them")
     gpus_left: dict[int, int] = Field(default_factory=dict, description="node index -> the GPUs "
                                       "it advertises since one was lost (gpu_lost)")
+    gcs_store: str = Field("", description="HOST:PORT of the GCS's external store (gcs_ft: redis; "
+                           "rlsim.backends.redis_store), '' without one")
 
     @field_validator("session")
     @classmethod

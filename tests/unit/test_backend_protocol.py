@@ -7,7 +7,7 @@ from rlsim.backends import base, cluster_class
 from rlsim.backends.real import RealCluster
 
 CAPABILITIES = [base.KillsNodes, base.RestartsNodes, base.PausesNodes, base.CutsNetwork,
-                base.KillsProcesses, base.RunsInNodes, base.LimitsMemory, base.HoldsGpuMemory,
+                base.KillsProcesses, base.SqueezesMemory, base.HoldsGpuMemory,
                 base.CapsDisk]
 
 

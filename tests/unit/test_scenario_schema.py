@@ -153,30 +153,41 @@ def test_a_folder_is_searched_for_scenarios_less_hidden_folders(tmp_path):
     assert discover(tmp_path) == [tmp_path / "a.yaml", tmp_path / "sub" / "b.yaml"]
 
 
-@pytest.mark.parametrize(("fault", "refused"), [
-    ("degrade_link: {groups: [[\"actor:1\"]], delay_ms: 50}", None),
-    ("disk_full: {size_mb: 64}", "disk_full"),
-    ("gpu_lost: {node: 1, gpu: 0}", "gpu_lost"),
-    ("kill_role: {role: actor, rank: 1}", None),
-    ("partition: {groups: [[\"actor:1\"]]}", None),
-    ("pause_node: {node: 1}\n    for_s: 3", None),
+@pytest.mark.parametrize("fault", [
+    "degrade_link: {groups: [[\"actor:1\"]], delay_ms: 50}",
+    "disk_full: {size_mb: 64}",
+    "gpu_lost: {node: 1, gpu: 0}",
+    "gpu_oom: {node: 1, gb: 80}",
+    "host_oom: {node: 1}",
+    "kill_role: {role: actor, rank: 1}",
+    "partition: {groups: [[\"actor:1\"]]}",
+    "pause_node: {node: 1}\n    for_s: 3",
+    "slow_storage: {write_mbps: 1}",
 ])
-def test_a_substrate_scenario_is_refused_a_fault_not_built_across_machines(tmp_path, fault,
-                                                                         refused):
+def test_a_substrate_scenario_is_checked_against_the_substrate(tmp_path, fault):
     """`cluster: {on: ...}`: the faults are checked against the substrate's cluster, not the
-    backend named (whose nodes would be on this machine only)."""
-    from rlsim.backends.base import Unsupported
+    backend named (whose nodes would be on this machine only); every catalogue fault is built
+    across machines."""
     from rlsim.scenario.runner import check_runnable
 
     sc = load(write(tmp_path, "name: s\ncluster: {nodes: 2, gpus_per_node: 1, on: "
                     "\"10.0.0.1:6379\"}\ntrainer: {config: grpo_tiny}\nfaults:\n"
                     f"  - at: {{step: 2}}\n    {fault}\nexpect: [{{completes: true}}]\n"))
-    if refused is None:
-        assert check_runnable(sc, "local").__name__ == "SubstrateCluster"
-    else:
-        said = rf"(?s)fault '{refused}' needs to .*cluster.on \(a substrate\) cannot"
-        with pytest.raises(Unsupported, match=said):
-            check_runnable(sc, "local")
+    assert check_runnable(sc, "local").__name__ == "SubstrateCluster"
+
+
+def test_a_substrate_scenario_is_refused_what_a_substrate_cannot_run(tmp_path):
+    """A disk per node needs container nodes: refused before anything starts, with the field
+    and the fix for a substrate (not another backend: its nodes are processes)."""
+    from rlsim.backends.base import Unsupported
+    from rlsim.scenario.runner import check_runnable
+
+    sc = load(write(tmp_path, "name: s\ncluster: {nodes: 2, gpus_per_node: 1, checkpoint_storage: "
+                    "node_local, on: \"10.0.0.1:6379\"}\ntrainer: {config: grpo_tiny}\n"
+                    "expect: [{completes: true}]\n"))
+    with pytest.raises(Unsupported, match=r"cluster.checkpoint_storage .*needs container nodes: "
+                                          r"a substrate's .*fix: drop cluster.on"):
+        check_runnable(sc, "local")
 
 
 def test_a_missing_capability_is_said_in_plain_words():
