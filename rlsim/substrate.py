@@ -255,12 +255,13 @@ def _route_to(address: str) -> str:
         return s.getsockname()[0]
 
 
-def hosts(address: str, tag: str = "") -> list[tuple[Machine, object]]:
+def hosts(address: str, tag: str = "", detached: bool = False) -> list[tuple[Machine, object]]:
     """One host actor on every alive machine of the substrate at ``address``, in the order of
     the machines' addresses, with what each says of its machine. With a ``tag`` (a cluster's
     session) the hosts are that cluster's: owned by this process, they end with it, and what
-    they started with them (a cluster whose owner died leaves nothing on any machine). Without,
-    they are the substrate's, detached, found by name where they run already."""
+    they started with them (a cluster whose owner died leaves nothing on any machine), unless
+    ``detached`` (``rlsim cluster --detach``: they live on until ``rlsim down`` ends them).
+    Without a tag, they are the substrate's, detached, found by name where they run already."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -273,7 +274,30 @@ def hosts(address: str, tag: str = "") -> list[tuple[Machine, object]]:
         on = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
         name = f"{HOST_PREFIX}{tag + '-' if tag else ''}{node['NodeID']}"
         handles.append(actor.options(name=name, scheduling_strategy=on, get_if_exists=True,
-                                     **({} if tag else {"lifetime": "detached"})).remote())
+                                     **({"lifetime": "detached"} if detached or not tag else {})
+                                     ).remote())
+    return _described(handles)
+
+
+def cluster_hosts(address: str, tag: str) -> list[tuple[Machine, object]]:
+    """The host actors of the cluster ``tag`` (its session) already on the substrate at
+    ``address`` (a detached cluster's, for another process), as :func:`hosts` gives them."""
+    import ray
+
+    connect(address)
+    prefix = f"{HOST_PREFIX}{tag}-"
+    handles = []
+    for name in ray.util.list_named_actors():
+        if name.startswith(prefix):
+            with contextlib.suppress(ValueError):  # it died since the listing
+                handles.append(ray.get_actor(name))
+    return _described(handles)
+
+
+def _described(handles: list) -> list[tuple[Machine, object]]:
+    """Each host with what it says of its machine, in the order of the machines' addresses."""
+    import ray
+
     infos = ray.get([h.machine.remote() for h in handles])
     found = [(Machine(**info), h) for info, h in zip(infos, handles, strict=True)]
     return sorted(found, key=lambda mh: tuple(int(p) for p in mh[0].address.split(".")))

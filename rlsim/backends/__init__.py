@@ -74,8 +74,12 @@ def every_class() -> dict[str, type]:
 
 def attach(st):
     """A handle on the running cluster ``st`` (a ``ClusterState``) with its backend's class.
-    Raises LookupError for a cluster on a substrate: its owner alone holds its machines."""
-    if st.backend not in BACKENDS:
+    Raises LookupError for a cluster on a substrate that its owner holds (not detached)."""
+    if st.backend in BACKENDS:
+        return cluster_class(st.backend).attach(st)
+    if not (st.on and st.detached):
         raise LookupError(f"cluster {st.spec.name!r} runs on a substrate ({st.backend}), "
                           f"held by its owner, process {st.owner_pid}: stop it there")
-    return cluster_class(st.backend).attach(st)
+    from rlsim.backends.substrate import SubstrateCluster
+
+    return SubstrateCluster.attach(st)

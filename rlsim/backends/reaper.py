@@ -43,6 +43,10 @@ def reap(st: ClusterState) -> None:
         run_dir()  # refuses a home whose run/ is not rlsim's own before anything is touched
         if st.backend in BACKENDS:
             cluster_class(st.backend).reap_state(st)
+        elif st.on and st.detached:  # its host actors outlived the command that started it
+            from rlsim.backends.substrate import SubstrateCluster
+
+            SubstrateCluster.reap_state(st)
         else:
             # a cluster on a substrate (rlsim.backends.substrate): its nodes ended on their
             # machines with its owner's host actors; what is here is a local cluster's

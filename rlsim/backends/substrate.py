@@ -8,7 +8,8 @@ the machines need no shared file system; the node's ports are the cluster's slot
 machine.
 
 The hosts belong to the process that started the cluster: when it ends, they end, and the nodes
-with them, on every machine. A teardown also removes the nodes' cgroups, addresses and routes.
+with them, on every machine (``--detach``: they are detached, found by name by ``rlsim status``
+and ended by ``rlsim down``). A teardown also removes the nodes' cgroups, addresses and routes.
 
 Each node lives in a cgroup of its own on its machine (where the machine has cgroups): a network
 fault's rules match a node's traffic by it on the node's machine (:class:`MachineFirewall`).
@@ -19,7 +20,7 @@ degraded links across machines, a node frozen, CPU-capped or squeezed out of mem
 machine, a GPU lost (the node restarted there with one fewer), GPU memory held (the run's
 ledger), a rank's process signalled there, the doctor's probes, teardown (the rules healed on
 every machine). Disk faults only where the machines share this kernel's mounts
-(:meth:`SubstrateCluster._check_mounts`). Not yet: ``--detach``.
+(:meth:`SubstrateCluster._check_mounts`).
 """
 
 from __future__ import annotations
@@ -58,10 +59,10 @@ class SubstrateCluster(DisksHere, StartedCluster):
     name = "substrate"
     pid_label = "launcher pid"
 
-    def __init__(self, spec: ClusterSpec | None = None, *, on: str) -> None:
+    def __init__(self, spec: ClusterSpec | None = None, *, on: str, detached: bool = False) -> None:
         self.spec = spec or ClusterSpec()
         self.on = on
-        self.detached = False
+        self.detached = detached
         self.state: ClusterState | None = None
         self._stopped: ClusterState | None = None
         self.timings: dict[str, float] = {}
@@ -92,22 +93,53 @@ class SubstrateCluster(DisksHere, StartedCluster):
             raise ClusterStartError(f"--on {self.on}: cannot reach the substrate's GCS "
                                     f"({type(e).__name__}: {e})") from None
 
-    def _prepare(self, st: ClusterState) -> None:
+    @classmethod
+    def attach(cls, st: ClusterState) -> SubstrateCluster:
+        """A handle on a cluster started on a substrate with ``--detach`` by another process: its
+        host actors found by name there. LookupError where none is left."""
         from rlsim import substrate
 
-        found = substrate.hosts(self.on, tag=st.session)
+        cluster = cls(st.spec, on=st.on, detached=st.detached)
+        try:
+            cluster._check_can_start()
+        except ClusterStartError as e:
+            raise LookupError(f"cluster {st.spec.name!r}: {e}") from None
+        found = substrate.cluster_hosts(st.on, st.session)
+        if not found:
+            raise LookupError(f"cluster {st.spec.name!r}: no host actor of it is left on the "
+                              f"substrate at {st.on} (it was stopped, or the substrate "
+                              f"restarted)")
+        cluster.state = st
+        cluster._place(found, st.slot)
+        return cluster
+
+    @classmethod
+    def reap_state(cls, st: ClusterState) -> None:
+        """``rlsim down`` of a detached cluster: every trace on every machine, through its host
+        actors (:meth:`_reap`); where none is left to ask, what is on this machine."""
+        from rlsim.backends.reaper import reap_local
+
+        try:
+            cluster = cls.attach(st)
+        except LookupError:
+            return reap_local(st)
+        cluster._reap(st)
+        reap_local(st)  # the run directory here, and the state file if still there
+
+    def _prepare(self, st: ClusterState) -> None:
+        import ray
+
+        from rlsim import substrate
+
+        st.on = self.on
+        found = substrate.hosts(self.on, tag=st.session, detached=self.detached)
         used = min(len(found), self.spec.nodes)
-        self._machines = [m for m, _ in found][:used]
-        self._hosts = [h for _, h in found][:used]
+        for _, spare in found[used:]:  # a machine beyond the cluster's nodes: nothing to host
+            ray.kill(spare)
+        self._place(found[:used], st.slot)
         if not all(m.root for m in self._machines):
             raise ClusterStartError(f"--on {self.on}: rlsim's nodes run as root on the "
                                     f"substrate's machines (firewall rules, cgroups)")
-        # node i on machine i % machines: the first on each at the machine's address, the
-        # others at addresses of their own there (rlsim.host.overlay), which only the
-        # substrate's machines route to: the driver must run on one of them
-        self._at = [i % used for i in range(self.spec.nodes)]
-        self._addresses = [self._machines[i].address if i < used else
-                           overlay.address(st.slot, i) for i in range(self.spec.nodes)]
         if used < self.spec.nodes:
             mine = substrate._route_to(self.on)
             if mine not in {m.address for m in self._machines}:
@@ -120,6 +152,18 @@ class SubstrateCluster(DisksHere, StartedCluster):
         # its traffic by, on its machine, whatever address the kernel sends it from
         st.cgroups = all(m.cgroups for m in self._machines)
         state.save(st)
+
+    def _place(self, found: list, slot: int) -> None:
+        """Node i on machine i % machines of ``found`` (machines and their hosts, in the order
+        of their addresses): the first on each at the machine's address, the others at addresses
+        of their own there (rlsim.host.overlay), which only the substrate's machines route to
+        (the driver must run on one of them)."""
+        used = len(found)
+        self._machines = [m for m, _ in found]
+        self._hosts = [h for _, h in found]
+        self._at = [i % used for i in range(self.spec.nodes)]
+        self._addresses = [self._machines[i].address if i < used else
+                           overlay.address(slot, i) for i in range(self.spec.nodes)]
 
     @property
     def addresses(self) -> list[str]:

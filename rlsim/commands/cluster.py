@@ -75,7 +75,7 @@ def start_cluster(spec: ClusterSpec, detached: bool, backend: str = DEFAULT,
             if on is not None:
                 from rlsim.backends.substrate import SubstrateCluster
 
-                return SubstrateCluster(spec, on=on).start()
+                return SubstrateCluster(spec, on=on, detached=detached).start()
             return cluster_class(backend)(spec, detached=detached).start()
     except HomeError as e:
         raise fail(f"rlsim cluster: {e}", 2) from None
@@ -188,18 +188,18 @@ def cluster(
     on: str | None = typer.Option(
         None, "--on", metavar="RAY_ADDRESS",
         help="Spread the nodes over the machines of a plain Ray cluster of CPU machines (its "
-        "GCS at HOST:PORT), node i on machine i at its address; the cluster ends with this "
-        "command."),
+        "GCS at HOST:PORT), node i on machine i % machines; the cluster ends with this "
+        "command, or with `rlsim down` where --detach."),
 ) -> None:
     """Start a real Ray cluster whose nodes are local processes on their own 127.x addresses
     (or Docker containers on a network of their own: --backend docker).
     Exit 0: stopped by Ctrl-C, or detached; 1: the cluster did not start; 2: a bad option."""
     if problem := unknown(backend, starts=True):
         raise fail(f"rlsim cluster: {problem} (rlsim cluster starts the nodes itself)", 2)
-    if on is not None and (detach or backend != DEFAULT):
-        raise fail(f"rlsim cluster: --on {on} with --{'detach' if detach else 'backend'}: a "
-                   "cluster on a substrate runs its nodes through host actors this command "
-                   "owns, and ends with it; fix: drop --detach and --backend", 2)
+    if on is not None and backend != DEFAULT:
+        raise fail(f"rlsim cluster: --on {on} with --backend {backend}: a cluster on a "
+                   "substrate runs its nodes as processes on the substrate's machines; fix: "
+                   "drop --backend", 2)
     given = {"gpus_per_node": fake_gpus, "gpu_memory_gb": gpu_memory_gb,
              "cpus_per_node": cpus_per_node, "memory_gb": memory_gb, "accelerator": accelerator,
              "like": like, "cuda_devices": cuda_devices}

@@ -61,6 +61,8 @@ class ClusterState(BaseModel):
                                 "cluster_report), as its launcher saw them")
     gpus_left: dict[int, int] = Field(default_factory=dict, description="node index -> the GPUs "
                                       "it advertises since one was lost (gpu_lost)")
+    on: str = Field("", description="HOST:PORT of the substrate's GCS the cluster is spread over "
+                    "(rlsim.backends.substrate), '' on one machine")
     gcs_store: str = Field("", description="HOST:PORT of the GCS's external store (gcs_ft: redis; "
                            "rlsim.backends.redis_store), '' without one")
 
@@ -246,9 +248,12 @@ def pid_alive(pid: int) -> bool:
 def is_abandoned(state: ClusterState, live_sessions: set[str]) -> bool:
     """True when no one will ever tear this cluster down: its owner process is gone and it was
     not detached (a crashed test or CLI: its processes, if any, are leaks), or it was detached and
-    none of its processes runs any more."""
+    none of its processes runs any more (on this machine: a detached cluster on a substrate is
+    never abandoned)."""
     if pid_alive(state.owner_pid):
         return False
+    if state.detached and state.on:  # its processes run on the substrate's machines, which
+        return False                 # this one need not be: only `rlsim down` ends it
     return not state.detached or state.session not in live_sessions
 
 

@@ -273,6 +273,49 @@ def test_rlsim_cluster_on_a_substrate_comes_up_and_goes_down_with_the_command():
             cli.kill()
 
 
+HOSTS_LEFT = """
+import json, sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+print(json.dumps([a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                  if sys.argv[2] in a["name"]]))
+"""
+
+
+@pytest.mark.slow
+def test_a_detached_cluster_on_a_substrate_lives_on_until_rlsim_down():
+    """`rlsim cluster --on ... --detach` with 3 nodes on 2 machines, as a user types it: the
+    command returns and the cluster runs on (its host actors are detached); `rlsim status NAME`
+    from another process finds every node alive at its address, node 2 at an address of its own;
+    `rlsim down NAME` ends it on both machines: no process, cgroup, address or route of it is
+    left, nor a host actor."""
+    with substrate(2) as (m, addresses):
+        rlsim = str(Path(sys.executable).parent / "rlsim")
+        name = f"det-{m.tag}"
+        env = {**CONSENT, "PATH": "/usr/bin:/bin", "HOME": "/root", "COLUMNS": "200"}
+        up = m.run(0, [rlsim, "cluster", "--on", f"{addresses[0]}:{PORT}", "--nodes", "3",
+                       "--fake-gpus", "2", "--name", name, "--detach"],
+                   capture_output=True, text=True, timeout=300, env=env)
+        assert up.returncode == 0 and "detached" in up.stdout, up.stdout[-3000:] + up.stderr
+        shown = m.run(0, [rlsim, "status", name, "--json"], capture_output=True, text=True,
+                      timeout=120, env=env)
+        assert shown.returncode == 0, shown.stdout[-3000:] + shown.stderr[-3000:]
+        [seen] = json.loads(shown.stdout)
+        nodes = [(n["address"], n["alive"], n["gpus"]) for n in seen["nodes"]]
+        assert nodes[:2] == [(addresses[0], True, 2), (addresses[1], True, 2)], seen
+        assert nodes[2][1:] == (True, 2), seen
+        session = seen["session"]
+        assert procs.find(session), "the cluster ended with the command that started it"
+        down = m.run(0, [rlsim, "down", name], capture_output=True, text=True, timeout=180,
+                     env=env)
+        assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
+        assert procs.find(session) == []
+        top = Path("/sys/fs/cgroup")  # rlsim/<home id>.<session>, v2 and the v1 twins
+        assert [str(d) for depth in ("", "*/", "*/*/") for d in
+                top.glob(f"*/{depth}rlsim/*.{session}")] == []
+        assert _overlay_left(m, 2) == []
+        assert _python(m, 0, HOSTS_LEFT, f"{addresses[0]}:{PORT}", session) == "[]"
+
+
 CUT = """
 import json, sys, time
 import ray

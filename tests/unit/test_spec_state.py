@@ -81,3 +81,21 @@ def test_a_substrate_clusters_state_is_listed_and_reaped_without_a_backend_to_at
     state.save(st)
     assert reap_abandoned() == ["spread"]
     assert state.load("spread") is None
+
+
+def test_a_detached_cluster_on_a_substrate_is_never_abandoned_by_this_machine(home, monkeypatch):
+    """Its processes run on the substrate's machines, which this one need not be: with its owner
+    gone and none of its processes here, it is still not the reaper's (only `rlsim down` ends
+    it); the same cluster not detached is."""
+    from rlsim.host import slots
+
+    monkeypatch.setattr(slots.listeners, "listening", lambda: [])
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True)
+    st = state.reserve(ClusterSpec(name="spread"), "substrate", detached=True)
+    st.owner_pid, st.on = int(dead.stdout), "10.0.0.1:6379"
+    state.save(st)
+    assert state.abandoned() == []
+    st.detached = False
+    state.save(st)
+    assert [s.spec.name for s in state.abandoned()] == ["spread"]
