@@ -305,6 +305,8 @@ def test_a_detached_cluster_on_a_substrate_lives_on_until_rlsim_down():
         assert nodes[2][1:] == (True, 2), seen
         session = seen["session"]
         assert procs.find(session), "the cluster ended with the command that started it"
+        hosts = json.loads(_python(m, 0, HOSTS_LEFT, f"{addresses[0]}:{PORT}", session))
+        assert len(hosts) == 2, hosts  # one per machine, detached (the check below sees them)
         down = m.run(0, [rlsim, "down", name], capture_output=True, text=True, timeout=180,
                      env=env)
         assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
