@@ -20,11 +20,15 @@ from rich.table import Table
 from rlsim.backends.docker import DockerCluster, engine_problem
 from rlsim.backends.local import LocalCluster
 from rlsim.backends.ray_internals import export_auth_env
+from rlsim.host import cgroups
 from rlsim.host.spec import ClusterSpec
 
 
 def node_pids(cluster, index: int) -> list[int]:
-    return cluster.memory(index).pids()
+    """Every process of node ``index``: its cgroup's (a container's, for docker)."""
+    if isinstance(cluster, DockerCluster):
+        return cgroups.memory_group_of(cluster.nodes()[index].pids[0]).pids()
+    return cluster._pids(index)
 
 
 def measure(kind: str, nodes: int, gpus: int) -> dict[str, float]:

@@ -51,7 +51,7 @@ class Machine:
     iptables: bool
     cgroups: bool         # rlsim's node cgroups can be made there
     interface: str        # the network interface that carries ``address`` ("" if unknown)
-    mounts: str           # which mount table it sees (rlsim.host.disk.mount_table)
+    mounts: str = ""      # which mount table it sees (rlsim.host.disk.mount_table)
 
 
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: a forked child only calls it
@@ -244,6 +244,17 @@ def connect(address: str, own_address: bool = False) -> None:
                  logging_level="ERROR", **mine)
 
 
+def leave_other(address: str) -> None:
+    """End this process's connection to a Ray cluster other than ``address``: a command that
+    visits several substrates in turn (`rlsim status`, `rlsim down --all`) would otherwise look
+    for the next one's host actors on the first."""
+    import ray
+
+    if ray.is_initialized() and getattr(ray.get_runtime_context(), "gcs_address",
+                                        None) != address:
+        ray.shutdown()
+
+
 def _route_to(address: str) -> str:
     """This machine's address on the way to ``address`` (a UDP socket's choice: nothing sent).
     Ray 2.48 took the hostname's instead, loopback on namespace machines, and the host actors
@@ -282,16 +293,24 @@ def hosts(address: str, tag: str = "", detached: bool = False) -> list[tuple[Mac
 def cluster_hosts(address: str, tag: str) -> list[tuple[Machine, object]]:
     """The host actors of the cluster ``tag`` (its session) already on the substrate at
     ``address`` (a detached cluster's, for another process), as :func:`hosts` gives them."""
+    connect(address)
+    return _described(_named(tag))
+
+
+def _named(tag: str) -> list:
+    """The host actors named for ``tag`` (a cluster's session; "" for the substrate's own), those
+    that died since the listing left out."""
     import ray
 
-    connect(address)
-    prefix = f"{HOST_PREFIX}{tag}-"
-    handles = []
+    prefix = f"{HOST_PREFIX}{tag + '-' if tag else ''}"
+    found = []
     for name in ray.util.list_named_actors():
-        if name.startswith(prefix):
-            with contextlib.suppress(ValueError):  # it died since the listing
-                handles.append(ray.get_actor(name))
-    return _described(handles)
+        rest = name.removeprefix(prefix)
+        if rest == name or (not tag and "-" in rest):  # not ours; a cluster's, not the substrate's
+            continue
+        with contextlib.suppress(ValueError):  # it died since the listing: and what it ran
+            found.append(ray.get_actor(name))
+    return found
 
 
 def _described(handles: list) -> list[tuple[Machine, object]]:
@@ -309,16 +328,8 @@ def release(address: str, tag: str = "") -> dict[str, dict[str, int]]:
     import ray
 
     connect(address)
-    prefix = f"{HOST_PREFIX}{tag + '-' if tag else ''}"
     ended = {}
-    for name in ray.util.list_named_actors():
-        rest = name.removeprefix(prefix)
-        if rest == name or (not tag and "-" in rest):  # not ours; a cluster's, not the substrate's
-            continue
-        try:
-            handle = ray.get_actor(name)
-        except ValueError:  # it died since the listing: what it ran died with it
-            continue
+    for handle in _named(tag):
         try:
             where = ray.get(handle.machine.remote())["address"]
             ended[where] = ray.get(handle.stop.remote())

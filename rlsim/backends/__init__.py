@@ -80,6 +80,15 @@ def attach(st):
     if not (st.on and st.detached):
         raise LookupError(f"cluster {st.spec.name!r} runs on a substrate ({st.backend}), "
                           f"held by its owner, process {st.owner_pid}: stop it there")
-    from rlsim.backends.substrate import SubstrateCluster
+    return spread_class().attach(st)
 
-    return SubstrateCluster.attach(st)
+
+# A cluster spread over a substrate (``cluster.on``, ``rlsim cluster --on``): not a backend one
+# names, but a class ``attach`` and the reaper find by its name, as they find a backend's.
+SPREAD = "rlsim.backends.substrate:SubstrateCluster"
+
+
+def spread_class() -> type:
+    """The class of a cluster spread over a substrate (imported on demand)."""
+    module, name = SPREAD.split(":")
+    return getattr(importlib.import_module(module), name)

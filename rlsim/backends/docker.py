@@ -321,16 +321,8 @@ class DockerCluster(StartedCluster):
             self._container(index).kill()
         return [state_["Pid"]] if state_["Pid"] else []
 
-    def restart_node(self, index: int, timeout: float | None = None) -> NodeInfo:
-        if index == 0:
-            raise NotImplementedError(
-                "restarting the head needs GCS fault tolerance (external Redis), which rlsim "
-                "clusters do not run: kill_head ends the cluster; start a new one")
-        old = self.nodes()[index].node_id
-        self.kill_node(index)
-        self.wait_for_dead(index, old)
+    def _relaunch(self, index: int) -> None:
         self._container(index).start()  # same address, same command: the node joins again
-        return self.wait_for_nodes(timeout, [index], frozenset({old}) - {None})[index]
 
     def fault_residue(self) -> list[str]:
         """What faults left that the next run would inherit: paused node containers (rules live

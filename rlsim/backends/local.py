@@ -230,8 +230,9 @@ class LocalCluster(DisksHere, StartedCluster):
         return nodeops.squeeze_memory(self._st.session, index, mb)
 
     def lift_memory(self, index: int) -> None:
-        self._check_cgroup(index, "node memory")
-        nodeops.lift_memory(self._st.session, index)
+        self._check_index(index)
+        if self._st.cgroups:  # else no cap was ever set
+            nodeops.lift_memory(self._st.session, index)
 
     def throttle_cpu(self, index: int, cores: float | None) -> dict[str, float] | None:
         """The CPU quota of node ``index``'s cgroup (see :mod:`rlsim.host.cgroups`); its
@@ -248,18 +249,8 @@ class LocalCluster(DisksHere, StartedCluster):
         return nodeops.send_signal(self._st.session, pid, signum, f"pid {pid} ({ip}) is not a "
                               f"process of cluster {self._st.spec.name!r}")
 
-    def restart_node(self, index: int, timeout: float | None = None) -> NodeInfo:
-        """Kill node ``index`` and start it again at its address. The head only with
-        ``gcs_ft: redis``: its new GCS reloads the cluster's tables from the store, and the
-        other nodes' raylets reconnect to it (they wait ``gcs_rpc_server_reconnect_timeout_s``)."""
-        self._check_head_restart(index)
-        old = self.nodes()[index].node_id
-        self.kill_node(index)
-        if index != 0:  # the head's GCS is the one that would declare it: it restarts whole
-            self.wait_for_dead(index, old)
+    def _relaunch(self, index: int) -> None:
         self._launch([index])
-        return self.wait_for_nodes(timeout, None if index == 0 else [index],
-                                   frozenset({old}) - {None})[index]
 
     def pause_node(self, index: int) -> list[int]:
         """Freeze node ``index``: cgroup freeze (atomic, covers processes forked meanwhile), or

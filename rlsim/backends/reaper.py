@@ -37,16 +37,14 @@ def reap(st: ClusterState) -> None:
     no other cluster holds the slot; processes, cgroups and the run directory are the session's
     own. Network rules go first so that nothing stays cut off if a later step fails.
     """
-    from rlsim.backends import BACKENDS, cluster_class
+    from rlsim.backends import BACKENDS, cluster_class, spread_class
 
     with locked():
         run_dir()  # refuses a home whose run/ is not rlsim's own before anything is touched
         if st.backend in BACKENDS:
             cluster_class(st.backend).reap_state(st)
         elif st.on and st.detached:  # its host actors outlived the command that started it
-            from rlsim.backends.substrate import SubstrateCluster
-
-            SubstrateCluster.reap_state(st)
+            spread_class().reap_state(st)
         else:
             # a cluster on a substrate (rlsim.backends.substrate): its nodes ended on their
             # machines with its owner's host actors; what is here is a local cluster's

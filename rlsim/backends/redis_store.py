@@ -41,7 +41,7 @@ def password_path(st: ClusterState):
 def start(st: ClusterState) -> int:
     """Start the cluster's Redis here, at the slot's store address, and wait until it answers;
     its pid."""
-    argv, env = command(st, st.layout.gcs_store_address)
+    argv, env = prepare(st, st.layout.gcs_store_address)
     proc = subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -53,7 +53,7 @@ def start(st: ClusterState) -> int:
     return proc.pid
 
 
-def command(st: ClusterState, address: str) -> tuple[list[str], dict[str, str]]:
+def prepare(st: ClusterState, address: str) -> tuple[list[str], dict[str, str]]:
     """The cluster's Redis at ``address`` (HOST:PORT, recorded as ``st.gcs_store``): its command
     line and the environment it adds (the session label); a fresh password written first."""
     st.gcs_store = address

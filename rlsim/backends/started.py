@@ -1,8 +1,8 @@
-"""What the local and docker backends share: one Ray cluster of ``spec.nodes`` nodes that rlsim
-started and tears down. Start-up and teardown, context management, the bounded wait for nodes,
-named ports and the network verbs live here once; a backend supplies ``_prepare``,
-``_launch_nodes`` and ``_reap`` (what start and stop do differently), ``nodes``, ``logs`` and a
-``firewall`` with ``apply``/``heal``."""
+"""What the local, docker and substrate backends share: one Ray cluster of ``spec.nodes`` nodes
+that rlsim started and tears down. Start-up and teardown, context management, the bounded wait for
+nodes, named ports and the network verbs live here once; a backend supplies ``_prepare``,
+``_launch_nodes``, ``_relaunch`` and ``_reap`` (what start, restart and stop do differently),
+``nodes``, ``logs`` and a ``firewall`` with ``apply``/``heal``."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ PROBE_TIMEOUT_S = 60  # one doctor phase on one node: its answer, or the node is
 
 
 class StartedCluster:
-    """Base of :class:`LocalCluster` and :class:`DockerCluster` (not a backend by itself)."""
+    """Base of :class:`LocalCluster`, :class:`DockerCluster` and :class:`SubstrateCluster` (not a
+    backend by itself)."""
 
     name = "cluster"
     pid_label = "raylet pid"  # what ``state.pids`` holds per node (``rlsim status``'s column)
@@ -148,6 +149,23 @@ class StartedCluster:
         if not 0 <= index < self._st.spec.nodes:
             last = self._st.spec.nodes - 1
             raise IndexError(f"node {index} does not exist: the cluster has nodes 0..{last}")
+
+    def restart_node(self, index: int, timeout: float | None = None) -> NodeInfo:
+        """Kill node ``index`` and start it again at its address. The head only with
+        ``gcs_ft: redis``: its new GCS reloads the cluster's tables from the store, and the
+        other nodes' raylets reconnect to it (they wait ``gcs_rpc_server_reconnect_timeout_s``)."""
+        self._check_head_restart(index)
+        old = self.nodes()[index].node_id
+        self.kill_node(index)
+        if index != 0:  # the head's GCS is the one that would declare it: it restarts whole
+            self.wait_for_dead(index, old)
+        self._relaunch(index)
+        return self.wait_for_nodes(timeout, None if index == 0 else [index],
+                                   frozenset({old}) - {None})[index]
+
+    def _relaunch(self, index: int) -> None:
+        """Start node ``index`` again at its address, after :meth:`restart_node` killed it."""
+        raise NotImplementedError
 
     def _check_head_restart(self, index: int) -> None:
         """Node ``index`` exists, and is not the head of a cluster whose tables die with it."""

@@ -45,7 +45,7 @@ from rlsim.backends.node_start import ADDRESSES_VAR
 from rlsim.backends.ray_internals import gcs
 from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.started import PROBE_TIMEOUT_S, StartedCluster
-from rlsim.host import cgroups, disk, iptables, overlay, procs, state
+from rlsim.host import cgroups, disk, iptables, nodeops, overlay, procs, state
 from rlsim.host.home import auth_token_path, rlsim_home
 from rlsim.host.iptables import Drop
 from rlsim.host.spec import ClusterSpec
@@ -96,35 +96,53 @@ class SubstrateCluster(DisksHere, StartedCluster):
     @classmethod
     def attach(cls, st: ClusterState) -> SubstrateCluster:
         """A handle on a cluster started on a substrate with ``--detach`` by another process: its
-        host actors found by name there. LookupError where none is left."""
+        host actors found by name there, each node on the machine it was started on.
+        LookupError (in words) where the substrate does not answer or a machine's host is gone."""
         from rlsim import substrate
 
-        cluster = cls(st.spec, on=st.on, detached=st.detached)
+        cluster = cls._visit(st)
         try:
             cluster._check_can_start()
         except ClusterStartError as e:
             raise LookupError(f"cluster {st.spec.name!r}: {e}") from None
-        found = substrate.cluster_hosts(st.on, st.session)
-        if not found:
-            raise LookupError(f"cluster {st.spec.name!r}: no host actor of it is left on the "
-                              f"substrate at {st.on} (it was stopped, or the substrate "
-                              f"restarted)")
+        found = {m.address: (m, h) for m, h in substrate.cluster_hosts(st.on, st.session)}
+        missing = [a for a in st.machines if a not in found]
+        if missing or not found:
+            raise LookupError(f"cluster {st.spec.name!r}: the host actor of machine(s) "
+                              f"{', '.join(missing) or 'all'} is gone from the substrate at "
+                              f"{st.on}; fix: `rlsim down {st.spec.name}` ends what is left")
         cluster.state = st
-        cluster._place(found, st.slot)
+        cluster._place([found[a] for a in st.machines], st.slot)
         return cluster
 
     @classmethod
     def reap_state(cls, st: ClusterState) -> None:
-        """``rlsim down`` of a detached cluster: every trace on every machine, through its host
-        actors (:meth:`_reap`); where none is left to ask, what is on this machine."""
+        """``rlsim down`` of a detached cluster: every trace on every machine whose host is
+        still there (:meth:`_reap`), then what is on this machine. RuntimeError, the state kept,
+        where the substrate does not answer: its nodes may run on."""
+        from rlsim import substrate
         from rlsim.backends.reaper import reap_local
 
+        cluster = cls._visit(st)
         try:
-            cluster = cls.attach(st)
-        except LookupError:
-            return reap_local(st)
+            cluster._check_can_start()
+        except ClusterStartError as e:
+            raise RuntimeError(f"cluster {st.spec.name!r}: {e}; its state is kept: run `rlsim "
+                               f"down {st.spec.name}` again once the substrate answers") from None
+        found = substrate.cluster_hosts(st.on, st.session)
+        cluster.state = st
+        cluster._machines, cluster._hosts = [m for m, _ in found], [h for _, h in found]
         cluster._reap(st)
-        reap_local(st)  # the run directory here, and the state file if still there
+        reap_local(st)  # this machine's share, and the run directory here
+
+    @classmethod
+    def _visit(cls, st: ClusterState) -> SubstrateCluster:
+        """A handle on ``st`` from another process than its owner's, connected to no other
+        substrate."""
+        from rlsim import substrate
+
+        substrate.leave_other(st.on)
+        return cls(st.spec, on=st.on, detached=st.detached)
 
     def _prepare(self, st: ClusterState) -> None:
         import ray
@@ -132,11 +150,13 @@ class SubstrateCluster(DisksHere, StartedCluster):
         from rlsim import substrate
 
         st.on = self.on
+        state.save(st)  # before a detached host exists: `rlsim down` finds them through it
         found = substrate.hosts(self.on, tag=st.session, detached=self.detached)
         used = min(len(found), self.spec.nodes)
         for _, spare in found[used:]:  # a machine beyond the cluster's nodes: nothing to host
             ray.kill(spare)
         self._place(found[:used], st.slot)
+        st.machines = [m.address for m in self._machines]
         if not all(m.root for m in self._machines):
             raise ClusterStartError(f"--on {self.on}: rlsim's nodes run as root on the "
                                     f"substrate's machines (firewall rules, cgroups)")
@@ -186,10 +206,9 @@ class SubstrateCluster(DisksHere, StartedCluster):
 
         st = self._st
         token = auth_token_path()
-        files = {str(token): (token.read_text(), 0o600)}
         if self.spec.gcs_ft == "redis":
             self._start_gcs_store()
-        files[str(state.state_path(st.spec.name))] = (st.model_dump_json(), 0o600)
+        files = {str(token): (token.read_text(), 0o600), **self._state_file()}
         ray.get([h.put.remote(files) for h in self._hosts])
         if own := [i for i in range(self.spec.nodes) if self._own(i)]:
             ray.get([h.overlay.remote("join", st.slot,
@@ -200,6 +219,11 @@ class SubstrateCluster(DisksHere, StartedCluster):
         for index in range(self.spec.nodes):
             self._start(index)
 
+    def _state_file(self) -> dict[str, tuple[str, int]]:
+        """The cluster's state as it is now, as a host puts it on its machine."""
+        st = self._st
+        return {str(state.state_path(st.spec.name)): (st.model_dump_json(), 0o600)}
+
     def _start_gcs_store(self) -> None:
         """The cluster's Redis (:mod:`rlsim.backends.redis_store`) on the head's machine, at its
         address, started by its host and waited for from here; its password's file put there
@@ -207,15 +231,15 @@ class SubstrateCluster(DisksHere, StartedCluster):
         import ray
 
         st = self._st
-        argv, env = redis_store.command(st, f"{self.addresses[0]}:{st.layout.gcs_store_port}")
+        argv, env = redis_store.prepare(st, f"{self.addresses[0]}:{st.layout.gcs_store_port}")
         secret = str(redis_store.password_path(st))
         ray.get(self._hosts[0].put.remote({secret: (redis_store.password(st), 0o600)}))
         host, key = self._hosts[0], f"{st.session}-gcs-store"
         try:
-            ray.get(host.start.remote(key, argv, env))
-        except ray.exceptions.RayTaskError as e:
+            _answer(host.start.remote(key, argv, env))
+        except OSError as e:  # redis-server missing there, most likely
             raise ClusterStartError(f"cluster.gcs_ft: the GCS store could not start on "
-                                    f"{self.addresses[0]} ({e.cause}); "
+                                    f"{self.addresses[0]} ({e}); "
                                     f"{redis_store.problem() or 'see its log there'}") from None
         redis_store.wait(st, lambda: None if key in ray.get(host.running.remote()) else "?")
         state.save(st)
@@ -319,10 +343,9 @@ class SubstrateCluster(DisksHere, StartedCluster):
         """Node ``index``'s probe, run as a process of that node on its machine and asked
         through the machine's host (the same JSON lines as on one machine)."""
         st = self._st
-        python = st.spec.python.get(index, sys.executable)
         return HostTalk(self._host(index), f"{st.session}-probe-{index}",
-                        [python, "-m", "rlsim.backends.in_node", st.session, str(index), python,
-                         "-m", PROBE_MODULE], {"RLSIM_HOME": str(rlsim_home())})
+                        nodeops.in_node(st.session, index, [sys.executable, "-m", PROBE_MODULE]),
+                        {"RLSIM_HOME": str(rlsim_home())})
 
     def leaks(self) -> list[str]:
         """What the stopped cluster left: processes and cgroups of its session, as this machine
@@ -419,26 +442,19 @@ class SubstrateCluster(DisksHere, StartedCluster):
     def signal_process(self, ip: str, pid: int, signum: int) -> int:
         """Signal one process of the cluster, by the pid the machine of the node at ``ip``
         sees, never another cluster's or the machine's (its host checks the session label)."""
-        import ray
-
         if ip not in self.addresses:
             raise ProcessLookupError(f"{ip} is no node of cluster {self._st.spec.name!r}")
         index = self.addresses.index(ip)
         refusal = f"pid {pid} ({ip}) is not a process of cluster {self._st.spec.name!r}"
-        try:
-            return ray.get(self._host(index).signal.remote(self._st.session, pid, int(signum),
-                                                           refusal))
-        except ray.exceptions.RayTaskError as e:  # its words: ProcessLookupError, not Ray's
-            raise e.cause from None
+        return _answer(self._host(index).signal.remote(self._st.session, pid, int(signum),
+                                                       refusal))
 
     def _node(self, index: int, verb: str, *args, remote: bool = False):
         """:mod:`rlsim.host.nodeops`'s ``verb`` on node ``index``, on its machine (``remote``:
-        the call's ref, to gather several)."""
-        import ray
-
+        the call's ref, to gather several); what it raised there, raised here."""
         ref = self._host(index).node.remote(str(rlsim_home()), self._st.session, index, verb,
                                              *args)
-        return ref if remote else ray.get(ref)
+        return ref if remote else _answer(ref)
 
     def pause_node(self, index: int) -> list[int]:
         """Freeze node ``index`` on its machine (its cgroup, or SIGSTOP without)."""
@@ -461,29 +477,32 @@ class SubstrateCluster(DisksHere, StartedCluster):
         return self._node(index, "squeeze_memory", mb)
 
     def lift_memory(self, index: int) -> None:
-        self._check_cgroup(index, "node memory")
-        self._node(index, "lift_memory")
+        self._check_index(index)
+        if self._st.cgroups:  # else no cap was ever set
+            self._node(index, "lift_memory")
 
     def _no_cgroups(self) -> str:
         bare = [m.address for m in self._machines if not m.cgroups]
         return f"machine(s) {', '.join(bare)} of the substrate do not give"
 
-    def restart_node(self, index: int, timeout: float | None = None) -> NodeInfo:
-        """Kill node ``index`` and start it again on its machine, from the cluster's state as it
-        is now (a lost GPU stays lost: ``lose_gpu`` writes it there first)."""
+    def _relaunch(self, index: int) -> None:
+        """Node ``index`` started again on its machine, from the cluster's state as it is now
+        (a lost GPU stays lost: ``lose_gpu`` writes it there first)."""
         import ray
 
-        self._check_head_restart(index)
-        old = self.nodes()[index].node_id
-        self.kill_node(index)
-        if index != 0:  # the head's GCS is the one that would declare it: it restarts whole
-            self.wait_for_dead(index, old)
-        st = self._st
-        ray.get(self._host(index).put.remote(
-            {str(state.state_path(st.spec.name)): (st.model_dump_json(), 0o600)}))
+        ray.get(self._host(index).put.remote(self._state_file()))
         self._start(index)
-        return self.wait_for_nodes(timeout, None if index == 0 else [index],
-                                   frozenset({old}) - {None})[index]
+
+
+def _answer(ref):
+    """A host's answer to a call; what it raised, raised as it was (its words, not Ray's
+    wrapping with the remote traceback)."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as e:
+        raise e.cause from None
 
 
 class HostTalk:

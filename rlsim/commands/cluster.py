@@ -365,7 +365,7 @@ def down(
                 reap(entry)
                 console.print(f"stopped {entry.spec.name!r}", highlight=False)
         reap_abandoned()
-    except TimeoutError as e:
+    except (TimeoutError, RuntimeError) as e:  # a cluster that could not be ended: said why
         raise fail(f"rlsim down: {e}", 1) from None
     if all_:
         for chain in iptables.rlsim_chains():

@@ -1,4 +1,4 @@
-"""A memory hog: ``python -m rlsim.faults._hog MB``, run inside a node (``node_command``).
+"""A memory hog: ``python -m rlsim.faults._hog MB``, run inside a node (:mod:`rlsim.host.squeeze`).
 
 Touches MB MiB of anonymous memory and holds it until killed. Prints ``held <MiB> pid <pid>``
 once all of it is resident (the pid as the node sees it, for ``kill_process``).

@@ -40,19 +40,22 @@ def squeeze(memory, argv: list[str], mb: int, kill: Callable[[int], object]) -> 
     limit = memory.usage() + START_HEADROOM
     memory.set_limit(limit)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    pid = _wait_held(proc)
-    deadline = time.monotonic() + KILL_WAIT_S
-    while memory.oom_kills() == kills and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.2)  # the victim may take a moment to be reaped after the kernel's SIGKILL
-    gone = sorted(set(before) - set(memory.pids()))
-    said = "held, then let go" if pid else f"exited {proc.returncode}"
-    if pid is not None:
-        with contextlib.suppress(Exception):  # the node (and the hog) may be gone
-            kill(pid)
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
+    pid = None
+    try:  # the hog never outlives this call, whatever ends it (a Ctrl-C in the wait too)
+        pid = _wait_held(proc)
+        deadline = time.monotonic() + KILL_WAIT_S
+        while memory.oom_kills() == kills and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # the victim may take a moment to be reaped after the kernel's SIGKILL
+        gone = sorted(set(before) - set(memory.pids()))
+        said = "held, then let go" if pid else f"exited {proc.returncode}"
+    finally:
+        if pid is not None:
+            with contextlib.suppress(Exception):  # the node (and the hog) may be gone
+                kill(pid)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
     return {"limit_mb": round(limit / 2**20), "hog_mb": mb, "hog": said,
             "oom_kills": memory.oom_kills() - kills,
             "killed": [f"{p} {before[p]}" for p in gone]}
@@ -68,7 +71,7 @@ def _wait_held(proc: subprocess.Popen) -> int | None:
     """The hog's pid (as its node sees it) once it holds its memory; None if it died."""
     ready, _, _ = select.select([proc.stdout], [], [], HOG_START_S)
     words = (proc.stdout.readline() if ready else "").split()
-    if words[:1] == ["held"]:
+    if words[:1] == ["held"] and len(words) == 4 and words[3].isdigit():
         return int(words[3])
     if proc.poll() is None:  # neither holding nor dead: do not leave it half-way
         proc.kill()

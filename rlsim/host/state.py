@@ -63,6 +63,8 @@ class ClusterState(BaseModel):
                                       "it advertises since one was lost (gpu_lost)")
     on: str = Field("", description="HOST:PORT of the substrate's GCS the cluster is spread over "
                     "(rlsim.backends.substrate), '' on one machine")
+    machines: list[str] = Field(default_factory=list, description="the addresses of the "
+                                "substrate's machines it uses: node i on machines[i % count]")
     gcs_store: str = Field("", description="HOST:PORT of the GCS's external store (gcs_ft: redis; "
                            "rlsim.backends.redis_store), '' without one")
 

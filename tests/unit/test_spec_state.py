@@ -99,3 +99,27 @@ def test_a_detached_cluster_on_a_substrate_is_never_abandoned_by_this_machine(ho
     st.detached = False
     state.save(st)
     assert [s.spec.name for s in state.abandoned()] == ["spread"]
+
+
+def test_rlsim_down_keeps_a_detached_substrate_cluster_it_cannot_reach(home, monkeypatch):
+    """Its substrate does not answer: its nodes may run on, so `rlsim down` says so and keeps
+    the state (the way back to them) instead of forgetting the cluster; `rlsim status` names the
+    address that did not answer."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from rlsim.commands import app
+    from rlsim.host import slots
+
+    monkeypatch.setattr(slots.listeners, "listening", lambda: [])
+    st = state.reserve(ClusterSpec(name="away"), "substrate", detached=True)
+    st.on, st.machines = "127.0.0.1:9", ["127.0.0.1"]  # the discard port: nothing answers
+    state.save(st)
+    out = CliRunner().invoke(app, ["down", "away"])
+    assert out.exit_code == 1, out.output
+    assert "--on 127.0.0.1:9: nothing answers there" in out.output
+    assert "its state is kept" in out.output and state.load("away") is not None
+    shown = CliRunner().invoke(app, ["status", "--json"])
+    [row] = json.loads(shown.output)
+    assert "nothing answers there" in row["note"], row
