@@ -128,7 +128,9 @@ class SubstrateCluster(DisksHere, StartedCluster):
             cluster._check_can_start()
         except ClusterStartError as e:
             raise RuntimeError(f"cluster {st.spec.name!r}: {e}; its state is kept: run `rlsim "
-                               f"down {st.spec.name}` again once the substrate answers") from None
+                               f"down {st.spec.name}` again once the substrate answers, or "
+                               f"delete {state.state_path(st.spec.name)} if its machines are "
+                               f"gone for good") from None
         found = substrate.cluster_hosts(st.on, st.session)
         cluster.state = st
         cluster._machines, cluster._hosts = [m for m, _ in found], [h for _, h in found]
@@ -149,6 +151,10 @@ class SubstrateCluster(DisksHere, StartedCluster):
 
         from rlsim import substrate
 
+        if self.detached and (why := ray_internals.detached_actors_problem()):
+            raise ClusterStartError(f"--detach on a substrate: {why}; fix: run without --detach "
+                                    f"(the cluster then ends with the command), or use Ray "
+                                    f"{ray_internals.DETACHED_PORTS_SINCE} or later")
         st.on = self.on
         state.save(st)  # before a detached host exists: `rlsim down` finds them through it
         found = substrate.hosts(self.on, tag=st.session, detached=self.detached)

@@ -287,7 +287,10 @@ def test_a_detached_cluster_on_a_substrate_lives_on_until_rlsim_down():
     command returns and the cluster runs on (its host actors are detached); `rlsim status NAME`
     from another process finds every node alive at its address, node 2 at an address of its own;
     `rlsim down NAME` ends it on both machines: no process, cgroup, address or route of it is
-    left, nor a host actor."""
+    left, nor a host actor. On a Ray whose raylet gives a detached actor's port to the next
+    driver (below 2.54), `--detach` is refused in words and nothing is started."""
+    from rlsim.backends import ray_internals
+
     with substrate(2) as (m, addresses):
         rlsim = str(Path(sys.executable).parent / "rlsim")
         name = f"det-{m.tag}"
@@ -295,27 +298,37 @@ def test_a_detached_cluster_on_a_substrate_lives_on_until_rlsim_down():
         up = m.run(0, [rlsim, "cluster", "--on", f"{addresses[0]}:{PORT}", "--nodes", "3",
                        "--fake-gpus", "2", "--name", name, "--detach"],
                    capture_output=True, text=True, timeout=300, env=env)
+        if ray_internals.detached_actors_problem():  # a Ray whose later drivers would abort
+            assert up.returncode == 1, up.stdout[-3000:] + up.stderr
+            assert "--detach on a substrate: Ray " in up.stderr and "fix: run without --detach" \
+                in up.stderr, up.stderr
+            assert _python(m, 0, HOSTS_LEFT, f"{addresses[0]}:{PORT}", name) == "[]"
+            assert _overlay_left(m, 2) == []
+            return
         assert up.returncode == 0 and "detached" in up.stdout, up.stdout[-3000:] + up.stderr
-        shown = m.run(0, [rlsim, "status", name, "--json"], capture_output=True, text=True,
-                      timeout=120, env=env)
-        assert shown.returncode == 0, shown.stdout[-3000:] + shown.stderr[-3000:]
-        [seen] = json.loads(shown.stdout)
-        nodes = [(n["address"], n["alive"], n["gpus"]) for n in seen["nodes"]]
-        assert nodes[:2] == [(addresses[0], True, 2), (addresses[1], True, 2)], seen
-        assert nodes[2][1:] == (True, 2), seen
-        session = seen["session"]
-        assert procs.find(session), "the cluster ended with the command that started it"
-        hosts = json.loads(_python(m, 0, HOSTS_LEFT, f"{addresses[0]}:{PORT}", session))
-        assert len(hosts) == 2, hosts  # one per machine, detached (the check below sees them)
-        down = m.run(0, [rlsim, "down", name], capture_output=True, text=True, timeout=180,
-                     env=env)
-        assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
-        assert procs.find(session) == []
-        top = Path("/sys/fs/cgroup")  # rlsim/<home id>.<session>, v2 and the v1 twins
-        assert [str(d) for depth in ("", "*/", "*/*/") for d in
-                top.glob(f"*/{depth}rlsim/*.{session}")] == []
-        assert _overlay_left(m, 2) == []
-        assert _python(m, 0, HOSTS_LEFT, f"{addresses[0]}:{PORT}", session) == "[]"
+        try:
+            shown = m.run(0, [rlsim, "status", name, "--json"], capture_output=True, text=True,
+                          timeout=120, env=env)
+            assert shown.returncode == 0, shown.stdout[-3000:] + shown.stderr[-3000:]
+            [seen] = json.loads(shown.stdout)
+            nodes = [(n["address"], n["alive"], n["gpus"]) for n in seen["nodes"]]
+            assert nodes[:2] == [(addresses[0], True, 2), (addresses[1], True, 2)], seen
+            assert nodes[2][1:] == (True, 2), seen
+            session = seen["session"]
+            assert procs.find(session), "the cluster ended with the command that started it"
+            hosts = json.loads(_python(m, 0, HOSTS_LEFT, f"{addresses[0]}:{PORT}", session))
+            assert len(hosts) == 2, hosts  # one per machine, detached (the check below sees them)
+            down = m.run(0, [rlsim, "down", name], capture_output=True, text=True, timeout=180,
+                         env=env)
+            assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
+            assert procs.find(session) == []
+            top = Path("/sys/fs/cgroup")  # rlsim/<home id>.<session>, v2 and the v1 twins
+            assert [str(d) for depth in ("", "*/", "*/*/") for d in
+                    top.glob(f"*/{depth}rlsim/*.{session}")] == []
+            assert _overlay_left(m, 2) == []
+            assert _python(m, 0, HOSTS_LEFT, f"{addresses[0]}:{PORT}", session) == "[]"
+        finally:  # a failed check above leaves no detached cluster behind in the home
+            m.run(0, [rlsim, "down", name], capture_output=True, timeout=180, env=env)
 
 
 CUT = """

@@ -257,3 +257,16 @@ def test_probe_answers_are_kept_in_the_home_until_a_file_they_read_changes(tmp_p
     finally:
         ri._installed_answers.cache_clear()
         ri._installed.cache_clear()
+
+
+@pytest.mark.parametrize(("version", "refused"), [("2.48.0", True), ("2.53.0", True),
+                                                  ("2.54.1", False), ("2.60.0", False)])
+def test_detached_actors_are_refused_where_the_raylet_gives_their_port_away(monkeypatch,
+                                                                            version, refused):
+    """Seen on 2.48, 2.52 and 2.53 (the substrate's detach test): a later driver on the machine
+    was handed a detached host's worker port and aborted; 2.54 on keep it."""
+    monkeypatch.setattr(ri, "ray_version", lambda: version)
+    why = ri.detached_actors_problem()
+    assert (why is not None) == refused, why
+    if refused:
+        assert f"Ray {version}'s raylet gives a detached actor's worker port" in why

@@ -120,6 +120,8 @@ def test_rlsim_down_keeps_a_detached_substrate_cluster_it_cannot_reach(home, mon
     assert out.exit_code == 1, out.output
     assert "--on 127.0.0.1:9: nothing answers there" in out.output
     assert "its state is kept" in out.output and state.load("away") is not None
+    assert f"delete {state.state_path('away')} if its machines are gone" in " ".join(
+        out.output.split()), out.output
     shown = CliRunner().invoke(app, ["status", "--json"])
     [row] = json.loads(shown.output)
     assert "nothing answers there" in row["note"], row

@@ -52,6 +52,9 @@ PLAIN_VAR = "RLSIM_RAY_PLAIN"  # "all" or capability names: take Ray's plain pat
 # Root may start a cluster no token protects only when the user says so (see `auth_refusal`).
 ALLOW_OPEN_VAR = "RLSIM_ALLOW_UNAUTHENTICATED"
 TOKEN_AUTH_SINCE = "2.52"  # the first Ray release whose GCS checks RAY_AUTH_MODE=token
+# The first Ray release seen whose raylet keeps a detached actor's worker port from later drivers
+# (2.48, 2.52 and 2.53 did not; 2.54, 2.55 and 2.60 do: the substrate's detach test on each)
+DETACHED_PORTS_SINCE = "2.54"
 
 
 # The settings (RAY_<name>, read by Ray's C++ from the environment) each capability sets
@@ -709,6 +712,21 @@ def open_cluster_line() -> str:
     return (f"this cluster is unauthenticated: any local process can connect to it and run code "
             f"as {'root' if os.geteuid() == 0 else 'you'} (Ray {ray_version()} has no token auth: "
             f"{st.why}; Ray {TOKEN_AUTH_SINCE} and later have it)")
+
+
+def detached_actors_problem() -> str | None:
+    """Why actors that outlive the command that made them (a substrate's detached host actors)
+    must not be left on this Ray, or None. Below :data:`DETACHED_PORTS_SINCE`, once that command
+    ended its raylet handed the actor's worker port to a later driver on the same machine (the
+    next `rlsim status` or `rlsim down`), whose core worker then aborted: grpc's "address already
+    in use". A fix in the raylet's C++, with no trace in Ray's Python to probe: known by the
+    release."""
+    version = ray_version()
+    if version is None or Version(Version(version).base_version) >= Version(DETACHED_PORTS_SINCE):
+        return None
+    return (f"Ray {version}'s raylet gives a detached actor's worker port to the next driver on "
+            f"its machine once the actor's creator ended, and that driver aborts (address "
+            f"already in use); Ray {DETACHED_PORTS_SINCE} and later keep it")
 
 
 def auth_refusal() -> str | None:
