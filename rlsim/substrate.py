@@ -342,5 +342,12 @@ def release(address: str, tag: str = "") -> dict[str, dict[str, int]]:
 if __name__ == "__main__":  # `python -m rlsim.substrate ADDRESS`: the machines, as JSON lines
     import json
 
-    for m, _ in hosts(sys.argv[1]):
+    # The module's own functions, not this __main__'s: Ray pickles a class of __main__ by value,
+    # with its module's globals, and a ctypes function (_PRCTL) cannot be pickled. Hosts of this
+    # command's own, which end with it: a detached host left behind would give its worker port
+    # to the next driver on its machine on Ray below 2.54 (see
+    # rlsim.backends.ray_internals.detached_actors_problem).
+    from rlsim.substrate import hosts as listed
+
+    for m, _ in listed(sys.argv[1], tag=f"list{os.getpid()}"):
         print(json.dumps(m.__dict__))

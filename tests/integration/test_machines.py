@@ -282,6 +282,22 @@ print(json.dumps([a["name"] for a in ray.util.list_named_actors(all_namespaces=T
 
 
 @pytest.mark.slow
+def test_the_substrate_s_machines_are_listed_and_nothing_stays():
+    """`python -m rlsim.substrate ADDRESS`, the substrate's machines as JSON lines: one per
+    machine at its address, root, with cgroups; its host actors end with it (none left named)."""
+    with substrate(2) as (m, addresses):
+        out = m.run(0, [sys.executable, "-m", "rlsim.substrate", f"{addresses[0]}:{PORT}"],
+                    capture_output=True, text=True, timeout=120,
+                    env={**CONSENT, "RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
+                         "PYTHONPATH": str(Path(__file__).parents[2])})
+        assert out.returncode == 0, out.stderr[-3000:]
+        seen = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
+        assert [(x["address"], x["root"], x["cgroups"]) for x in seen] == \
+            [(a, True, True) for a in addresses], seen
+        assert _python(m, 0, HOSTS_LEFT, f"{addresses[0]}:{PORT}", "rlsim-host") == "[]"
+
+
+@pytest.mark.slow
 def test_a_detached_cluster_on_a_substrate_lives_on_until_rlsim_down():
     """`rlsim cluster --on ... --detach` with 3 nodes on 2 machines, as a user types it: the
     command returns and the cluster runs on (its host actors are detached); `rlsim status NAME`
