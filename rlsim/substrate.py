@@ -27,7 +27,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -337,25 +336,3 @@ def release(address: str, tag: str = "") -> dict[str, dict[str, int]]:
             pass
         ray.kill(handle)
     return ended
-
-
-if __name__ == "__main__":  # `python -m rlsim.substrate ADDRESS`: the machines, as JSON lines
-    import json
-
-    # The module's own functions, not this __main__'s: Ray pickles a class of __main__ by value,
-    # with its module's globals, and a ctypes function (_PRCTL) cannot be pickled. Hosts of this
-    # command's own, which end with it: a detached host left behind would give its worker port
-    # to the next driver on its machine on Ray below 2.54 (see
-    # rlsim.backends.ray_internals.detached_actors_problem).
-    from rlsim.backends import ray_internals
-    from rlsim.backends.ray_internals import gcs
-    from rlsim.substrate import connect as join
-    from rlsim.substrate import hosts as listed
-
-    # joined as a cluster's owner joins it (SubstrateCluster._check_can_start): Ray's auth off
-    # where the substrate answers without a token, and reached at the address that routes there
-    # (Ray 2.48 took the hostname's, loopback on namespace machines, and cancelled the hosts)
-    gcs.join_open_cluster(sys.argv[1])
-    join(sys.argv[1], own_address=ray_internals.available("driver_address"))
-    for m, _ in listed(sys.argv[1], tag=f"list{os.getpid()}"):
-        print(json.dumps(m.__dict__))

@@ -593,3 +593,29 @@ class MachineFirewall:
     def left(self) -> list[list[str]]:
         """The rules still in the cluster's chain, machine by machine."""
         return self._send("left", dict.fromkeys(range(len(self.cluster._hosts)), []))
+
+
+def machines(address: str) -> list:
+    """The machines of the substrate at ``address`` (:class:`rlsim.substrate.Machine`), joined as
+    a cluster's owner joins it, as hosts of this call's own see them; the hosts end before it
+    returns (a detached host left behind would give its worker port to the next driver on its
+    machine on Ray below 2.54, see :func:`rlsim.backends.ray_internals.detached_actors_problem`).
+    ClusterStartError where nothing answers there."""
+    import os
+
+    from rlsim import substrate
+
+    SubstrateCluster(on=address)._check_can_start()
+    tag = f"list{os.getpid()}"
+    try:
+        return [m for m, _ in substrate.hosts(address, tag=tag)]
+    finally:
+        substrate.release(address, tag=tag)
+
+
+if __name__ == "__main__":  # `python -m rlsim.backends.substrate ADDRESS`: the machines, as JSON
+    try:
+        for machine in machines(sys.argv[1]):
+            print(json.dumps(machine.__dict__))
+    except ClusterStartError as e:
+        sys.exit(f"rlsim.backends.substrate: {e}")

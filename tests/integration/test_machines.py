@@ -283,10 +283,12 @@ print(json.dumps([a["name"] for a in ray.util.list_named_actors(all_namespaces=T
 
 @pytest.mark.slow
 def test_the_substrate_s_machines_are_listed_and_nothing_stays():
-    """`python -m rlsim.substrate ADDRESS`, the substrate's machines as JSON lines: one per
-    machine at its address, root, with cgroups; its host actors end with it (none left named)."""
+    """`python -m rlsim.backends.substrate ADDRESS`, the substrate's machines as JSON lines: one
+    per machine at its address, root, with cgroups; its host actors end with it (none left
+    named)."""
     with substrate(2) as (m, addresses):
-        out = m.run(0, [sys.executable, "-m", "rlsim.substrate", f"{addresses[0]}:{PORT}"],
+        out = m.run(0, [sys.executable, "-m", "rlsim.backends.substrate",
+                        f"{addresses[0]}:{PORT}"],
                     capture_output=True, text=True, timeout=120,
                     env={**CONSENT, "RAY_AUTH_MODE": "disabled", "PATH": "/usr/bin:/bin",
                          "PYTHONPATH": str(Path(__file__).parents[2])})
