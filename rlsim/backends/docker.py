@@ -187,6 +187,8 @@ class DockerCluster(StartedCluster):
         found += [f"volume {v.name}" for v in
                   client.volumes.list(filters={"label": f"{LABEL}={st.session}"})]
         found += [f"mount {point}" for point in disk.mounted(st.session)]
+        if st.root.exists():
+            found.append(f"run directory {st.root}")
         return found + [f"process {pid}" for pid in procs.find(st.session)]
 
     def _run_node(self, index: int):

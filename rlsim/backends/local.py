@@ -108,6 +108,8 @@ class LocalCluster(DisksHere, StartedCluster):
         if st.session in cgroups.sessions():
             found.append(f"cgroup rlsim/{st.session}")
         found += [f"mount {point}" for point in disk.mounted(st.session)]
+        if st.root.exists():
+            found.append(f"run directory {st.root}")
         return found
 
     def fault_residue(self) -> list[str]:

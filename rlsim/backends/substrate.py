@@ -364,6 +364,8 @@ class SubstrateCluster(DisksHere, StartedCluster):
         if st.session in cgroups.sessions():
             found.append(f"cgroup rlsim/{st.session}")
         found += [f"mount {point}" for point in disk.mounted(st.session)]
+        if st.root.exists():  # the machines' homes, where they are this one's
+            found.append(f"run directory {st.root}")
         return found + self._overlay_left
 
     # ---- storage: mounted here (DisksHere), where every machine sees this kernel's mounts -----

@@ -69,10 +69,14 @@ def send_signal(session: str, pid: int, signum: int, refusal: str) -> int:
 
 
 def end_session(session: str) -> None:
-    """What is left of the session's nodes on this machine killed, their cgroups removed, and
-    the session's other processes here (a substrate machine's zygotes) killed."""
+    """What is left of the session's nodes on this machine killed, their cgroups removed, the
+    session's other processes here (a substrate machine's zygotes) killed, and its run directory
+    (the nodes' Ray temp dirs, the zygotes' sockets and logs) removed from this machine's home."""
+    from rlsim.host import state
+
     cgroups.remove_session(session)
     procs.kill_and_wait(session)
+    state.remove_run_dir(session)
 
 
 def set_paused(session: str, index: int, paused: bool, in_cgroup: bool) -> list[int]:
