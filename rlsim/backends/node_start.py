@@ -284,8 +284,10 @@ def start_zygotes(st: ClusterState, machine: str = "") -> None:
     if not st.cgroups:
         return
     if ri.available("forked_agents"):  # cluster_env set the pipe check: before it imports
-        _start_zygote(st, f"agents{machine}", AGENT_ZYGOTE_VAR, launch.AGENT_MODULES,
-                      agents=True)
+        dashboard = launch.DASHBOARD_MODULES if st.spec.dashboard and ri.available(
+            "forked_dashboard") else []
+        _start_zygote(st, f"agents{machine}", AGENT_ZYGOTE_VAR,
+                      launch.AGENT_MODULES + dashboard, agents=True)
     if ri.available("worker_setup") and (modules := zygote_modules(st)):
         _start_zygote(st, f"zygote{machine}", ZYGOTE_VAR, modules)
 

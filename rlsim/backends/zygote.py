@@ -180,6 +180,21 @@ def _enter_node_groups(env: dict[str, str]) -> None:
         cgroups.NodeGroup(session, int(node)).enter()
 
 
+def _import_package(package: str) -> list[str]:
+    """``PACKAGE.*`` of a preload list: the package and every module under it, imported as Ray's
+    dashboard and agents load their modules (``pkgutil.walk_packages``); those that failed."""
+    import pkgutil
+
+    root = importlib.import_module(package)
+    failed = []
+    for _, name, _ in pkgutil.walk_packages(root.__path__, package + "."):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - imported again (and failing) where it is used
+            failed.append(name)
+    return failed
+
+
 class Zygote:
     """The server: accepts worker requests on ``path``, forks, reports each child's pid and
     exit status to its client."""
@@ -204,7 +219,10 @@ class Zygote:
                 failed.append(name)
                 continue
             try:
-                importlib.import_module(name)
+                if name.endswith(".*"):
+                    failed += _import_package(name[:-2])
+                else:
+                    importlib.import_module(name)
             except Exception:  # noqa: BLE001 - the worker meets the same error in its own words
                 failed.append(name)
         return failed

@@ -336,8 +336,8 @@ def _forked(st: state.ClusterState, index: int) -> list[int]:
 
 
 def test_agents_fork_from_the_agent_zygote_and_live_and_die_with_their_node(tmp_path):
-    """With node cgroups, each node's two agents and its log monitor are forked from the
-    cluster's agent zygote, in the node's cgroup: a runtime environment is still set up on that
+    """With node cgroups, each node's two agents and its log monitor (and the head's dashboard)
+    are forked from the cluster's agent zygote, in the node's cgroup: a runtime environment is still set up on that
     node (the runtime env agent serves it), what a task prints there reaches the driver (the log
     monitor forwards it), a node kill ends them, a restarted node gets new ones, and nothing
     outlives the cluster."""
@@ -353,6 +353,18 @@ def test_agents_fork_from_the_agent_zygote_and_live_and_die_with_their_node(tmp_
         forked = _forked(st, 1)
         assert len(forked) == 3 and set(agents) < set(forked), forked  # and the log monitor
         assert cluster.rewrites.get("log_monitor") == 2, cluster.rewrites
+        # the head's dashboard too (forked_dashboard), in the head's cgroup: its two agents,
+        # its log monitor and the dashboard, whose module processes it starts itself
+        assert cluster.rewrites.get("dashboard") == 1, cluster.rewrites
+        assert "forked_dashboard" in cluster.ray_report()["in_force"]
+        zygote_pid = set(agents.values())
+        head = [pid for pid in cgroups.NodeGroup(st.session, 0).pids()
+                if _parent(pid) in zygote_pid]
+        assert len(head) == 4, head
+        children = [pid for pid in cgroups.NodeGroup(st.session, 0).pids()
+                    if _parent(pid) in head]  # the dashboard's: Ray's forkserver for its modules
+        assert any(b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                   for pid in children), children
         out = subprocess.run([sys.executable, "-c", ENV_VAR_TASK], capture_output=True, text=True,
                              env={**os.environ, **cluster.driver_env(),
                                   "RAY_ADDRESS": cluster.address}, timeout=180)

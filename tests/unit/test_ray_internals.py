@@ -64,6 +64,10 @@ def _edit(path: Path, old: str, new: str) -> None:
      "has no GlobalState.get_draining_nodes"),
     ("driver_address", "_private/worker.py", 'kwargs.pop("_node_ip_address"',
      'kwargs.pop("_node_ip"', "no longer builds"),
+    ("forked_dashboard", "dashboard/utils.py", "ray.dashboard.modules.__path__",
+     "ray.dashboard.head_modules.__path__", "no longer builds"),
+    ("forked_dashboard", "_private/services.py", '"dashboard.py"', '"dashboard_main.py"',
+     "no longer builds"),
 ])
 def test_a_renamed_internal_fails_its_probe_and_names_it(tmp_path, capability, rel, old, new,
                                                          why):
@@ -71,7 +75,7 @@ def test_a_renamed_internal_fails_its_probe_and_names_it(tmp_path, capability, r
                      "_private/node.py", "_private/state.py", "_private/ray_constants.py",
                      "dashboard/consts.py", "dashboard/agent.py",
                      "_private/runtime_env/agent/main.py", "_private/workers/setup_worker.py",
-                     "_private/worker.py")
+                     "_private/worker.py", "dashboard/utils.py", "dashboard/dashboard.py")
     fake = ri.RaySurface(root, "9.9.9")
     assert ri.probe(capability, fake).available
     _edit(root / rel, old, new)
@@ -145,7 +149,7 @@ def test_plain_on_purpose_turns_every_acceleration_off_but_not_what_rlsim_needs(
     assert set(plain) == {"quiet_nodes", "fast_local_connect", "no_idle_workers",
                           "preload_modules", "registration_poll", "no_api_server",
                           "dashboard_beside", "worker_setup", "forked_agents", "lean_agent",
-                          "warm_workers"}
+                          "forked_dashboard", "warm_workers"}
     assert all(s.why == f"{ri.PLAIN_VAR} turned it off" for s in plain.values())
     assert ri.available("fast_health_checks") and ri.available("train_callbacks")
     monkeypatch.setenv(ri.PLAIN_VAR, "fast_health_checks")
@@ -186,7 +190,15 @@ def test_a_rewrite_that_matched_less_than_it_saw_is_reported_plain(monkeypatch):
     assert "forked_agents" not in short["in_force"]
     assert short["plain"]["forked_agents"].startswith("1 of 4 agent commands")
     unused = ri.cluster_report(None, lean=False, forked=False)
-    assert set(unused["unused"]) == {"lean_agent", "forked_agents"}
+    assert set(unused["unused"]) == {"lean_agent", "forked_agents", "forked_dashboard"}
+    # a cluster with the dashboard: its command rewritten once, or Ray's plain path said
+    seen = {"raylets": 2, "forked": 4}
+    assert "forked_dashboard" in ri.cluster_report({**seen, "dashboard": 1}, lean=False,
+                                                   forked=True)["in_force"]
+    missed = ri.cluster_report(seen, lean=False, forked=True)
+    assert "forked_dashboard" not in missed["in_force"]
+    assert "dashboard command" in missed["plain"]["forked_dashboard"]
+    assert "forked_dashboard" in ri.cluster_report(seen, lean=True, forked=True)["unused"]
 
 
 def test_version_range():

@@ -164,3 +164,25 @@ def test_python_options_a_request_may_carry(argv, parsed):
 def test_other_python_command_lines_are_refused(argv):
     with pytest.raises(ValueError, match="cannot run"):
         zygote._python_options(argv)
+
+
+def test_a_package_star_imports_the_package_and_every_module_under_it(tmp_path, monkeypatch):
+    """``PKG.*`` in a preload list: what Ray's dashboard imports by walking its modules
+    package, imported once here; a module that fails is named, the others stay imported."""
+    pkg = tmp_path / "walked"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "one.py").write_text("X = 1\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "two.py").write_text("Y = 2\n")
+    (pkg / "broken.py").write_text("raise RuntimeError('not here')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    z = zygote.Zygote(str(tmp_path / "p.sock"))
+    try:
+        failed = z.preload(["walked.*"])
+    finally:
+        z.listener.close()
+    assert failed == ["walked.broken"]
+    assert {"walked.one", "walked.sub", "walked.sub.two"} <= set(sys.modules)
+    for name in ("walked", "walked.one", "walked.sub", "walked.sub.two"):
+        sys.modules.pop(name, None)

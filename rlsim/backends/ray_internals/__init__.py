@@ -477,6 +477,19 @@ CAPABILITIES: tuple[Capability, ...] = (
                 _has_text("dashboard/agent.py", "create_check_raylet_task")),
         acceleration=True),
     Capability(
+        "forked_dashboard", "the head's dashboard forked from the agents' import, where Ray's "
+        "dashboard modules were imported once (with forked_agents)",
+        "the dashboard imports Ray and its modules for itself (1.5 s of the head's start here)",
+        _all_of(_leads_with("_private/services.py", "start_ray_process", "command",
+                            "process_type"),
+                _in_function("_private/services.py", "start_api_server",
+                             "ray_constants.PROCESS_TYPE_DASHBOARD", '"dashboard.py"',
+                             "unbuffered=False"),
+                _has_text("dashboard/dashboard.py", 'if __name__ == "__main__":'),
+                _in_function("dashboard/utils.py", "get_all_modules",
+                             "pkgutil.walk_packages", "ray.dashboard.modules.__path__")),
+        acceleration=True),
+    Capability(
         "lean_agent", "a node's dashboard agent loads no dashboard modules where the cluster "
         "has no dashboard (1.5 s of CPU a node)", "Ray's full dashboard agent on every node",
         _all_of(_has_params("dashboard/utils.py", "get_all_modules", "module_type"),
@@ -689,6 +702,14 @@ def cluster_report(rewrites: dict[str, int] | None, *, lean: bool, forked: bool)
                 in_force.remove(name)
                 plain[name] = (f"{got} of {want} agent commands in Ray's raylet commands had "
                                "the form rlsim rewrites")
+    if "forked_dashboard" in in_force:
+        if lean or not forked:
+            in_force.remove("forked_dashboard")
+            report["unused"]["forked_dashboard"] = ("the cluster runs no dashboard" if lean else
+                                                    "the nodes have no cgroups")
+        elif rewrites and rewrites.get("raylets") and not rewrites.get("dashboard"):
+            in_force.remove("forked_dashboard")
+            plain["forked_dashboard"] = "Ray's dashboard command had no form rlsim rewrites"
     return report
 
 

@@ -31,6 +31,11 @@ LEAN_AGENT_MODULE = "rlsim.backends.ray_internals.node_agent"
 # (each agent imported them itself, 0.5 s of CPU apiece, two agents a node, before its raylet
 # registers)
 AGENT_MODULES = ["ray.dashboard.agent", "ray._private.runtime_env.agent.main"]
+# What the same zygote imports too where the cluster runs the dashboard: the dashboard's own
+# script (its head forked from there, forked_dashboard) and every module of Ray's dashboard,
+# which the head and each node's full agent import by walking the package at their start
+# (0.25 s of CPU apiece here)
+DASHBOARD_MODULES = ["ray.dashboard.dashboard", "ray.dashboard.modules.*"]
 # An agent forked from the agent zygote has the zygote for its parent. Ray's default watch on
 # the raylet compares the agent's parent with RAY_RAYLET_PID and ends an agent whose parent
 # differs (five checks, 2 s); with the pipe check the raylet hands each agent a pipe on stdin,
@@ -286,6 +291,15 @@ def _agent_commands(lean: bool, forked: bool) -> None:
             # through the same client (64 x 8 nodes: bring-up's CPU 165 -> 99 s, 85 -> 52 s)
             command = [sys.executable, WORKER_SETUP, AGENT_FLAG, "-u", *command[2:]]
             REWRITES["log_monitor"] += 1
+        elif forked and process_type == ray_constants.PROCESS_TYPE_DASHBOARD and \
+                ri.available("forked_dashboard") and len(command) > 1 and \
+                command[0] == sys.executable and command[1].endswith("dashboard.py"):
+            # the head's dashboard, forked from the same zygote once it has imported the
+            # dashboard's modules (DASHBOARD_MODULES), while the GCS and the head's raylet
+            # started: its own imports were 1.5 s of the 4 x 8 CLI's bring-up here, before it
+            # started its module processes (a memory profiler's command is left alone)
+            command = [sys.executable, WORKER_SETUP, AGENT_FLAG, *command[1:]]
+            REWRITES["dashboard"] += 1
         return start(command, process_type, *args, **kwargs)
 
     services.start_ray_process = start_agents
