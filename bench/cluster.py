@@ -292,8 +292,12 @@ def _process_name(pid: int) -> str:
         args = p.cmdline()
         if p.name().startswith("ray::") or not args:
             return p.name()
+        if any("multiprocessing." in a for a in args):  # the dashboard's forkserver, tracker
+            return "dashboard's forkserver and resource tracker"
         if "--agents" in p.parent().cmdline():  # forked from the agent zygote: no title of its own
-            return "log monitor (forked from the agent zygote)"
+            return ("dashboard (forked from the agent zygote)" if any(
+                "multiprocessing.forkserver" in " ".join(c.cmdline()) for c in p.children())
+                else "log monitor (forked from the agent zygote)")
         if "-m" in args[1:-1]:  # python -m MODULE (the agents' zygote)
             return args[args.index("-m") + 1]
         script = next((a for a in args[1:] if a.endswith(".py")), args[0])

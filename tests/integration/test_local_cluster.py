@@ -337,9 +337,10 @@ def _forked(st: state.ClusterState, index: int) -> list[int]:
 
 def test_agents_fork_from_the_agent_zygote_and_live_and_die_with_their_node(tmp_path):
     """With node cgroups, each node's two agents and its log monitor (and the head's dashboard)
-    are forked from the cluster's agent zygote, in the node's cgroup: a runtime environment is still set up on that
-    node (the runtime env agent serves it), what a task prints there reaches the driver (the log
-    monitor forwards it), a node kill ends them, a restarted node gets new ones, and nothing
+    are forked from the cluster's agent zygote, in the node's cgroup: a runtime environment is
+    still set up on that node (the runtime env agent serves it), what a task prints there reaches
+    the driver (the log monitor forwards it), a node kill ends them, a restarted node gets new
+    ones, and nothing
     outlives the cluster."""
     require(cgroups.available())
     cluster = LocalCluster(ClusterSpec(name=f"agz-{os.getpid()}", nodes=2, gpus_per_node=1))
