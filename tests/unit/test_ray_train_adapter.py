@@ -133,3 +133,21 @@ def test_a_replica_group_replaced_in_place_is_a_replacement_not_a_restart(cb, tm
     assert replaced["cause"] == "RuntimeError"
     assert [(w["rank"], w["pid"]) for w in rows[4]["workers"]] == [(0, 11), (1, 23)]
     assert rows[-1]["restart"] == 1 and rows[-1]["cause"] == "RuntimeError"
+
+
+def test_workers_are_forked_with_torch_only_for_a_job_that_imports_it(tmp_path):
+    """A TorchTrainer job's workers import torch: the cluster's zygote does it once for them; a
+    job whose code imports no torch preloads nothing. Ray Train places them: no count."""
+    from rlsim.scenario.loader import load
+
+    (tmp_path / "helpers").mkdir()
+    (tmp_path / "train.py").write_text("import ray.train\nfrom helpers import loop\n")
+    (tmp_path / "helpers" / "__init__.py").write_text("# import torch (a comment)\n")
+    (tmp_path / "s.yaml").write_text(
+        "name: s\ncluster: {nodes: 2, gpus_per_node: 1}\ntrainer:\n  adapter: ray_train\n"
+        "  command: ['{python}', 'train.py']\n  total_steps: 2\nexpect:\n  - completes: true\n")
+    adapter = ADAPTERS["ray_train"]
+    assert adapter.warm_workers(load(tmp_path / "s.yaml").trainer) == ([], [])
+    (tmp_path / "helpers" / "__init__.py").write_text(
+        "import ray.train\n    from ray.train.torch import TorchTrainer\n")
+    assert adapter.warm_workers(load(tmp_path / "s.yaml").trainer) == (["torch"], [])
