@@ -315,12 +315,20 @@ def _parent(pid: int) -> int:
 
 
 def _agents(st: state.ClusterState, index: int) -> dict[int, int]:
-    """Node ``index``'s agents (pid -> parent pid), found by its cgroup."""
+    """Node ``index``'s agents (pid -> parent pid), found by its cgroup: by the titles Ray gives
+    them, or, where this Ray gives a forked agent none (2.48: it keeps its zygote's command
+    line), as the processes forked from the agent zygote that listen on a port (its log
+    monitor listens on none)."""
+    import psutil
+
     found = {}
     for pid in cgroups.NodeGroup(st.session, index).pids():
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(
-                    (b"ray::DashboardAgent", b"ray::RuntimeEnvAgent")):
+        with contextlib.suppress(OSError, psutil.Error):
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            titled = cmd.startswith((b"ray::DashboardAgent", b"ray::RuntimeEnvAgent"))
+            untitled = b"--agents" in cmd.split(b"\0") and any(
+                c.status == psutil.CONN_LISTEN for c in psutil.Process(pid).net_connections())
+            if titled or untitled:
                 found[pid] = _parent(pid)
     return found
 
@@ -362,9 +370,10 @@ def test_agents_fork_from_the_agent_zygote_and_live_and_die_with_their_node(tmp_
         head = [pid for pid in cgroups.NodeGroup(st.session, 0).pids()
                 if _parent(pid) in zygote_pid]
         assert len(head) == 4, head
+        # the dashboard's: its module processes, through Ray's forkserver (2.60) or spawned
         children = [pid for pid in cgroups.NodeGroup(st.session, 0).pids()
-                    if _parent(pid) in head]  # the dashboard's: Ray's forkserver for its modules
-        assert any(b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                    if _parent(pid) in head]
+        assert any(b"from multiprocessing." in Path(f"/proc/{pid}/cmdline").read_bytes()
                    for pid in children), children
         out = subprocess.run([sys.executable, "-c", ENV_VAR_TASK], capture_output=True, text=True,
                              env={**os.environ, **cluster.driver_env(),
