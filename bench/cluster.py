@@ -71,6 +71,15 @@ def memory_mb(pids: list[int]) -> dict[str, float]:
     return {k: v / 2**20 for k, v in total.items()}
 
 
+def worker_memory_mb(infos: list) -> dict[str, float]:
+    """A worker node's memory (:func:`memory_mb`), the mean over the nodes after the head (0
+    without). PSS is what the machine holds for it: a page its agents share with their zygote
+    counted once over all the processes that map it."""
+    per_node = [memory_mb(n.pids) for n in infos[1:]]  # smaps read once a node
+    return {k: statistics.mean(m[k] for m in per_node) if per_node else 0.0
+            for k in ("rss", "pss", "uss")}
+
+
 def time_rlsim(nodes: int, gpus: int, dashboard: bool = True, forward_logs: bool = True,
                plain: bool = False) -> tuple[float, dict[str, float]]:
     """Seconds to ready, the nodes' RSS, and ``cpu_s``: the CPU time bring-up spent (every
@@ -97,15 +106,10 @@ def time_rlsim(nodes: int, gpus: int, dashboard: bool = True, forward_logs: bool
         cpu = sum(by_kind.values())
         time.sleep(3)  # let agents settle before measuring memory
         infos = c.nodes()
+        worker = worker_memory_mb(infos)
         mem = {
             "head": rss_mb(infos[0].pids),
-            "worker": statistics.mean(rss_mb(n.pids) for n in infos[1:]) if nodes > 1 else 0.0,
-            # what the machine holds per worker node: its processes' PSS (a page their zygote
-            # shares with every node's agents counted once over all of them), and their USS
-            "worker_pss": statistics.mean(memory_mb(n.pids)["pss"] for n in infos[1:])
-            if nodes > 1 else 0.0,
-            "worker_uss": statistics.mean(memory_mb(n.pids)["uss"] for n in infos[1:])
-            if nodes > 1 else 0.0,
+            "worker": worker["rss"], "worker_pss": worker["pss"], "worker_uss": worker["uss"],
             "cpu_s": cpu,
             "cpu_by_kind": by_kind,
         }
@@ -280,9 +284,7 @@ def scale_row(nodes: int, gpus: int) -> dict[str, float]:
         infos = c.nodes()
         cpu = sum(_cpu_s(pid) for n in infos for pid in n.pids)
         used = (psutil.virtual_memory().used - before) / 2**20
-        per_node = [memory_mb(n.pids) for n in infos[1:]]  # smaps read once a node
-        worker = {k: statistics.mean(m[k] for m in per_node) if per_node else 0.0
-                  for k in ("rss", "pss", "uss")}
+        worker = worker_memory_mb(infos)
         parts = {_process_name(pid): memory_mb([pid]) for pid in infos[-1].pids}
         kill = 0.0
         if nodes > 1:

@@ -20,6 +20,7 @@ from pathlib import Path
 from rlsim.backends import redis_store
 from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_containers
 from rlsim.backends.disks_here import DisksHere
+from rlsim.backends.node_verbs import NodeVerbs
 from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.reaper import reap, reap_local
 from rlsim.backends.started import StartedCluster
@@ -30,7 +31,7 @@ from rlsim.host.spec import ClusterShape, ClusterSpec
 from rlsim.host.state import ClusterState
 
 
-class LocalCluster(DisksHere, StartedCluster):
+class LocalCluster(NodeVerbs, DisksHere, StartedCluster):
     """A Ray cluster of ``spec.nodes`` nodes on loopback addresses, each with fake GPUs."""
 
     name = "local"
@@ -226,21 +227,9 @@ class LocalCluster(DisksHere, StartedCluster):
         self._check_index(index)
         return nodeops.in_node(self._st.session, index, cmd)
 
-    def squeeze_memory(self, index: int, mb: int) -> dict:
-        """Node ``index``'s memory cgroup squeezed (:func:`rlsim.host.nodeops.squeeze_memory`)."""
-        self._check_cgroup(index, "node memory")
-        return nodeops.squeeze_memory(self._st.session, index, mb)
-
-    def lift_memory(self, index: int) -> None:
-        self._check_index(index)
-        if self._st.cgroups:  # else no cap was ever set
-            nodeops.lift_memory(self._st.session, index)
-
-    def throttle_cpu(self, index: int, cores: float | None) -> dict[str, float] | None:
-        """The CPU quota of node ``index``'s cgroup (see :mod:`rlsim.host.cgroups`); its
-        throttling counters so far."""
-        self._check_cgroup(index, "a node's CPU quota")
-        return nodeops.throttle_cpu(self._st.session, index, cores)
+    def _node(self, index: int, verb: str, *args):
+        """:mod:`rlsim.host.nodeops`'s ``verb`` on node ``index``, here."""
+        return getattr(nodeops, verb)(self._st.session, index, *args)
 
     def kill_process(self, ip: str, pid: int) -> int:
         """SIGKILL one process of the cluster (every node shares this host's pid space)."""
@@ -253,16 +242,6 @@ class LocalCluster(DisksHere, StartedCluster):
 
     def _relaunch(self, index: int) -> None:
         self._launch([index])
-
-    def pause_node(self, index: int) -> list[int]:
-        """Freeze node ``index``: cgroup freeze (atomic, covers processes forked meanwhile), or
-        SIGSTOP to each labelled process without cgroups."""
-        self._check_index(index)
-        return nodeops.set_paused(self._st.session, index, True, bool(self._st.cgroups))
-
-    def resume_node(self, index: int) -> list[int]:
-        self._check_index(index)
-        return nodeops.set_paused(self._st.session, index, False, bool(self._st.cgroups))
 
     # ---- storage ---------------------------------------------------------------------------
 

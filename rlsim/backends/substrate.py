@@ -42,6 +42,7 @@ from rlsim.backends.base import (
 )
 from rlsim.backends.disks_here import DisksHere
 from rlsim.backends.node_start import ADDRESSES_VAR
+from rlsim.backends.node_verbs import NodeVerbs
 from rlsim.backends.ray_internals import gcs
 from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.started import PROBE_TIMEOUT_S, StartedCluster
@@ -52,7 +53,7 @@ from rlsim.host.spec import ClusterSpec
 from rlsim.host.state import ClusterState
 
 
-class SubstrateCluster(DisksHere, StartedCluster):
+class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
     """Node ``i`` of ``spec`` on machine ``i % machines`` of the substrate whose GCS is at
     ``on``."""
 
@@ -463,31 +464,6 @@ class SubstrateCluster(DisksHere, StartedCluster):
         ref = self._host(index).node.remote(str(rlsim_home()), self._st.session, index, verb,
                                              *args)
         return ref if remote else _answer(ref)
-
-    def pause_node(self, index: int) -> list[int]:
-        """Freeze node ``index`` on its machine (its cgroup, or SIGSTOP without)."""
-        self._check_index(index)
-        return self._node(index, "set_paused", True, bool(self._st.cgroups))
-
-    def resume_node(self, index: int) -> list[int]:
-        self._check_index(index)
-        return self._node(index, "set_paused", False, bool(self._st.cgroups))
-
-    def throttle_cpu(self, index: int, cores: float | None) -> dict[str, float] | None:
-        """The CPU quota of node ``index``'s cgroup on its machine; its throttling counters."""
-        self._check_cgroup(index, "a node's CPU quota")
-        return self._node(index, "throttle_cpu", cores)
-
-    def squeeze_memory(self, index: int, mb: int) -> dict:
-        """Node ``index``'s memory cgroup squeezed on its machine, the hog run there inside the
-        node (:func:`rlsim.host.nodeops.squeeze_memory`, by the machine's host actor)."""
-        self._check_cgroup(index, "node memory")
-        return self._node(index, "squeeze_memory", mb)
-
-    def lift_memory(self, index: int) -> None:
-        self._check_index(index)
-        if self._st.cgroups:  # else no cap was ever set
-            self._node(index, "lift_memory")
 
     def _no_cgroups(self) -> str:
         bare = [m.address for m in self._machines if not m.cgroups]
