@@ -21,7 +21,7 @@ from rlsim.backends import redis_store
 from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_containers
 from rlsim.backends.disks_here import DisksHere
 from rlsim.backends.node_verbs import NodeVerbs
-from rlsim.backends.ray_state import alive_nodes
+from rlsim.backends.ray_state import alive_nodes, by_address
 from rlsim.backends.reaper import reap, reap_local
 from rlsim.backends.started import StartedCluster
 from rlsim.host import cgroups, disk, iptables, links, nodeops, procs, state
@@ -54,6 +54,9 @@ class LocalCluster(NodeVerbs, DisksHere, StartedCluster):
         # raylet commands this handle's launchers saw, and agent commands they rewrote, by kind
         # (rlsim.backends.ray_internals.launch.REWRITES); None: started elsewhere, not counted
         self.rewrites: dict[str, int] | None = {}
+        # the node table as the last launcher saw it once its nodes registered: the next look
+        # at the nodes (:meth:`nodes`) reads it instead of asking the GCS again
+        self._launch_view: list[dict] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -148,10 +151,15 @@ class LocalCluster(NodeVerbs, DisksHere, StartedCluster):
     def nodes(self, exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
         st = self._st
         pids = {node.index: self._pids(node.index) for node in st.layout.nodes}
+        view, self._launch_view = self._launch_view, None
         # With the head gone or paused there is no GCS to ask (Ray's client would retry for ~15 s
         # and raise): nobody is seen alive, as on docker
-        alive = alive_nodes(self.address, str(auth_token_path()), exclude_ids) \
-            if pids[0] and not self._paused(0, pids[0]) else {}
+        if not pids[0] or self._paused(0, pids[0]):
+            alive = {}
+        elif view is not None:  # the launcher's, taken a moment ago
+            alive = by_address(view, exclude_ids)
+        else:
+            alive = alive_nodes(self.address, str(auth_token_path()), exclude_ids)
         shapes = st.spec.node_shapes()
         return [NodeInfo.seen(node.index, node.address, alive.get(node.address),
                               shapes[node.index].gpus, pids[node.index])
@@ -195,6 +203,9 @@ class LocalCluster(NodeVerbs, DisksHere, StartedCluster):
         counted: dict[str, int] = {}
         for line in proc.stdout.splitlines():
             started = json.loads(line)
+            if "alive" in started:  # its last line, once every node it started registered
+                self._launch_view = started["alive"]
+                continue
             st.pids[started["index"]] = started["raylet_pid"]
             counted = started.get("rewrites", {})  # the launcher's counts so far
         for kind, n in counted.items() if self.rewrites is not None else ():

@@ -53,8 +53,24 @@ def alive_nodes(gcs_address: str, token_path: str,
         table = node_table(gcs_address, token_path)
     except RaySystemError:  # "Failed to connect to GCS"
         return {}
+    return by_address(table, exclude_ids)
+
+
+def by_address(table: list[dict], exclude_ids: frozenset[str] = frozenset()) -> dict[str, dict]:
+    """The alive registrations of a node table by node address, less ``exclude_ids``."""
     return {entry["NodeManagerAddress"]: entry for entry in table
             if entry["Alive"] and entry["NodeID"] not in exclude_ids}
+
+
+# What a registration's entry keeps when it travels as JSON (a launcher's view, below)
+VIEW_FIELDS = ("NodeID", "NodeManagerAddress", "Alive", "Resources", "Labels")
+
+
+def launch_view(gcs_address: str, token_path: str) -> list[dict]:
+    """The alive registrations, as a node launcher reports them once its nodes registered: the
+    fields :class:`rlsim.backends.base.NodeInfo` reads (JSON)."""
+    return [{k: entry.get(k) for k in VIEW_FIELDS}
+            for entry in alive_nodes(gcs_address, token_path).values()]
 
 
 def _listens(address: str, timeout: float = 2.0) -> bool:

@@ -45,6 +45,7 @@ class StartedCluster:
     state: ClusterState | None
     detached: bool
     timings: dict[str, float]
+    ready_nodes: list[NodeInfo]  # the nodes as start() saw them ready
     _stopped: ClusterState | None
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -71,7 +72,7 @@ class StartedCluster:
             self.state.root.mkdir(parents=True)
             self._launch_nodes()
             self.timings["launched_s"] = time.monotonic() - t0
-            self.wait_for_nodes()
+            self.ready_nodes = self.wait_for_nodes()
             self.state.accelerations = ray_internals.cluster_report(
                 getattr(self, "rewrites", None), lean=not self.spec.dashboard,
                 forked=bool(self.state.cgroups))

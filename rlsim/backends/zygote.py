@@ -136,6 +136,11 @@ def _become_worker(request: dict, fds: list[int]) -> None:
         else:
             sys.argv = [module, *args]
             sys.path[0] = os.getcwd()
+        if request.get("forkserver"):
+            # the dashboard's forkserver, forked while this child holds the imports and runs
+            # one thread (dashboard_forkserver)
+            from rlsim.backends.ray_internals.forkserver import start_here
+            start_here()
     except BaseException:  # noqa: BLE001 - never back into the server's loop
         import traceback
         traceback.print_exc()

@@ -211,7 +211,7 @@ def cluster(
     )
     c = start_cluster(spec, detach, backend, on)
     try:  # a Ctrl-C from here on stops it, even one landing before the wait (seen once)
-        console.print(table(c, c.nodes()))
+        console.print(table(c, c.ready_nodes))
         console.print(f"ready in {c.timings['ready_s']:.1f} s")
         print_connect(c)
         if detach:

@@ -333,6 +333,10 @@ def _agents(st: state.ClusterState, index: int) -> dict[int, int]:
     return found
 
 
+def _cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
 def _forked(st: state.ClusterState, index: int) -> list[int]:
     """Node ``index``'s processes forked from the agent zygote (its agents, its log monitor)."""
     found = []
@@ -354,6 +358,10 @@ def test_agents_fork_from_the_agent_zygote_and_live_and_die_with_their_node(tmp_
     cluster = LocalCluster(ClusterSpec(name=f"agz-{os.getpid()}", nodes=2, gpus_per_node=1))
     with cluster:
         st = cluster.state
+        # what start() saw ready (the launcher's view of the GCS) is what the GCS says
+        assert [(n.index, n.node_id, n.gpus, n.alive) for n in cluster.ready_nodes] == \
+            [(n.index, n.node_id, n.gpus, n.alive) for n in cluster.nodes()]
+        assert all(n.alive and n.node_id for n in cluster.ready_nodes)
         agents = _agents(st, 1)
         assert len(agents) == 2, agents
         for parent in set(agents.values()):
@@ -370,11 +378,18 @@ def test_agents_fork_from_the_agent_zygote_and_live_and_die_with_their_node(tmp_
         head = [pid for pid in cgroups.NodeGroup(st.session, 0).pids()
                 if _parent(pid) in zygote_pid]
         assert len(head) == 4, head
-        # the dashboard's: its module processes, through Ray's forkserver (2.60) or spawned
-        children = [pid for pid in cgroups.NodeGroup(st.session, 0).pids()
-                    if _parent(pid) in head]
-        assert any(b"from multiprocessing." in Path(f"/proc/{pid}/cmdline").read_bytes()
-                   for pid in children), children
+        # the dashboard's: its module processes, from a forkserver forked from the dashboard
+        # (dashboard_forkserver: 2.59 on), else through Ray's own (exec'd) or spawned (2.48)
+        on_head = cgroups.NodeGroup(st.session, 0).pids()
+        children = [pid for pid in on_head if _parent(pid) in head]
+        if "dashboard_forkserver" in cluster.ray_report()["in_force"]:
+            assert cluster.rewrites.get("forkserver") == 1, cluster.rewrites
+            servers = [pid for pid in children if b"--agents" in _cmdline(pid)]
+            assert len(servers) == 1, children
+            modules = [pid for pid in on_head if _parent(pid) == servers[0]]
+            assert len(modules) >= 5, modules
+        else:
+            assert any(b"from multiprocessing." in _cmdline(pid) for pid in children), children
         out = subprocess.run([sys.executable, "-c", ENV_VAR_TASK], capture_output=True, text=True,
                              env={**os.environ, **cluster.driver_env(),
                                   "RAY_ADDRESS": cluster.address}, timeout=180)

@@ -27,6 +27,8 @@ def test_every_capability_holds_on_the_installed_ray(monkeypatch):
     monkeypatch.delenv(ri.PLAIN_VAR, raising=False)
     expected_plain = ({"token_auth", "auth_reread"} if Version(ri.TOKEN_AUTH_SINCE) > INSTALLED
                       else set())
+    if Version(ri.DASHBOARD_FORKSERVER_SINCE) > INSTALLED:  # its modules spawned: no server
+        expected_plain.add("dashboard_forkserver")
     plain = {s.name: s.why for s in (ri.probe(c.name) for c in ri.CAPABILITIES)
              if not s.available}
     assert set(plain) == expected_plain, plain
@@ -85,6 +87,41 @@ def test_a_renamed_internal_fails_its_probe_and_names_it(tmp_path, capability, r
     assert status.why.startswith(f"ray/{rel}")
     if why:
         assert why in status.why
+
+
+@pytest.mark.skipif(Version(ri.DASHBOARD_FORKSERVER_SINCE) > INSTALLED,
+                    reason="this Ray's dashboard spawns its modules")
+@pytest.mark.parametrize(("old", "new", "why"), [
+    ('multiprocessing.get_context("forkserver")', 'multiprocessing.get_context("spawn")',
+     'no multiprocessing.get_context("forkserver")'),
+    ('return "forkserver"', 'return "fork_server"', "no longer builds"),
+])
+def test_a_dashboard_that_no_longer_uses_a_forkserver_fails_its_probe(tmp_path, old, new, why):
+    root = _fake_ray(tmp_path, "dashboard/subprocesses/handle.py")
+    assert ri.probe("dashboard_forkserver", ri.RaySurface(root, "9.9.9")).available
+    _edit(root / "dashboard/subprocesses/handle.py", old, new)
+    st = ri.probe("dashboard_forkserver", ri.RaySurface(root, "9.9.9"))
+    assert not st.available and st.why.startswith("ray/dashboard/subprocesses/handle.py")
+    assert why in st.why
+
+
+def test_a_python_whose_forkserver_is_laid_out_otherwise_fails_the_probe(tmp_path, monkeypatch):
+    """Python's side of dashboard_forkserver: its server's main and state as 3.10 to 3.13 have
+    them, or Python's own server (3.14 adds an authentication key to main)."""
+    import multiprocessing.forkserver as fs
+
+    from rlsim.backends.ray_internals import forkserver
+
+    root = _fake_ray(tmp_path, "dashboard/subprocesses/handle.py")
+    assert forkserver.python_problem() is None
+    monkeypatch.setattr(fs, "main", lambda listener_fd, alive_r, preload, main_path=None,
+                        sys_path=None, *, authkey_r=None: None)
+    st = ri.probe("dashboard_forkserver", ri.RaySurface(root, "9.9.9"))
+    assert not st.available and "forkserver.main takes" in st.why and "authkey_r" in st.why
+    monkeypatch.undo()
+    monkeypatch.delattr(fs._forkserver, "_forkserver_alive_fd")
+    assert "keeps no _forkserver_alive_fd" in forkserver.python_problem()
+    assert forkserver.start_here() is None
 
 
 def test_a_setting_ray_no_longer_reads_is_never_set(tmp_path):
@@ -149,7 +186,7 @@ def test_plain_on_purpose_turns_every_acceleration_off_but_not_what_rlsim_needs(
     assert set(plain) == {"quiet_nodes", "fast_local_connect", "no_idle_workers",
                           "preload_modules", "registration_poll", "no_api_server",
                           "dashboard_beside", "worker_setup", "forked_agents", "lean_agent",
-                          "forked_dashboard", "warm_workers"}
+                          "forked_dashboard", "dashboard_forkserver", "warm_workers"}
     assert all(s.why == f"{ri.PLAIN_VAR} turned it off" for s in plain.values())
     assert ri.available("fast_health_checks") and ri.available("train_callbacks")
     monkeypatch.setenv(ri.PLAIN_VAR, "fast_health_checks")
@@ -190,11 +227,15 @@ def test_a_rewrite_that_matched_less_than_it_saw_is_reported_plain(monkeypatch):
     assert "forked_agents" not in short["in_force"]
     assert short["plain"]["forked_agents"].startswith("1 of 4 agent commands")
     unused = ri.cluster_report(None, lean=False, forked=False)
-    assert set(unused["unused"]) == {"lean_agent", "forked_agents", "forked_dashboard"}
+    assert set(unused["unused"]) == {"lean_agent", "forked_agents", "forked_dashboard",
+                                     "dashboard_forkserver"}
     # a cluster with the dashboard: its command rewritten once, or Ray's plain path said
     seen = {"raylets": 2, "forked": 4}
-    assert "forked_dashboard" in ri.cluster_report({**seen, "dashboard": 1}, lean=False,
-                                                   forked=True)["in_force"]
+    both = ri.cluster_report({**seen, "dashboard": 1, "forkserver": 1}, lean=False, forked=True)
+    assert {"forked_dashboard", "dashboard_forkserver"} <= set(both["in_force"])
+    alone = ri.cluster_report({**seen, "dashboard": 1}, lean=False, forked=True)
+    assert "forked_dashboard" in alone["in_force"]
+    assert "dashboard command" in alone["plain"]["dashboard_forkserver"]
     missed = ri.cluster_report(seen, lean=False, forked=True)
     assert "forked_dashboard" not in missed["in_force"]
     assert "dashboard command" in missed["plain"]["forked_dashboard"]

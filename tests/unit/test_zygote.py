@@ -186,3 +186,59 @@ def test_a_package_star_imports_the_package_and_every_module_under_it(tmp_path, 
     assert {"walked.one", "walked.sub", "walked.sub.two"} <= set(sys.modules)
     for name in ("walked", "walked.one", "walked.sub", "walked.sub.two"):
         sys.modules.pop(name, None)
+
+
+FS_JOB = """
+import os, sys
+def report(q):
+    server = os.getppid()
+    with open(f"/proc/{server}/stat") as f:
+        server_parent = int(f.read().rsplit(")", 1)[1].split()[1])
+    with open(f"/proc/{server}/cmdline", "rb") as f:
+        command = f.read().decode().replace("\\0", " ")
+    q.put({"server": server, "server_parent": server_parent, "command": command,
+           "preloaded": "colorsys" in sys.modules})
+"""
+FS_AGENT = """
+import json, multiprocessing as mp, os
+import fsjob
+if __name__ == "__main__":
+    ctx = mp.get_context("forkserver")
+    q = ctx.SimpleQueue()
+    p = ctx.Process(target=fsjob.report, args=(q,))
+    p.start()
+    seen = q.get()
+    p.join()
+    print(json.dumps({**seen, "agent": os.getpid(), "code": p.exitcode}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("forkserver", [True, False])
+def test_an_agent_gets_its_forkserver_forked_where_asked(server, tmp_path, forkserver):
+    """``--rlsim-forkserver`` (the dashboard, dashboard_forkserver): the agent's multiprocessing
+    forkserver is a fork of the agent made before its script ran, holding the zygote's imports
+    (colorsys here), and Python uses it as its own; without it, Python execs a fresh server."""
+    (tmp_path / "fsjob.py").write_text(FS_JOB)
+    (tmp_path / "fsagent.py").write_text(FS_AGENT)
+    flags = ["--rlsim-forkserver"] if forkserver else []
+    proc = subprocess.run([sys.executable, SETUP, "--rlsim-agent", *flags, "-u",
+                           str(tmp_path / "fsagent.py")], cwd=tmp_path,
+                          env={**os.environ, "RLSIM_AGENT_ZYGOTE": server},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert seen["code"] == 0 and seen["server_parent"] == seen["agent"]
+    assert seen["preloaded"] is forkserver
+    assert ("multiprocessing.forkserver" in seen["command"]) is not forkserver, seen
+
+
+def test_a_forked_forkserver_ends_with_its_last_client(tmp_path):
+    code = ("import os, sys\n"
+            "from rlsim.backends.ray_internals import forkserver\n"
+            "pid = forkserver.start_here()\n"
+            "assert pid and forkserver.start_here() is None  # one server a process\n"
+            "forkserver.stop_here()\n"
+            "os.kill(pid, 0)\n")  # reaped: gone
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1 and "ProcessLookupError" in proc.stderr, proc.stderr

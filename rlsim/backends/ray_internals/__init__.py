@@ -52,6 +52,8 @@ PLAIN_VAR = "RLSIM_RAY_PLAIN"  # "all" or capability names: take Ray's plain pat
 # Root may start a cluster no token protects only when the user says so (see `auth_refusal`).
 ALLOW_OPEN_VAR = "RLSIM_ALLOW_UNAUTHENTICATED"
 TOKEN_AUTH_SINCE = "2.52"  # the first Ray release whose GCS checks RAY_AUTH_MODE=token
+# the first Ray release whose dashboard starts its modules from a forkserver (before: spawned)
+DASHBOARD_FORKSERVER_SINCE = "2.59"
 # The first Ray release seen whose raylet keeps a detached actor's worker port from later drivers
 # (2.48, 2.52 and 2.53 did not; 2.54, 2.55 and 2.60 do: the substrate's detach test on each)
 DETACHED_PORTS_SINCE = "2.54"
@@ -351,6 +353,13 @@ def _any_of(*probes: Callable[[RaySurface], str | None]) -> Callable[[RaySurface
     return probe
 
 
+def _python_forkserver_problem() -> str | None:
+    """Python's side of dashboard_forkserver (standard library only, as this module)."""
+    from rlsim.backends.ray_internals.forkserver import python_problem
+
+    return python_problem()
+
+
 AUTH_CLIENT = "_private/authentication/grpc_authentication_client_interceptor.py"
 
 CAPABILITIES: tuple[Capability, ...] = (
@@ -488,6 +497,17 @@ CAPABILITIES: tuple[Capability, ...] = (
                 _has_text("dashboard/dashboard.py", 'if __name__ == "__main__":'),
                 _in_function("dashboard/utils.py", "get_all_modules",
                              "pkgutil.walk_packages", "ray.dashboard.modules.__path__")),
+        acceleration=True),
+    Capability(
+        "dashboard_forkserver", "the dashboard's modules started from a forkserver forked from "
+        "the dashboard as it starts, holding its imports (with forked_dashboard)",
+        "Python's forkserver, a fresh interpreter, imports Ray and the dashboard's modules again "
+        "before the first module starts (1.1 s of CPU here)",
+        _all_of(_in_function("dashboard/subprocesses/handle.py", "select_start_method",
+                             'return "forkserver"'),
+                _has_text("dashboard/subprocesses/handle.py",
+                          'multiprocessing.get_context("forkserver")'),
+                lambda _s: _python_forkserver_problem()),
         acceleration=True),
     Capability(
         "lean_agent", "a node's dashboard agent loads no dashboard modules where the cluster "
@@ -702,14 +722,17 @@ def cluster_report(rewrites: dict[str, int] | None, *, lean: bool, forked: bool)
                 in_force.remove(name)
                 plain[name] = (f"{got} of {want} agent commands in Ray's raylet commands had "
                                "the form rlsim rewrites")
-    if "forked_dashboard" in in_force:
+    # the dashboard's two: its fork, and its forkserver's (which needs the dashboard forked)
+    for name, kind in (("forked_dashboard", "dashboard"), ("dashboard_forkserver", "forkserver")):
+        if name not in in_force:
+            continue
         if lean or not forked:
-            in_force.remove("forked_dashboard")
-            report["unused"]["forked_dashboard"] = ("the cluster runs no dashboard" if lean else
-                                                    "the nodes have no cgroups")
-        elif rewrites and rewrites.get("raylets") and not rewrites.get("dashboard"):
-            in_force.remove("forked_dashboard")
-            plain["forked_dashboard"] = "Ray's dashboard command had no form rlsim rewrites"
+            in_force.remove(name)
+            report["unused"][name] = ("the cluster runs no dashboard" if lean else
+                                      "the nodes have no cgroups")
+        elif rewrites and rewrites.get("raylets") and not rewrites.get(kind):
+            in_force.remove(name)
+            plain[name] = "Ray's dashboard command had no form rlsim rewrites"
     return report
 
 

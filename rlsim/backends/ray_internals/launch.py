@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from rlsim.backends import ray_internals as ri
-from rlsim.backends.ray_internals.worker_setup import AGENT_FLAG
+from rlsim.backends.ray_internals.worker_setup import AGENT_FLAG, FORKSERVER_FLAG
 
 # What a raylet runs to start a worker: Ray's setup_worker.py without its imports (see there)
 WORKER_SETUP = str(Path(__file__).with_name("worker_setup.py"))
@@ -298,8 +298,11 @@ def _agent_commands(lean: bool, forked: bool) -> None:
             # dashboard's modules (DASHBOARD_MODULES), while the GCS and the head's raylet
             # started: its own imports were 1.5 s of the 4 x 8 CLI's bring-up here, before it
             # started its module processes (a memory profiler's command is left alone)
-            command = [sys.executable, WORKER_SETUP, AGENT_FLAG, *command[1:]]
+            # with its modules' forkserver forked from it before it runs (dashboard_forkserver)
+            server = [FORKSERVER_FLAG] if ri.available("dashboard_forkserver") else []
+            command = [sys.executable, WORKER_SETUP, AGENT_FLAG, *server, *command[1:]]
             REWRITES["dashboard"] += 1
+            REWRITES["forkserver"] += bool(server)
         return start(command, process_type, *args, **kwargs)
 
     services.start_ray_process = start_agents

@@ -37,6 +37,8 @@ _VAR = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)  # what os.path.expandvars exp
 ZYGOTE_VAR = "RLSIM_ZYGOTE"  # where the cluster's zygote listens (rlsim.backends.zygote)
 AGENT_ZYGOTE_VAR = "RLSIM_AGENT_ZYGOTE"  # where the one forking the nodes' agents listens
 AGENT_FLAG = "--rlsim-agent"
+# after AGENT_FLAG: the agent (Ray's dashboard) gets its forkserver forked before it starts
+FORKSERVER_FLAG = "--rlsim-forkserver"
 MAX_REQUEST = 1 << 20
 RAYS_OWN = "ray/_private/workers/setup_worker.py"  # under the directory holding the ray package
 
@@ -86,15 +88,20 @@ def plan(argv: list[str], environ: dict[str, str]) -> tuple[list[str], dict[str,
     return [python, *rest], env
 
 
-def run_forked(path: str, argv: list[str], env: dict[str, str]) -> int | None:
+def run_forked(path: str, argv: list[str], env: dict[str, str], *,
+               forkserver: bool = False) -> int | None:
     """Run ``python argv...`` as a child of the zygote listening at ``path``, with this
     process's standard streams; its exit status (as a shell reports it), or None when no
     zygote answers (the caller then execs the worker itself). Signals this process gets
-    (the raylet's SIGTERM) are passed on to the worker."""
+    (the raylet's SIGTERM) are passed on to the worker. ``forkserver``: the child forks its
+    multiprocessing forkserver before it runs ``argv``."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
-        request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode()
+        request = {"argv": argv, "env": env, "cwd": os.getcwd()}
+        if forkserver:
+            request["forkserver"] = True
+        request = json.dumps(request).encode()
         socket.send_fds(sock, [len(request).to_bytes(4, "big") + request], [0, 1, 2])
     except OSError:
         sock.close()
@@ -122,10 +129,13 @@ def run_forked(path: str, argv: list[str], env: dict[str, str]) -> int | None:
 def run_agent(args: list[str]) -> None:
     """Run a node's agent, ``python ARGS`` (``-u SCRIPT ...`` or ``-u -m MODULE ...``): forked
     from the agent zygote, this process staying as the raylet's child until the agent exits,
-    or exec'd where no agent zygote answers."""
+    or exec'd where no agent zygote answers. ``--rlsim-forkserver ARGS``: forked with its
+    forkserver (:mod:`rlsim.backends.ray_internals.forkserver`)."""
+    forkserver = args[:1] == [FORKSERVER_FLAG]
+    args = args[1:] if forkserver else args
     path = os.environ.get(AGENT_ZYGOTE_VAR)
     if path:
-        status = run_forked(path, args, dict(os.environ))
+        status = run_forked(path, args, dict(os.environ), forkserver=forkserver)
         if status is not None:
             sys.exit(status)
     os.execv(sys.executable, [sys.executable, *args])
