@@ -371,13 +371,15 @@ def test_agents_fork_from_the_agent_zygote_and_live_and_die_with_their_node(tmp_
         assert len(forked) == 3 and set(agents) < set(forked), forked  # and the log monitor
         assert cluster.rewrites.get("log_monitor") == 2, cluster.rewrites
         # the head's dashboard too (forked_dashboard), in the head's cgroup: its two agents,
-        # its log monitor and the dashboard, whose module processes it starts itself
+        # its log monitor, its autoscaler monitor and the dashboard, whose module processes it
+        # starts itself
         assert cluster.rewrites.get("dashboard") == 1, cluster.rewrites
+        assert cluster.rewrites.get("monitor") == 1, cluster.rewrites
         assert "forked_dashboard" in cluster.ray_report()["in_force"]
         zygote_pid = set(agents.values())
         head = [pid for pid in cgroups.NodeGroup(st.session, 0).pids()
                 if _parent(pid) in zygote_pid]
-        assert len(head) == 4, head
+        assert len(head) == 5, head
         # the dashboard's: its module processes, from a forkserver forked from the dashboard
         # (dashboard_forkserver: 2.59 on), else through Ray's own (exec'd) or spawned (2.48)
         on_head = cgroups.NodeGroup(st.session, 0).pids()

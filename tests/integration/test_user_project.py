@@ -157,8 +157,10 @@ def test_the_installed_wheel_runs_a_users_own_project_on_the_oldest_ray(tmp_path
     assert probe.returncode == 0, probe.stdout + probe.stderr
     seen = json.loads(probe.stdout)
     assert seen["version"] == OLDEST_RAY and seen["outside_range"] is None
-    # every acceleration in force; token auth, and reading it again, are Ray 2.52's
-    assert set(seen["plain"]) == {"token_auth", "auth_reread"}, seen["plain"]
+    # every acceleration in force; token auth, and reading it again, are Ray 2.52's, and the
+    # dashboard's forkserver 2.59's
+    assert set(seen["plain"]) == {"token_auth", "auth_reread", "dashboard_forkserver"}, \
+        seen["plain"]
     shutil.copy(ROOT / "scenarios" / "node_failure_mid_run.yaml", project / "scenarios")
     env = _env(python)
     if os.geteuid() == 0:  # no token auth: root is refused an open cluster unless it opts in

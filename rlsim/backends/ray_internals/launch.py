@@ -270,6 +270,9 @@ def _agent_commands(lean: bool, forked: bool) -> None:
     # what Ray runs an agent with (a memory profiler's command instead is left alone)
     python_u = subprocess.list2cmdline([sys.executable, "-u"]) + " "
     fork = subprocess.list2cmdline([sys.executable, WORKER_SETUP, AGENT_FLAG, "-u"]) + " "
+    # the monitors forked as the agents are, each counted under its name in REWRITES
+    monitors = {ray_constants.PROCESS_TYPE_LOG_MONITOR: "log_monitor",
+                ray_constants.PROCESS_TYPE_MONITOR: "monitor"}
 
     def rewrite(arg: str) -> str:
         if lean and arg.startswith(DASHBOARD_AGENT_FLAG) and script in arg:
@@ -285,12 +288,14 @@ def _agent_commands(lean: bool, forked: bool) -> None:
         if process_type == ray_constants.PROCESS_TYPE_RAYLET:
             REWRITES["raylets"] += 1
             command = [rewrite(arg) for arg in command]
-        elif forked and process_type == ray_constants.PROCESS_TYPE_LOG_MONITOR and \
+        elif forked and process_type in monitors and \
                 list(command[:2]) == [sys.executable, "-u"]:
-            # a node's log monitor imports Ray as its agents do: forked from the same zygote,
-            # through the same client (64 x 8 nodes: bring-up's CPU 165 -> 99 s, 85 -> 52 s)
+            # a node's log monitor, and the head's autoscaler monitor, import Ray as its agents
+            # do: forked from the same zygote, through the same client (64 x 8 nodes: the log
+            # monitors' fork took bring-up's CPU from 165 to 99 s; the head's monitor imported
+            # for 0.5 s of CPU while the nodes started)
             command = [sys.executable, WORKER_SETUP, AGENT_FLAG, "-u", *command[2:]]
-            REWRITES["log_monitor"] += 1
+            REWRITES[monitors[process_type]] += 1
         elif forked and process_type == ray_constants.PROCESS_TYPE_DASHBOARD and \
                 ri.available("forked_dashboard") and len(command) > 1 and \
                 command[0] == sys.executable and command[1].endswith("dashboard.py"):
