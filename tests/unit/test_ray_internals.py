@@ -105,6 +105,8 @@ def test_a_dashboard_that_no_longer_uses_a_forkserver_fails_its_probe(tmp_path, 
     assert why in st.why
 
 
+@pytest.mark.skipif(Version(ri.DASHBOARD_FORKSERVER_SINCE) > INSTALLED,
+                    reason="this Ray's dashboard spawns its modules")
 def test_a_python_whose_forkserver_is_laid_out_otherwise_fails_the_probe(tmp_path, monkeypatch):
     """Python's side of dashboard_forkserver: its server's main and state as 3.10 to 3.13 have
     them, or Python's own server (3.14 adds an authentication key to main)."""
@@ -226,16 +228,18 @@ def test_a_rewrite_that_matched_less_than_it_saw_is_reported_plain(monkeypatch):
     short = ri.cluster_report({"raylets": 2, "lean": 2, "forked": 1}, lean=True, forked=True)
     assert "forked_agents" not in short["in_force"]
     assert short["plain"]["forked_agents"].startswith("1 of 4 agent commands")
+    # the dashboard's forkserver only where this Ray's dashboard has one (2.59 on)
+    server = {"dashboard_forkserver"} if ri.available("dashboard_forkserver") else set()
     unused = ri.cluster_report(None, lean=False, forked=False)
-    assert set(unused["unused"]) == {"lean_agent", "forked_agents", "forked_dashboard",
-                                     "dashboard_forkserver"}
+    assert set(unused["unused"]) == {"lean_agent", "forked_agents", "forked_dashboard", *server}
     # a cluster with the dashboard: its command rewritten once, or Ray's plain path said
     seen = {"raylets": 2, "forked": 4}
     both = ri.cluster_report({**seen, "dashboard": 1, "forkserver": 1}, lean=False, forked=True)
-    assert {"forked_dashboard", "dashboard_forkserver"} <= set(both["in_force"])
+    assert {"forked_dashboard", *server} <= set(both["in_force"])
     alone = ri.cluster_report({**seen, "dashboard": 1}, lean=False, forked=True)
     assert "forked_dashboard" in alone["in_force"]
-    assert "dashboard command" in alone["plain"]["dashboard_forkserver"]
+    if server:
+        assert "dashboard command" in alone["plain"]["dashboard_forkserver"]
     missed = ri.cluster_report(seen, lean=False, forked=True)
     assert "forked_dashboard" not in missed["in_force"]
     assert "dashboard command" in missed["plain"]["forked_dashboard"]
