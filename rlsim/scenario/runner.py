@@ -239,14 +239,20 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
         shutil.rmtree(previous, ignore_errors=True)
         out_dir.rename(previous)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cluster, reused = pool.take(fresh, backend)  # from here on the finally below gives it back
-    outcome = Outcome(sc, out_dir / "run")
-    log = Recorder(outcome)
-    rng = random.Random(sc.seed if seed is None else seed)
-    log.emit("scenario_start", name=sc.name, seed=sc.seed if seed is None else seed)
-    nemesis = Nemesis(sc.faults, FaultContext(
-        cluster, outcome.run_dir, rng, roles=sc.trainer.roles,
-        core=ADAPTERS[sc.trainer.adapter].core_actors), log, on_progress)
+    cluster, reused = pool.take(fresh, backend)  # from here on it is always given back
+    try:
+        outcome = Outcome(sc, out_dir / "run")
+        log = Recorder(outcome)
+        rng = random.Random(sc.seed if seed is None else seed)
+        log.emit("scenario_start", name=sc.name, seed=sc.seed if seed is None else seed)
+        nemesis = Nemesis(sc.faults, FaultContext(
+            cluster, outcome.run_dir, rng, roles=sc.trainer.roles,
+            core=ADAPTERS[sc.trainer.adapter].core_actors), log, on_progress)
+    except BaseException:
+        # a fault that cannot be built (a plugin's constructor raised): the kept cluster this
+        # scenario was handed goes back too, or it ran on with no one to stop it
+        pool.give_back(cluster, backend)
+        raise
     try:
         if not reused:
             try:
