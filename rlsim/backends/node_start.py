@@ -199,8 +199,11 @@ def start_nodes(st: ClusterState, indices: list[int]) -> None:
     # without importing Ray for it (0.6 s of the CLI's bring-up here)
     from rlsim.backends.ray_state import launch_view
 
-    print(json.dumps({"alive": launch_view(st.layout.gcs_address, str(auth_token_path()))}),
-          flush=True)
+    try:
+        view = launch_view(st.layout.gcs_address, str(auth_token_path()))
+    except Exception:  # noqa: BLE001 - no view: the caller asks the GCS itself
+        return
+    print(json.dumps({"alive": view}), flush=True)
 
 
 _PRINT_LOCK = threading.Lock()

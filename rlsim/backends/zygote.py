@@ -138,9 +138,13 @@ def _become_worker(request: dict, fds: list[int]) -> None:
             sys.path[0] = os.getcwd()
         if request.get("forkserver"):
             # the dashboard's forkserver, forked while this child holds the imports and runs
-            # one thread (dashboard_forkserver)
+            # one thread (dashboard_forkserver); failing that, Python starts its own later
             from rlsim.backends.ray_internals.forkserver import start_here
-            start_here()
+            try:
+                start_here()
+            except OSError as e:
+                print(f"rlsim zygote: no forkserver forked ({e}); Python starts its own",
+                      file=sys.stderr)
     except BaseException:  # noqa: BLE001 - never back into the server's loop
         import traceback
         traceback.print_exc()

@@ -242,3 +242,24 @@ def test_a_forked_forkserver_ends_with_its_last_client(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 1 and "ProcessLookupError" in proc.stderr, proc.stderr
+
+
+def test_a_forkserver_that_cannot_be_forked_leaves_nothing_open():
+    """The fork refused (no memory, a process limit): start_here raises and leaves no socket or
+    pipe behind, and Python's own server can still start later."""
+    code = ("import os\n"
+            "from rlsim.backends.ray_internals import forkserver\n"
+            "import multiprocessing.forkserver as fs\n"
+            "before = sorted(os.listdir('/proc/self/fd'))\n"
+            "def refuse():\n"
+            "    raise BlockingIOError(11, 'Resource temporarily unavailable')\n"
+            "os.fork = refuse\n"
+            "try:\n"
+            "    forkserver.start_here()\n"
+            "except OSError as e:\n"
+            "    print('raised', e.errno)\n"
+            "after = sorted(os.listdir('/proc/self/fd'))\n"
+            "print(after == before, fs._forkserver._forkserver_pid)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.stdout.split() == ["raised", "11", "True", "None"], proc.stdout + proc.stderr

@@ -53,7 +53,8 @@ def start_here() -> int | None:
     """Fork this process's forkserver now, as Python's ``ForkServer.ensure_running`` would
     exec it: a listening socket and an alive pipe handed to ``forkserver.main``, the server's
     state set as Python sets it. The server's pid, or None where this Python's forkserver is laid
-    out otherwise or one already runs. Call only while this process runs one thread."""
+    out otherwise or one already runs. Call only while this process runs one thread. Raises
+    OSError (nothing left open) where the socket, the pipe or the fork fails."""
     if python_problem():
         return None
     import multiprocessing.forkserver as fs
@@ -64,14 +65,21 @@ def start_here() -> int | None:
         if server._forkserver_pid is not None:
             return None
         listener = socket.socket(socket.AF_UNIX)
-        address = connection.arbitrary_address("AF_UNIX")
-        listener.bind(address)
-        os.chmod(address, 0o600)
-        listener.listen()
-        alive_r, alive_w = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
+        alive: tuple[int, ...] = ()
+        try:  # an OSError leaves nothing open: the caller's Python starts its own server
+            address = connection.arbitrary_address("AF_UNIX")
+            listener.bind(address)
+            os.chmod(address, 0o600)
+            listener.listen()
+            alive = alive_r, alive_w = os.pipe()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+        except OSError:
+            listener.close()
+            for fd in alive:
+                os.close(fd)
+            raise
         if pid == 0:
             code = 1
             try:
