@@ -353,8 +353,9 @@ def _any_of(*probes: Callable[[RaySurface], str | None]) -> Callable[[RaySurface
     return probe
 
 
-def _python_forkserver_problem() -> str | None:
-    """Python's side of dashboard_forkserver (standard library only, as this module)."""
+def _python_forkserver(_s: RaySurface) -> str | None:
+    """Python's side of dashboard_forkserver: its forkserver's layout, whatever the Ray
+    (standard library only, as this module)."""
     from rlsim.backends.ray_internals.forkserver import python_problem
 
     return python_problem()
@@ -507,7 +508,7 @@ CAPABILITIES: tuple[Capability, ...] = (
                              'return "forkserver"'),
                 _has_text("dashboard/subprocesses/handle.py",
                           'multiprocessing.get_context("forkserver")'),
-                lambda _s: _python_forkserver_problem()),
+                _python_forkserver),
         acceleration=True),
     Capability(
         "lean_agent", "a node's dashboard agent loads no dashboard modules where the cluster "
