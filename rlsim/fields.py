@@ -123,7 +123,8 @@ class Bounds(Strict):
 
 PATTERN_MAX = 500  # characters: a pattern of a scenario names an error, a role, an event
 # How long one search of a scenario's pattern may take, and how long one may take at validation
-# on a text built to make it backtrack (2,000 characters)
+# on a text built to make it backtrack (2,000 characters): seconds of the process's CPU, which is
+# what the regex engine's timeout counts (on a loaded machine the wall clock runs on past it)
 SEARCH_S = 2.0
 PROBE_S = 0.05
 
@@ -142,7 +143,7 @@ def search(pattern: str, text: str) -> bool:
         return engine.search(pattern, text, timeout=SEARCH_S) is not None
     except TimeoutError:
         raise PatternTooSlow(f"the pattern {pattern!r} searched one text of {len(text)} "
-                             f"characters for over {SEARCH_S:g} s: write it with fewer "
+                             f"characters for over {SEARCH_S:g} s of CPU: write it with fewer "
                              "repetitions (e.g. one '.*' between two words)") from None
 
 
@@ -166,7 +167,7 @@ def regex(pattern: str) -> str:
                          "with a backslash") from None
     if slow := _slow_on(pattern):
         raise ValueError(f"searching a text of {len(slow)} characters ({slow[:8]!r}...) took "
-                         f"over {PROBE_S * 1000:.0f} ms: repetitions one after another (such as "
+                         f"over {PROBE_S * 1000:.0f} ms of CPU: repetitions one after another (such as "
                          "'.*.*.*') search a long text for minutes; keep one between two words")
     return pattern
 

@@ -73,10 +73,10 @@ def test_a_pattern_that_could_hang_its_search_is_refused_in_every_field(tmp_path
     trainer = EVENTS + (f"  roles: {{actor: '{pattern}'}}\n" if field == "trainer.roles" else "")
     scenario = tmp_path / "s.yaml"
     scenario.write_text(f"name: s\n{trainer}" + PATTERN_FIELDS[field].format(p=pattern) + "\n")
-    t0 = time.monotonic()
+    cpu = time.process_time()  # what the engine's time limits count; the wall clock is the load's
     with pytest.raises(ScenarioError, match="took over|500"):
         load(scenario)
-    assert time.monotonic() - t0 < 5
+    assert time.process_time() - cpu < 5
 
 
 def test_patterns_people_write_pass_and_every_search_is_time_limited():
@@ -84,10 +84,10 @@ def test_patterns_people_write_pass_and_every_search_is_time_limited():
                r'"step": 7\b', r"^Actor\w*Worker$", r"(\d+\.)+\d+"]:
         assert regex(ok) == ok
     assert search("(.+)+QQ", "a" * 10_000) is False  # Python's re: hours
-    t0 = time.monotonic()
-    with pytest.raises(PatternTooSlow, match=r"over 2 s.*fewer repetitions"):
+    cpu = time.process_time()  # the engine counts CPU: 2.0 s of it took 6 s beside two busy loops
+    with pytest.raises(PatternTooSlow, match=r"over 2 s of CPU.*fewer repetitions"):
         search("(x+x+)+y", "x" * 5000)  # unchecked, as a plugin could pass one
-    assert time.monotonic() - t0 < SEARCH_S + 3
+    assert time.process_time() - cpu < SEARCH_S + 1
 
 
 @pytest.mark.parametrize("name", ["run:fire:1.yaml", "[red]x.yaml", "a\nok  forged.yaml",
