@@ -167,8 +167,9 @@ def regex(pattern: str) -> str:
                          "with a backslash") from None
     if slow := _slow_on(pattern):
         raise ValueError(f"searching a text of {len(slow)} characters ({slow[:8]!r}...) took "
-                         f"over {PROBE_S * 1000:.0f} ms of CPU: repetitions one after another (such as "
-                         "'.*.*.*') search a long text for minutes; keep one between two words")
+                         f"over {PROBE_S * 1000:.0f} ms of CPU: repetitions one after another "
+                         "(such as '.*.*.*') search a long text for minutes; keep one between "
+                         "two words")
     return pattern
 
 
