@@ -80,6 +80,33 @@ def test_signals_reach_the_worker_and_its_death_by_signal_is_reported(server, tm
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
 
 
+def test_a_signal_sent_before_the_zygote_names_its_worker_reaches_the_worker(tmp_path):
+    """The raylet may end a worker it has just started: its SIGTERM, caught while the client
+    still waits for the zygote's answer, is passed on once the worker's pid is known (the
+    client does not die in the worker's place). A zygote played by the test, which answers
+    only after the client has the signal."""
+    import socket
+
+    path = str(tmp_path / "slow.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    worker = subprocess.Popen(["sleep", "600"])
+    proc = client(path, tmp_path, "sleep")
+    try:
+        conn, _ = listener.accept()  # the client connects only once its handlers are in
+        socket.recv_fds(conn, 4, 3)
+        proc.send_signal(signal.SIGTERM)  # held: no pid to pass it on to yet
+        conn.sendall(json.dumps({"pid": worker.pid}).encode() + b"\n")
+        assert worker.wait(timeout=30) == -signal.SIGTERM
+        conn.sendall(json.dumps({"status": -signal.SIGTERM}).encode() + b"\n")
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        worker.kill()
+        proc.kill()
+        listener.close()
+
+
 def test_a_dead_client_takes_its_worker_with_it(server, tmp_path):
     proc = client(server, tmp_path, "sleep")
     pid = json.loads(proc.stdout.readline())["pid"]

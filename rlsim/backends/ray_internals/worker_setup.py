@@ -95,6 +95,22 @@ def run_forked(path: str, argv: list[str], env: dict[str, str], *,
     zygote answers (the caller then execs the worker itself). Signals this process gets
     (the raylet's SIGTERM) are passed on to the worker. ``forkserver``: the child forks its
     multiprocessing forkserver before it runs ``argv``."""
+    # Signals are caught from the start: one sent before the zygote has said which pid it
+    # forked (the raylet ending a worker it just started) is held and passed on once it has,
+    # instead of killing this process and leaving the worker to the zygote's cleanup
+    held: list[int] = []
+    pid = None
+
+    def forward(signum, _frame):
+        if pid is None:
+            held.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+    forwarded = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+    for sig in forwarded:
+        signal.signal(sig, forward)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
@@ -103,24 +119,21 @@ def run_forked(path: str, argv: list[str], env: dict[str, str], *,
             request["forkserver"] = True
         request = json.dumps(request).encode()
         socket.send_fds(sock, [len(request).to_bytes(4, "big") + request], [0, 1, 2])
-    except OSError:
-        sock.close()
-        return None
-    reader = sock.makefile("r")
-    try:
+        reader = sock.makefile("r")
         first = reader.readline()
     except OSError:
         first = ""
-    if not first:
-        return None  # the zygote forked nothing (it failed to, or died): nothing started yet
+    if not first:  # the zygote forked nothing (it failed to, or died): nothing started yet
+        sock.close()
+        for sig in forwarded:
+            signal.signal(sig, signal.SIG_DFL)
+        for sig in held:  # a signal meant for the worker ends this process as it would have
+            os.kill(os.getpid(), sig)
+        return None
     pid = json.loads(first)["pid"]
-
-    def forward(signum, _frame):
+    for sig in held:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, forward)
+            os.kill(pid, sig)
     last = reader.readline()
     status = json.loads(last)["status"] if last else 1
     return status if status >= 0 else 128 - status
