@@ -166,8 +166,16 @@ class DockerCluster(StartedCluster):
         self.timings["image_s"] = time.monotonic() - t0
 
     def _launch_nodes(self) -> None:
+        """The head's container first, the others once its node is alive, as ``ray start
+        --head`` comes before the workers' ``ray start``: a worker node that starts first asks
+        the GCS for the head node's record a limited number of times (20 tries 2 s apart in
+        Ray 2.60) and exits when it is not there, which happened here to containers started
+        beside the head on a loaded machine."""
         self.network = _create_network(docker_client(), self._st)
-        for index in range(self.spec.nodes):
+        self._run_node(0)
+        if self.spec.nodes > 1:
+            self.wait_for_nodes(indices=[0])
+        for index in range(1, self.spec.nodes):
             self._run_node(index)
 
     def _reap(self, st: ClusterState) -> None:
@@ -277,9 +285,11 @@ class DockerCluster(StartedCluster):
 
     def nodes(self, exclude_ids: frozenset[str] = frozenset()) -> list[NodeInfo]:
         st = self._st
-        states = {i: self._state(i) for i in range(self.spec.nodes)}
+        # a node whose container is not made yet (the head starts first) is not running
+        states = {i: self._state(i) if i in self.containers else {"Running": False, "Pid": 0}
+                  for i in range(self.spec.nodes)}
         alive: dict[str, dict] = {}
-        if states[0]["Running"] and not states[0]["Paused"]:
+        if states[0]["Running"] and not states[0].get("Paused"):
             with contextlib.suppress(Exception):  # a GCS that just went away: nobody is alive
                 alive = alive_nodes(self.address, str(auth_token_path()), exclude_ids)
         shapes = st.spec.node_shapes()
