@@ -195,6 +195,23 @@ def test_below_is_met_against_the_twin_or_the_runs_own_pace_after_the_heal(tmp_p
     assert throughput(slow_then_back, tmp_path, {"ratio": 0.2, "below": 0.8}).ok
 
 
+def test_after_the_heal_a_run_slower_than_its_twin_but_faster_than_it_was_has_recovered(
+        tmp_path):
+    # The twin's steps take 1 s. This run's steps took 4 s in the fault's window and 2 s after
+    # the heal (a busier machine than the twin's): half the twin's pace after, but twice its own
+    # pace under the fault. The same run staying at 4 s a step after the heal has not recovered.
+    busier = [0, 1, 2, 6, 10, 12, 14]
+    limits = {"ratio": 0.2, "below": 0.8, "after": 0.6}
+    verdict = throughput(busier, tmp_path, limits)
+    assert verdict.ok, verdict.message
+    assert "after: 0.50" in verdict.message and "its own after the heal: 0.50" in verdict.message
+    stuck = [0, 1, 2, 6, 10, 14, 18]
+    verdict = throughput(stuck, tmp_path, limits)
+    assert not verdict.ok and "its own after the heal: 1.00" in verdict.message
+    # without `below` the twin is the only reference
+    assert not throughput(busier, tmp_path, {"ratio": 0.2, "after": 0.6}).ok
+
+
 def test_throughput_within_without_a_twin_fails_saying_so(tmp_path):
     o = Outcome(scenario=None, run_dir=Path("."), started=0.0, timeline=[
         {"ts": 1.0, "source": "rlsim", "type": "fault_injected", "fault": "x", "index": 0}])
