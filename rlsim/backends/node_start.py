@@ -15,6 +15,8 @@ Prints one JSON object per started node on stdout: ``{"index": i, "raylet_pid": 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import hashlib
 import json
 import os
 import subprocess
@@ -29,7 +31,7 @@ from rlsim.backends.ray_internals import launch
 from rlsim.backends.ray_internals.worker_setup import AGENT_ZYGOTE_VAR, ZYGOTE_VAR
 from rlsim.contract import FAKE_GPUS_VAR, MEMORY_LABEL
 from rlsim.host import cgroups, listeners, procs, state
-from rlsim.host.home import auth_token_path
+from rlsim.host.home import auth_token_path, home_id
 from rlsim.host.shape import visible_devices
 from rlsim.host.state import ClusterState
 
@@ -282,7 +284,8 @@ def start_zygotes(st: ClusterState, machine: str = "") -> None:
     """Where node cgroups exist (a forked process is found by its node's cgroup): one zygote
     forks the nodes' agents (:data:`launch.AGENT_MODULES`, where forked_agents is in force), and,
     where the workers preload something and start through rlsim's worker set-up, another forks
-    the workers (:mod:`rlsim.backends.zygote`). Started once per cluster, before
+    the workers (:mod:`rlsim.backends.zygote`; the home's, shared by its clusters that preload
+    the same modules, where the cluster is not on a substrate). Started once per cluster, before
     any node, outside every node's cgroup (a node kill must not end them); a node started later
     (a restart) finds them by their variables, set in this process's environment.
 
@@ -298,22 +301,45 @@ def start_zygotes(st: ClusterState, machine: str = "") -> None:
         _start_zygote(st, f"agents{machine}", AGENT_ZYGOTE_VAR,
                       launch.AGENT_MODULES + dashboard, agents=True)
     if ri.available("worker_setup") and (modules := zygote_modules(st)):
-        _start_zygote(st, f"zygote{machine}", ZYGOTE_VAR, modules)
+        _start_zygote(st, f"zygote{machine}", ZYGOTE_VAR, modules, shared=not machine)
 
 
 def _start_zygote(st: ClusterState, name: str, var: str, modules: list[str],
-                  agents: bool = False) -> None:
+                  agents: bool = False, shared: bool = False) -> None:
+    """``shared``: the home's zygote for these modules (:func:`rlsim.backends.zygote.
+    start_shared`), reached through links in the cluster's run directory."""
     from rlsim.backends import zygote
 
     path = zygote.socket_path(st.root, name)
     os.environ[var] = path
     if zygote.answers(path):
         return
+    if shared:
+        env = _shared_zygote_env(st)
+        key = hashlib.sha256(json.dumps([sys.executable, modules, sorted(env.items())])
+                             .encode()).hexdigest()[:12]
+        env[zygote.ZYGOTE_HOME_VAR] = home_id()
+        target = zygote.start_shared(st.root.parent, key, modules, env)
+        for link, to in ((path, target), (zygote.ready_path(path), zygote.ready_path(target))):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(link)
+            os.symlink(to, link)
+        return
     with open(st.root / f"{name}.log", "a") as log:
         subprocess.Popen([sys.executable, "-m", "rlsim.backends.zygote", path, ",".join(modules),
                           *(["--agents"] if agents else [])],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                          start_new_session=True)
+
+
+def _shared_zygote_env(st: ClusterState) -> dict[str, str]:
+    """The environment of a zygote this home's clusters share: this launcher's, less what rlsim
+    sets per cluster (its labels, its Ray settings and zygotes) and pytest's per-test variables,
+    none of which the modules it imports read. Its key too: a cluster with any other variable
+    set otherwise gets a zygote of its own."""
+    own = {procs.SESSION_VAR, procs.HOME_VAR, procs.NODE_VAR, ZYGOTE_VAR, AGENT_ZYGOTE_VAR,
+           *cluster_env(st)} - {"PATH"}
+    return {k: v for k, v in os.environ.items() if k not in own and not k.startswith("PYTEST_")}
 
 
 if __name__ == "__main__":

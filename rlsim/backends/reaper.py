@@ -9,7 +9,7 @@ import signal
 
 from rlsim.backends.docker_engine import HOME_LABEL, LABEL, docker_client, engine_problem, is_orphan
 from rlsim.host import cgroups, disk, iptables, machines, procs, state
-from rlsim.host.home import home_id, locked, run_dir
+from rlsim.host.home import home_id, locked, rlsim_home, run_dir
 from rlsim.host.iptables import Firewall
 from rlsim.host.state import ClusterState
 
@@ -25,7 +25,21 @@ def reap_abandoned() -> list[str]:
             reaped.append(st.spec.name)
         with contextlib.suppress(Exception):  # never in the way of a cluster's start
             machines.reap_abandoned()  # namespace machines of an interrupted test or bench
+        end_idle_zygotes()
     return reaped
+
+
+def end_idle_zygotes() -> list[int]:
+    """End the zygotes this home's clusters share (:func:`rlsim.backends.zygote.start_shared`)
+    once no cluster of the home is registered, abandoned or unreadable ones included; the pids
+    ended. Under the registry lock: a cluster registers (``state.reserve``) before it starts
+    its nodes, so none is using them."""
+    from rlsim.backends import zygote
+
+    with locked():
+        if not any((rlsim_home() / "run").glob("z-*.pid")) or state.scan():
+            return []
+        return zygote.end_shared(run_dir())
 
 
 def reap(st: ClusterState) -> None:
@@ -49,6 +63,7 @@ def reap(st: ClusterState) -> None:
             # a cluster on a substrate (rlsim.backends.substrate): its nodes ended on their
             # machines with its owner's host actors; what is here is a local cluster's
             reap_local(st)
+        end_idle_zygotes()
 
 
 def reap_local(st: ClusterState) -> None:
@@ -82,6 +97,7 @@ def reap_corrupt(entry: state.Corrupt) -> None:
         state.forget(entry)
         if entry.session:
             state.remove_run_dir(entry.session)
+        end_idle_zygotes()
 
 
 def reap_docker(st: ClusterState) -> None:

@@ -1,5 +1,7 @@
-"""One process per local cluster that imports a worker's heavy modules once and forks Ray's
-workers from there: ``python -m rlsim.backends.zygote SOCKET MODULE[,MODULE...]``.
+"""A process that imports a worker's heavy modules once and forks Ray's workers from there:
+``python -m rlsim.backends.zygote SOCKET MODULE[,MODULE...]``. The workers' zygote is shared by
+the local clusters of one home that preload the same modules (:func:`start_shared`); the agents'
+(``--agents``) is each cluster's own.
 
 Why: every Python worker a raylet starts imports torch, TorchDynamo and DeepSpeed before
 the trainer's actor can use it, 5.6 s of CPU per worker on this machine. On two cores a
@@ -19,13 +21,15 @@ exits with its status: the process the raylet started lives as long as its worke
 registers with its own pid, which the raylet then signals (``ray.kill``) as any other.
 
 What the fork changes, and why it does not matter here:
-- ``/proc/PID/environ`` of a forked worker is this server's (fixed at exec): the cluster's labels
+- ``/proc/PID/environ`` of a forked worker is this server's (fixed at exec): a shared zygote's
+  holds no cluster's labels, only ``ZYGOTE_HOME_VAR``; an agent zygote's, its cluster's labels
   without ``RLSIM_NODE``. The server runs only where node cgroups exist, and there a node's
-  processes are found by their cgroup (:class:`rlsim.host.cgroups.NodeGroup`), the session's by
-  their labels.
-- Modules imported here read their environment here: the cluster's, which is a worker's less
-  what Ray sets per worker (its job id, its ports), read later. Nothing node-specific is
-  imported here; the trainer's own modules are imported by the worker itself.
+  processes are found by their cgroup (:class:`rlsim.host.cgroups.NodeGroup`), which also names
+  a shared zygote's worker's session (:mod:`rlsim.host.procs`).
+- Modules imported here read their environment here: the launcher's, which is a worker's less
+  what Ray sets per worker (its job id, its ports), read later, and less rlsim's per-cluster
+  settings for a shared zygote (none of which torch or DeepSpeed reads). Nothing node-specific
+  is imported here; the trainer's own modules are imported by the worker itself.
 - If the client dies (the raylet gave up on a worker that did not register, a node kill), the
   server kills the worker it forked for it.
 
@@ -34,7 +38,8 @@ which the raylet starts through worker_setup's ``--rlsim-agent``): each agent im
 its own modules for 0.5 s of CPU, two a node, before its raylet could register. An agent takes
 its node and ports from its arguments, so Ray may be loaded here before the fork.
 
-Serves until killed (with the cluster's other processes, by its session labels). Imports of
+Serves until killed: an agent zygote with its cluster's other processes, by its session labels;
+a shared one when the home's last cluster ends (:func:`end_shared`). Imports of
 rlsim: worker_setup's protocol limit, and the cgroup move, after the fork.
 """
 
@@ -49,6 +54,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 
 from rlsim.backends.ray_internals.worker_setup import MAX_REQUEST
 
@@ -80,6 +86,82 @@ def answers(path: str) -> bool:
         except OSError:
             return False
     return True
+
+
+# ---- a zygote shared by a home's clusters ------------------------------------------------------
+# The workers' zygote imports torch, TorchDynamo and DeepSpeed: 6.2 s of CPU here. One per
+# cluster paid that for every cluster, and a cluster whose scenario ended before its trainer
+# started (a refusal, a failed check) paid it for nothing. Clusters of one home whose workers
+# preload the same modules, under the same interpreter and environment (less what rlsim sets per
+# cluster, which the preloaded modules do not read), share one: it starts with the first of them
+# and ends with the home's last cluster (rlsim.backends.reaper). Its environment holds no
+# cluster's labels, only ZYGOTE_HOME_VAR: a worker it forks is found by its node's cgroup
+# (rlsim.host.procs).
+ZYGOTE_HOME_VAR = "RLSIM_ZYGOTE_HOME"  # rlsim.host.procs.ZYGOTE_HOME_VAR
+
+
+def shared_path(run_dir, key: str) -> str:
+    """Where the shared zygote ``key`` of the home whose run directory is ``run_dir``
+    listens."""
+    return os.path.join(str(run_dir), f"z-{key}.sock")
+
+
+def start_shared(run_dir, key: str, modules: list[str], env: dict[str, str]) -> str:
+    """The shared zygote ``key``'s socket, its server started with ``env`` unless one answers
+    there already. Under a lock of its own, held until the new server listens: two clusters
+    starting at once start one."""
+    import fcntl
+    import subprocess
+
+    path = shared_path(run_dir, key)
+    stem = os.path.splitext(path)[0]
+    with open(f"{stem}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if answers(path):
+            return path
+        with open(f"{stem}.log", "a") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "rlsim.backends.zygote", path,
+                                     ",".join(modules)], env=env, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=log, start_new_session=True)
+        with open(f"{stem}.pid", "w") as f:
+            f.write(str(proc.pid))
+        # it binds before its imports (a fraction of a second); one that exits first leaves
+        # its workers to start as Ray starts them (they find no zygote answering)
+        while proc.poll() is None and not answers(path):
+            time.sleep(0.01)
+    return path
+
+
+def end_shared(run_dir) -> list[int]:
+    """End the shared zygotes of the home whose run directory is ``run_dir`` and remove their
+    files; the pids killed. Called when no cluster of the home is left (under the home's
+    lock): a zygote ended under a live cluster would cut its forked workers from their
+    clients."""
+    killed = []
+    for pidfile in sorted(Path(run_dir).glob("z-*.pid")):
+        stem = str(pidfile)[:-len(".pid")]
+        with contextlib.suppress(ValueError, OSError):
+            pid = int(pidfile.read_text())
+            # the pid is still this zygote's (a pid is reused after a process ends)
+            if f"{stem}.sock".encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        for end in (".sock", ".ready", ".log", ".lock", ".pid"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(stem + end)
+    deadline = time.monotonic() + 10
+    for pid in killed:  # no longer running (a zombie until init reaps it: its parent is gone)
+        while _state(pid) not in (None, "Z") and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return killed
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return None
 
 
 # ---- the server side ----------------------------------------------------------------------

@@ -5,6 +5,10 @@ inherits ``RLSIM_SESSION``, ``RLSIM_HOME_ID`` and ``RLSIM_NODE``. Matching on th
 rather than on a pid tree matters: when a raylet dies its agents are re-parented and live on, and
 a reaper run after a crash has no tree to walk. Nothing here matches a process that rlsim did not
 label, or that another rlsim home labelled (another user's, another CI job's).
+
+A worker forked by a zygote that a home's clusters share (:mod:`rlsim.backends.zygote`) carries
+that zygote's environment, with no session in it, and ``ZYGOTE_HOME_VAR``: its session and node
+are read from the node cgroup it moved into (``rlsim/<home id>.<session>/n<index>``).
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from rlsim.host.cgroups import TOP as CGROUP_TOP
 from rlsim.host.home import home_id
 
 SESSION_VAR = "RLSIM_SESSION"
 HOME_VAR = "RLSIM_HOME_ID"  # the home that started it: a reaper acts on its own home's only
 NODE_VAR = "RLSIM_NODE"
+ZYGOTE_HOME_VAR = "RLSIM_ZYGOTE_HOME"  # a shared zygote's, and its forked workers': the home id
 PROC = Path("/proc")
 
 
@@ -36,6 +42,8 @@ def _labels(pid: int) -> dict[str, str] | None:
     except OSError:
         return None
     if SESSION_VAR.encode() not in raw:
+        if f"{ZYGOTE_HOME_VAR}={home_id()}\0".encode() in raw + b"\0":
+            return _cgroup_labels(pid)
         return None
     found = {}
     for item in raw.split(b"\0"):
@@ -44,6 +52,23 @@ def _labels(pid: int) -> dict[str, str] | None:
             found[key.decode()] = value.decode(errors="replace")
     # another home's process (another user's, another CI job's) is never this home's
     return found if SESSION_VAR in found and found.get(HOME_VAR) == home_id() else None
+
+
+def _cgroup_labels(pid: int) -> dict[str, str] | None:
+    """The labels of a process in one of this home's node cgroups, read from the group's path;
+    None for one outside them (a shared zygote itself, or a worker not yet moved)."""
+    try:
+        lines = (PROC / str(pid) / "cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    mine = f"/{CGROUP_TOP}/{home_id()}."
+    for line in lines:
+        path = line.split(":", 2)[-1]
+        if mine in path:
+            session, _, node = path.split(mine, 1)[1].partition("/")
+            if node[:1] == "n" and node[1:].isdigit():
+                return {SESSION_VAR: session, NODE_VAR: node[1:], HOME_VAR: home_id()}
+    return None
 
 
 def _state(pid: int) -> str | None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -271,31 +273,65 @@ print(json.dumps(ray.get(who.me.remote(), timeout=120)))
 """
 
 
-def test_workers_fork_from_the_zygote_into_their_nodes_cgroup(tmp_path):
-    """With preloaded modules and node cgroups, a worker is forked from the cluster's zygote
-    (rlsim.backends.zygote), carries the environment its raylet gave it, lives in its node's
-    cgroup (a node kill ends it) and nothing of it, or of the zygote, outlives the cluster."""
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: an orphan waits for init to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _who_am_i(cluster: LocalCluster) -> dict:
+    out = subprocess.run([sys.executable, "-c", WHO_AM_I], capture_output=True, text=True,
+                         env={**os.environ, **cluster.driver_env(),
+                              "RAY_ADDRESS": cluster.address}, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_workers_fork_from_the_homes_zygote_into_their_nodes_cgroup(monkeypatch):
+    """With preloaded modules and node cgroups, a worker is forked from the zygote the home's
+    clusters share (rlsim.backends.zygote), carries the environment its raylet gave it, lives in
+    its node's cgroup (a node kill ends it) and is found by it, as the reaper finds it. The
+    zygote serves a second cluster, outlives the first to end and ends with the home's last
+    cluster: nothing of it, or of its workers, is left. A home of its own: in a shared one,
+    another job's cluster would keep the zygote."""
     require(cgroups.available())
-    cluster = LocalCluster(ClusterSpec(name=f"zyg-{os.getpid()}", nodes=2, gpus_per_node=1,
-                                       preload_modules=["json"]))
-    with cluster:
-        st = cluster.state
-        out = subprocess.run([sys.executable, "-c", WHO_AM_I], capture_output=True, text=True,
-                             env={**os.environ, **cluster.driver_env(),
-                                  "RAY_ADDRESS": cluster.address}, timeout=180)
-        assert out.returncode == 0, out.stderr[-3000:]
-        me = json.loads(out.stdout.strip().splitlines()[-1])
-        parent = Path(f"/proc/{me['parent']}/cmdline").read_bytes().replace(b"\0", b" ")
-        assert b"rlsim.backends.zygote" in parent, parent
-        assert me["node"] == "1" and me["job"]  # the raylet's environment, not the zygote's
-        assert me["pid"] in cgroups.NodeGroup(st.session, 1).pids()
-        assert me["pid"] in procs.find(st.session)  # by the session's labels, as the reaper
-        cluster.kill_node(1)
-        wait_until(lambda: me["pid"] not in procs.find(st.session), 15,
-                   "the forked worker's end")
-    assert leftovers(st) == {
-        "procs": [], "cgroups": False, "chain": False, "state": False, "dir": False
-    }
+    home = Path(tempfile.mkdtemp(prefix="rz-", dir="/tmp"))
+    monkeypatch.setenv("RLSIM_HOME", str(home))
+    first, second = (LocalCluster(ClusterSpec(name=f"zyg{n}-{os.getpid()}", nodes=2,
+                                              gpus_per_node=1, preload_modules=["json"]))
+                     for n in (1, 2))
+    try:
+        with first:
+            with second:
+                st = second.state
+                pidfiles = list((home / "run").glob("z-*.pid"))
+                assert len(pidfiles) == 1, pidfiles  # one zygote for both clusters
+                zygote = int(pidfiles[0].read_text())
+                me = _who_am_i(second)
+                assert me["parent"] == zygote
+                assert me["node"] == "1" and me["job"]  # the raylet's environment, not the zygote's
+                assert me["pid"] in cgroups.NodeGroup(st.session, 1).pids()
+                assert me["pid"] in procs.find(st.session, 1)  # by its node's cgroup
+                assert me["pid"] not in procs.find(first.state.session)
+                second.kill_node(1)
+                wait_until(lambda: me["pid"] not in procs.find(st.session), 15,
+                           "the forked worker's end")
+            assert leftovers(st) == {
+                "procs": [], "cgroups": False, "chain": False, "state": False, "dir": False
+            }
+            assert _running(zygote)  # the first cluster still uses it
+            assert _who_am_i(first)["parent"] == zygote
+            st = first.state
+        assert leftovers(st) == {
+            "procs": [], "cgroups": False, "chain": False, "state": False, "dir": False
+        }
+        assert not _running(zygote) and not list((home / "run").glob("z-*"))
+    finally:
+        first.stop()
+        second.stop()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 ENV_VAR_TASK = """
