@@ -15,7 +15,6 @@ Prints one JSON object per started node on stdout: ``{"index": i, "raylet_pid": 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import hashlib
 import json
 import os
@@ -316,14 +315,19 @@ def _start_zygote(st: ClusterState, name: str, var: str, modules: list[str],
         return
     if shared:
         env = _shared_zygote_env(st)
-        key = hashlib.sha256(json.dumps([sys.executable, modules, sorted(env.items())])
+        # the v1 groups a forked worker's node groups nest under (hybrid hosts) are read from
+        # the zygote's own: launchers in other v1 groups get another zygote
+        v1 = [str(cgroups.v1_base(c)) for c in ("memory", "cpu")]
+        key = hashlib.sha256(json.dumps([sys.executable, modules, sorted(env.items()), v1])
                              .encode()).hexdigest()[:12]
         env[zygote.ZYGOTE_HOME_VAR] = home_id()
-        target = zygote.start_shared(st.root.parent, key, modules, env)
+        target = zygote.shared_path(st.root.parent, key)
         for link, to in ((path, target), (zygote.ready_path(path), zygote.ready_path(target))):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(link)
-            os.symlink(to, link)
+            if os.path.islink(link) and os.readlink(link) == to:
+                continue
+            os.symlink(to, f"{link}.{os.getpid()}")  # in place at once: a worker finds one
+            os.replace(f"{link}.{os.getpid()}", link)
+        zygote.start_shared(st.root.parent, key, modules, env)
         return
     with open(st.root / f"{name}.log", "a") as log:
         subprocess.Popen([sys.executable, "-m", "rlsim.backends.zygote", path, ",".join(modules),

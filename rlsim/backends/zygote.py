@@ -119,14 +119,17 @@ def start_shared(run_dir, key: str, modules: list[str], env: dict[str, str]) -> 
         fcntl.flock(lock, fcntl.LOCK_EX)
         if answers(path):
             return path
+        with contextlib.suppress(FileNotFoundError):  # a dead one's: not ready
+            os.unlink(ready_path(path))
+        # started in the run directory: under -m its working directory is sys.path[0], and a
+        # cluster's own folder there would be every later cluster's
         with open(f"{stem}.log", "a") as log:
             proc = subprocess.Popen([sys.executable, "-m", "rlsim.backends.zygote", path,
-                                     ",".join(modules)], env=env, stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=log, start_new_session=True)
-        with open(f"{stem}.pid", "w") as f:
-            f.write(str(proc.pid))
-        # it binds before its imports (a fraction of a second); one that exits first leaves
-        # its workers to start as Ray starts them (they find no zygote answering)
+                                     ",".join(modules)], env=env, cwd=str(run_dir),
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    start_new_session=True)
+        # it binds, and writes its pid file, before its imports (a fraction of a second); one
+        # that exits first leaves its workers to start as Ray starts them (none answers)
         while proc.poll() is None and not answers(path):
             time.sleep(0.01)
     return path
@@ -137,18 +140,22 @@ def end_shared(run_dir) -> list[int]:
     files; the pids killed. Called when no cluster of the home is left (under the home's
     lock): a zygote ended under a live cluster would cut its forked workers from their
     clients."""
+    import fcntl
+
     killed = []
     for pidfile in sorted(Path(run_dir).glob("z-*.pid")):
         stem = str(pidfile)[:-len(".pid")]
-        with contextlib.suppress(ValueError, OSError):
-            pid = int(pidfile.read_text())
-            # the pid is still this zygote's (a pid is reused after a process ends)
-            if f"{stem}.sock".encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-        for end in (".sock", ".ready", ".log", ".lock", ".pid"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(stem + end)
+        with open(f"{stem}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # not while a launcher starts it
+            with contextlib.suppress(ValueError, OSError):
+                pid = int(pidfile.read_text())
+                # the pid is still this zygote's (a pid is reused after a process ends)
+                if f"{stem}.sock".encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            for end in (".sock", ".ready", ".log", ".pid", ".lock"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(stem + end)
     deadline = time.monotonic() + 10
     for pid in killed:  # no longer running (a zombie until init reaps it: its parent is gone)
         while _state(pid) not in (None, "Z") and time.monotonic() < deadline:
@@ -165,6 +172,17 @@ def _state(pid: int) -> str | None:
 
 
 # ---- the server side ----------------------------------------------------------------------
+REQUEST_S = 10.0  # how long a client that connected may take to send its request
+
+
+def _hung_up(conn: socket.socket) -> bool:
+    """Whether the client closed its end (its request waited while it went away)."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]] | None:
@@ -264,11 +282,13 @@ def _unbuffer() -> None:
 
 
 def _enter_node_groups(env: dict[str, str]) -> None:
-    """Move this process into the cgroups of the node the client belongs to."""
+    """Move this process into the cgroups of the node the client belongs to; never creates
+    them: a request served after its cluster was reaped (it waited in the socket's backlog
+    while a shared zygote imported) would make groups again that nothing removes."""
     from rlsim.host import cgroups, procs
     session, node = env.get(procs.SESSION_VAR), env.get(procs.NODE_VAR)
     if session and node is not None:
-        cgroups.NodeGroup(session, int(node)).enter()
+        cgroups.NodeGroup(session, int(node)).enter(create=False)
 
 
 def _import_package(package: str) -> list[str]:
@@ -338,9 +358,17 @@ class Zygote:
 
     def _accept(self) -> None:
         conn, _ = self.listener.accept()
+        # a client paused between its connect and its request (a frozen node) holds up every
+        # other one's fork: it gets no worker, and starts its own once it runs again
+        conn.settimeout(REQUEST_S)
         try:
             got = _receive(conn)
         except (OSError, ValueError):
+            got = None
+        conn.settimeout(None)  # blocking again (a timeout would make the check below wait)
+        if got is not None and _hung_up(conn):  # its raylet or node went meanwhile
+            for fd in got[1]:
+                os.close(fd)
             got = None
         if got is None:
             conn.close()
@@ -407,6 +435,8 @@ class Zygote:
 def main(argv: list[str]) -> None:
     path, modules = argv[0], [m for m in (argv[1] if len(argv) > 1 else "").split(",") if m]
     zygote = Zygote(path)  # bound first: a worker that asks meanwhile waits for the imports
+    with open(os.path.splitext(path)[0] + ".pid", "w") as f:  # how its end finds it
+        f.write(str(os.getpid()))
     # --agents: this one forks the nodes' agents, which may have Ray loaded before the fork:
     # each takes its node and ports from its arguments, none from what Ray sets per worker
     started = time.monotonic()

@@ -130,10 +130,13 @@ class NodeGroup:
     def cpu_v1(self) -> Path | None:
         return self._v1("cpu")
 
-    def enter(self) -> None:
-        """Move the calling process into this cgroup (its later children are born there)."""
+    def enter(self, create: bool = True) -> None:
+        """Move the calling process into this cgroup (its later children are born there).
+        ``create=False``: only into groups that exist (FileNotFoundError where the node's
+        groups are gone: its cluster ended)."""
         for d in filter(None, [self.path, self.memory_v1, self.cpu_v1]):
-            d.mkdir(parents=True, exist_ok=True)
+            if create:
+                d.mkdir(parents=True, exist_ok=True)
             (d / "cgroup.procs").write_text(str(os.getpid()))
 
     # ---- memory --------------------------------------------------------------------------------

@@ -290,3 +290,39 @@ def test_a_forkserver_that_cannot_be_forked_leaves_nothing_open():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert proc.stdout.split() == ["raised", "11", "True", "None"], proc.stdout + proc.stderr
+
+
+def test_a_request_whose_client_went_away_meanwhile_forks_nothing(tmp_path):
+    """A shared zygote busy importing leaves requests in its socket's backlog; one whose
+    client (its raylet, its node) is gone by the time it is read starts no worker."""
+    import socket
+
+    path = str(tmp_path / "q.sock")
+    z = zygote.Zygote(path)
+    try:
+        client_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client_sock.connect(path)
+        # a worker of a node whose groups are gone: forked, it would exit at once
+        request = json.dumps({"argv": ["w.py"], "cwd": str(tmp_path),
+                              "env": {"RLSIM_SESSION": "gone", "RLSIM_NODE": "0"}}).encode()
+        socket.send_fds(client_sock, [len(request).to_bytes(4, "big") + request], [0, 1, 2])
+        client_sock.close()
+        z._accept()
+        assert z.children == {}
+    finally:
+        z.listener.close()
+        for pid in list(z.children):
+            os.waitpid(pid, 0)
+
+
+def test_a_worker_never_makes_its_nodes_groups_again(tmp_path):
+    """Forked after its cluster was reaped, a worker finds its node's groups gone and fails,
+    instead of leaving groups that nothing removes."""
+    from rlsim.host import cgroups
+
+    if cgroups.available() is not None:
+        pytest.skip(f"no node cgroups here: {cgroups.available()}")
+    group = cgroups.NodeGroup(f"gone-{os.getpid()}", 0)
+    with pytest.raises(FileNotFoundError):
+        group.enter(create=False)
+    assert not group.path.exists()
