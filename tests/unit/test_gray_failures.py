@@ -159,7 +159,7 @@ def throughput(run: list[float], twin_dir: Path, ratio: dict, healed: float | No
     import json
 
     (twin_dir / "events.jsonl").write_text("".join(
-        json.dumps(e) + "\n" for e in steps([0, 1, 2, 3, 4, 5, 6])))
+        json.dumps(e) + "\n" for e in steps(list(range(max(7, len(run)))))))
     timeline = [{**e, "source": "trainer"} for e in steps(run)] + [
         {"ts": 2.5, "source": "rlsim", "type": "fault_injected", "fault": "slow_node",
          "index": 0}]
@@ -210,6 +210,19 @@ def test_after_the_heal_a_run_slower_than_its_twin_but_faster_than_it_was_has_re
     assert not verdict.ok and "its own after the heal: 1.00" in verdict.message
     # without `below` the twin is the only reference
     assert not throughput(busier, tmp_path, {"ratio": 0.2, "after": 0.6}).ok
+
+
+def test_the_runs_own_pace_is_read_from_its_first_steps_after_the_heal(tmp_path):
+    # The twin's steps take 1 s. Steps 3 and 4 stall under the fault (2.5 to 4.2): 1.1 s each,
+    # 0.91 of the twin's pace (this run is faster than its twin on its own). The first five
+    # steps after the heal take 0.2 s; then the machine gets busy (another job) and the rest
+    # take 2 s. Against its first steps after, the fault cost speed (0.18); against all 11
+    # after, it would seem to have cost none (1.07).
+    run = [0, 1, 2, 3.1, 4.2, 4.4, 4.6, 4.8, 5.0, 5.2, *[5.2 + 2 * k for k in range(1, 7)]]
+    verdict = throughput(run, tmp_path, {"ratio": 0.02, "below": 0.8}, healed=4.2)
+    assert verdict.ok, verdict.message
+    assert "during: 0.91" in verdict.message
+    assert "its own after the heal: 0.18 (its first 5 steps after)" in verdict.message
 
 
 def test_throughput_within_without_a_twin_fails_saying_so(tmp_path):
