@@ -320,7 +320,7 @@ def _start_zygote(st: ClusterState, name: str, var: str, modules: list[str],
         v1 = [str(cgroups.v1_base(c)) for c in ("memory", "cpu")]
         key = hashlib.sha256(json.dumps([sys.executable, modules, sorted(env.items()), v1])
                              .encode()).hexdigest()[:12]
-        env[zygote.ZYGOTE_HOME_VAR] = home_id()
+        env[procs.ZYGOTE_HOME_VAR] = home_id()
         target = zygote.shared_path(st.root.parent, key)
         for link, to in ((path, target), (zygote.ready_path(path), zygote.ready_path(target))):
             if os.path.islink(link) and os.readlink(link) == to:

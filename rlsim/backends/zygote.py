@@ -22,7 +22,7 @@ registers with its own pid, which the raylet then signals (``ray.kill``) as any 
 
 What the fork changes, and why it does not matter here:
 - ``/proc/PID/environ`` of a forked worker is this server's (fixed at exec): a shared zygote's
-  holds no cluster's labels, only ``ZYGOTE_HOME_VAR``; an agent zygote's, its cluster's labels
+  holds no cluster's labels, only ``RLSIM_ZYGOTE_HOME``; an agent zygote's, its cluster's labels
   without ``RLSIM_NODE``. The server runs only where node cgroups exist, and there a node's
   processes are found by their cgroup (:class:`rlsim.host.cgroups.NodeGroup`), which also names
   a shared zygote's worker's session (:mod:`rlsim.host.procs`).
@@ -95,9 +95,8 @@ def answers(path: str) -> bool:
 # preload the same modules, under the same interpreter and environment (less what rlsim sets per
 # cluster, which the preloaded modules do not read), share one: it starts with the first of them
 # and ends with the home's last cluster (rlsim.backends.reaper). Its environment holds no
-# cluster's labels, only ZYGOTE_HOME_VAR: a worker it forks is found by its node's cgroup
-# (rlsim.host.procs).
-ZYGOTE_HOME_VAR = "RLSIM_ZYGOTE_HOME"  # rlsim.host.procs.ZYGOTE_HOME_VAR
+# cluster's labels, only rlsim.host.procs.ZYGOTE_HOME_VAR: a worker it forks is found by its
+# node's cgroup (rlsim.host.procs).
 
 
 def shared_path(run_dir, key: str) -> str:
@@ -142,6 +141,8 @@ def end_shared(run_dir) -> list[int]:
     clients."""
     import fcntl
 
+    from rlsim.host import procs
+
     killed = []
     for pidfile in sorted(Path(run_dir).glob("z-*.pid")):
         stem = str(pidfile)[:-len(".pid")]
@@ -156,19 +157,8 @@ def end_shared(run_dir) -> list[int]:
             for end in (".sock", ".ready", ".log", ".pid", ".lock"):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(stem + end)
-    deadline = time.monotonic() + 10
-    for pid in killed:  # no longer running (a zombie until init reaps it: its parent is gone)
-        while _state(pid) not in (None, "Z") and time.monotonic() < deadline:
-            time.sleep(0.01)
+    procs.wait_gone(killed)  # a zombie counts as gone: its parent (a launcher) is gone too
     return killed
-
-
-def _state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return None
 
 
 # ---- the server side ----------------------------------------------------------------------

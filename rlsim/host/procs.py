@@ -7,7 +7,7 @@ a reaper run after a crash has no tree to walk. Nothing here matches a process t
 label, or that another rlsim home labelled (another user's, another CI job's).
 
 A worker forked by a zygote that a home's clusters share (:mod:`rlsim.backends.zygote`) carries
-that zygote's environment, with no session in it, and ``ZYGOTE_HOME_VAR``: its session and node
+that zygote's environment, with no session in it, and :data:`ZYGOTE_HOME_VAR`: its session and node
 are read from the node cgroup it moved into (``rlsim/<home id>.<session>/n<index>``).
 """
 
