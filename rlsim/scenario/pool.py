@@ -52,7 +52,7 @@ def scenario_key(sc) -> str:
     logs and what their workers preload. The pytest shape scheduler gives them one scope;
     ``rlsim run`` runs them in a row."""
     return json.dumps([sc.cluster.model_dump(exclude={"skip_on"}), sc.forwards_logs,
-                       preload_modules(sc)], sort_keys=True, default=str)
+                       preload_modules(sc.trainer)], sort_keys=True, default=str)
 
 
 def warm() -> bool:
@@ -61,12 +61,12 @@ def warm() -> bool:
     return os.environ.get("RLSIM_WARM_WORKERS", "1") != "0"
 
 
-def preload_modules(sc) -> list[str]:
-    """What every worker of the scenario's cluster imports first: its trainer's (warm workers,
-    see :func:`rlsim.scenario.runner.warm_up`)."""
+def preload_modules(trainer) -> list[str]:
+    """What every worker of a cluster for the scenario's ``trainer`` section imports first: that
+    trainer's (warm workers, see :func:`rlsim.scenario.runner.warm_up`)."""
     from rlsim.adapters import ADAPTERS
 
-    return ADAPTERS[sc.trainer.adapter].warm_workers(sc.trainer)[0] if warm() else []
+    return ADAPTERS[trainer.adapter].warm_workers(trainer)[0] if warm() else []
 
 
 def hand_on_order(items: list, scenario_of=lambda x: x) -> list:

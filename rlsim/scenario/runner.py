@@ -100,7 +100,7 @@ def make_cluster(sc: Scenario, backend: str = DEFAULT, ray_address: str | None =
                        dashboard=ADAPTERS[sc.trainer.adapter].needs_dashboard,
                        forward_logs=sc.forwards_logs,
                        health=sc.cluster.health,
-                       preload_modules=preload_modules(sc),
+                       preload_modules=preload_modules(sc.trainer),
                        # the run's folder, and the folder the trainer runs in (the scenario's)
                        mounts=[str(out_dir.resolve()), str(sc.trainer.workdir)] if out_dir
                        else [str(sc.trainer.workdir)],

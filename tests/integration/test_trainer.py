@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from rlsim.adapters import ADAPTERS
 from rlsim.backends.local import LocalCluster
 from rlsim.history import read_events as _read
 from rlsim.host.spec import ClusterSpec
+from rlsim.scenario.pool import preload_modules
 from rlsim.scenario.schema import TrainerSection
 from trainer.config import PRESETS
 
@@ -42,7 +42,7 @@ def cluster():
     # the workers preload what a GRPO scenario's cluster preloads for the reference trainer:
     # forked from the home's zygote, as the catalogue's are, instead of each importing torch,
     # TorchDynamo and DeepSpeed on its own (2.6 s of CPU apiece here)
-    warm = ADAPTERS["rlsim"].warm_workers(TrainerSection(config="grpo_tiny"))[0]
+    warm = preload_modules(TrainerSection(config="grpo_tiny"))
     with LocalCluster(ClusterSpec(name=name, nodes=3, gpus_per_node=2,
                                   preload_modules=warm)) as c:
         yield c
