@@ -83,7 +83,7 @@ def lock() -> Iterator[None]:
         os.close(fd)
 
 
-def _start_time(pid: int) -> int | None:
+def start_time(pid: int) -> int | None:
     """When ``pid`` started (clock ticks since boot), None when there is no such process: with
     the pid it names one process, never a later one that reuses the number."""
     try:
@@ -103,7 +103,7 @@ class Claim:
     started: int | None
 
     def owner_alive(self) -> bool:
-        return self.pid is not None and _start_time(self.pid) == self.started
+        return self.pid is not None and start_time(self.pid) == self.started
 
 
 def _claims() -> list[Claim]:
@@ -153,7 +153,7 @@ def busy(exclude: frozenset[str] = frozenset()) -> dict[int, str]:
 def claim(slot: int, session: str, pid: int) -> Path:
     """Claim ``slot`` for ``session``, made by process ``pid``. Call under :func:`lock`."""
     path = claims_dir() / f"{slot}.{os.geteuid()}.{session}"
-    body = json.dumps({"pid": pid, "started": _start_time(pid), "session": session})
+    body = json.dumps({"pid": pid, "started": start_time(pid), "session": session})
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "w") as f:
         f.write(body)

@@ -51,6 +51,11 @@ class ClusterState(BaseModel):
                          "cluster's processes, cgroups and run directory")
     backend: str = Field(description="the backend that started it (a name of rlsim.backends)")
     owner_pid: int = Field(ge=1)
+    owner_started: int | None = Field(None, description="when the owner started (clock ticks "
+                                      "since boot): with owner_pid it names one process, never a "
+                                      "later one that reuses the number (after a reboot, or on a "
+                                      "machine restored from a snapshot); None in states written "
+                                      "before it was recorded")
     detached: bool = False
     created: float = Field(default_factory=time.time)
     cgroups: bool = Field(False, description="node i lives in cgroup "
@@ -247,12 +252,22 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def owner_alive(state: ClusterState) -> bool:
+    """Whether the process that started ``state``'s cluster still runs: its pid alive and, where
+    both are known, started when the state says (a pid alone may name a later process: pids are
+    reused, from low numbers again after a reboot or a restore from a snapshot)."""
+    if not pid_alive(state.owner_pid):
+        return False
+    started = slots.start_time(state.owner_pid)  # None: /proc hides it (hidepid): trust the pid
+    return state.owner_started is None or started is None or started == state.owner_started
+
+
 def is_abandoned(state: ClusterState, live_sessions: set[str]) -> bool:
     """True when no one will ever tear this cluster down: its owner process is gone and it was
     not detached (a crashed test or CLI: its processes, if any, are leaks), or it was detached and
     none of its processes runs any more (on this machine: a detached cluster on a substrate is
     never abandoned)."""
-    if pid_alive(state.owner_pid):
+    if owner_alive(state):
         return False
     if state.detached and state.on:  # its processes run on the substrate's machines, which
         return False                 # this one need not be: only `rlsim down` ends it
@@ -310,6 +325,7 @@ def reserve(spec: ClusterSpec, backend: str, detached: bool) -> ClusterState:
             session=f"{spec.name}-{secrets.token_hex(4)}",
             backend=backend,
             owner_pid=os.getpid(),
+            owner_started=slots.start_time(os.getpid()),
             detached=detached,
         )
         run_dir()

@@ -49,6 +49,29 @@ def test_a_cluster_whose_owner_died_is_abandoned_and_its_slot_reused(home, monke
     assert again.slot == st.slot and again.owner_pid == os.getpid()
 
 
+def test_a_cluster_whose_owners_pid_now_names_another_process_is_abandoned(home, monkeypatch):
+    """After a reboot, or on a machine restored from a snapshot, a state's owner pid may belong
+    to a later process: the owner's start time tells them apart. A state written before the
+    start time was recorded goes by the pid alone, as before."""
+    from rlsim.host import slots
+
+    monkeypatch.setattr(slots.listeners, "listening", lambda: [])
+    st = state.reserve(ClusterSpec(name="restored"), "local", detached=False)
+    assert st.owner_started == slots.start_time(os.getpid()) is not None
+    assert state.abandoned() == []
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        st.owner_pid = other.pid  # the pid reused by a process that started later
+        state.save(st)
+        assert [s.spec.name for s in state.abandoned()] == ["restored"]
+        raw = st.model_dump(mode="json")
+        del raw["owner_started"]  # an older rlsim's state: the pid alone, alive
+        assert state.owner_alive(state.ClusterState.model_validate(raw))
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_auth_token_is_private_and_stable(home):
     p = auth_token_path()
     assert p.stat().st_mode & 0o777 == 0o600
