@@ -256,10 +256,10 @@ def owner_alive(state: ClusterState) -> bool:
     """Whether the process that started ``state``'s cluster still runs: its pid alive and, where
     both are known, started when the state says (a pid alone may name a later process: pids are
     reused, from low numbers again after a reboot or a restore from a snapshot)."""
-    if not pid_alive(state.owner_pid):
-        return False
-    started = slots.start_time(state.owner_pid)  # None: /proc hides it (hidepid): trust the pid
-    return state.owner_started is None or started is None or started == state.owner_started
+    started = slots.start_time(state.owner_pid)
+    if started is None:  # gone, or /proc hides it (hidepid): the pid is all there is to go by
+        return pid_alive(state.owner_pid)
+    return state.owner_started in (None, started)
 
 
 def is_abandoned(state: ClusterState, live_sessions: set[str]) -> bool:
