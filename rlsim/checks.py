@@ -35,7 +35,7 @@ from rlsim.fields import (
     regex,
     search,
 )
-from rlsim.files import read_file
+from rlsim.files import Damaged, read_file, read_json_lines, shown
 from rlsim.history import HARNESS_EVENTS, MAX_HISTORY, Outcome, is_number, read_events
 from rlsim.registry import Registry
 from rlsim.result import Verdict
@@ -436,12 +436,32 @@ def recovered_within_s(o: Outcome, p) -> Verdict:
                    f"{fault['fault']} (limit {p.seconds} s)", took, _interesting(o))
 
 
-def _metrics(run_dir: Path) -> dict[int, dict]:
+def _metrics(run_dir: Path, twin: bool = False) -> tuple[dict[int, dict], str]:
+    """Each step's row of ``run_dir``'s ``metrics.jsonl`` (``perf/`` and ``attempt`` fields left
+    out; a step logged again after a restart, as last logged) and a note for the verdict. A last
+    line cut short is what a killed run leaves: it is left out and the note says so; in the
+    twin's record (``twin``) it is damage. Raises Damaged naming the file, the row and the fix
+    for a row that is not an object with an integer ``step``, or a file not read as rlsim reads
+    records (a link, a FIFO, over :data:`MAX_HISTORY`)."""
     path = run_dir / "metrics.jsonl"
-    rows = [json.loads(x) for x in read_file(path, MAX_HISTORY).splitlines()] \
-        if path.exists() else []
-    return {r["step"]: {k: v for k, v in r.items() if not k.startswith(("perf/", "attempt"))}
-            for r in rows}
+    fix = ("train the twin again (`--fresh-twin`)" if twin else
+           "the trainer writes one JSON object per line, with its integer step")
+    try:
+        values, torn = read_json_lines(path, MAX_HISTORY)
+    except FileNotFoundError:
+        return {}, ""
+    except (OSError, Damaged) as e:
+        raise Damaged(f"{e}: {fix}") from None
+    if torn and twin:
+        raise Damaged(f"{shown(path)}: its last line is cut short: {fix}")
+    rows = {}
+    for n, row in enumerate(values, 1):
+        if not isinstance(row, dict) or type(row.get("step")) is not int:
+            raise Damaged(f"{shown(path)}: row {n} is not a metrics row (a JSON object with an "
+                          f"integer step): {fix}")
+        rows[row["step"]] = {k: v for k, v in row.items() if not k.startswith(("perf/", "attempt"))}
+    return rows, (f"; the last line of the run's {path.name} was cut short (a run killed "
+                  "mid-write leaves it so) and is left out" if torn else "")
 
 
 class MatchesBaseline(Strict):
@@ -458,7 +478,11 @@ def matches_baseline(o: Outcome, p) -> Verdict:
     bit-exact (non-deterministic kernels, another reduction order after a rebuild)."""
     if o.baseline_dir is None:
         return Verdict("matches_baseline", False, "the baseline twin did not run")
-    a, b = _metrics(o.run_dir), _metrics(o.baseline_dir)
+    try:
+        a, torn = _metrics(o.run_dir)
+        b, _ = _metrics(o.baseline_dir, twin=True)
+    except Damaged as e:
+        return Verdict("matches_baseline", False, str(e) + _twin(o))
     if not b:
         return Verdict("matches_baseline", False, "the baseline twin logged no metrics")
     differ = [s for s in sorted(set(a) | set(b)) if not _close_rows(a.get(s), b.get(s), p)]
@@ -467,15 +491,15 @@ def matches_baseline(o: Outcome, p) -> Verdict:
         s = differ[0]
         return Verdict("matches_baseline", False, f"metrics differ from the fault-free twin from "
                        f"step {s} on ({len(differ)} steps): run {a.get(s)} vs twin {b.get(s)}"
-                       + (f" ({tol})" if tol else "") + _twin(o))
+                       + (f" ({tol})" if tol else "") + torn + _twin(o))
     msg = f"all {len(a)} steps' metrics {f'are within {tol} of' if tol else 'equal'} the " \
         "fault-free twin's"
     if p.weights:
         same, what = _same_weights(o.run_dir, o.baseline_dir, max(a), p.rtol, p.atol)
         if not same:
-            return Verdict("matches_baseline", False, what + _twin(o))
+            return Verdict("matches_baseline", False, what + torn + _twin(o))
         msg += "; " + what
-    return Verdict("matches_baseline", True, msg + _twin(o))
+    return Verdict("matches_baseline", True, msg + torn + _twin(o))
 
 
 def _twin(o: Outcome) -> str:
@@ -483,10 +507,16 @@ def _twin(o: Outcome) -> str:
     about = o.baseline_about
     if not about:
         return ""
-    made = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(about["made"])) \
-        if isinstance(about.get("made"), (int, float)) else "?"
+    made = about.get("made")
+    try:  # a record's time is read back: 1e300 or NaN there is no date, and no traceback
+        made = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(made)) \
+            if is_number(made) else "?"  # (localtime(None) is now)
+    except (ValueError, OverflowError, OSError):
+        made = "?"
     how = "kept from an earlier run" if about.get("cached") else "trained for this run"
-    return f" (twin {about.get('key', '?')}, {how}, made {made})"
+    if isinstance(damaged := about.get("replaced_damaged"), str):
+        how += f", replacing a damaged record ({damaged})"
+    return f" (twin {shown(str(about.get('key', '?')))[:40]}, {how}, made {made})"
 
 
 def _close_rows(run: dict | None, twin: dict | None, p) -> bool:
@@ -506,19 +536,43 @@ def _close(x, y, rtol: float, atol: float) -> bool:
 
 def _same_weights(run: Path, twin: Path, step: int, rtol: float = 0.0,
                   atol: float = 0.0) -> tuple[bool, str]:
+    """Whether the final exports at ``step`` hold the same tensors, all of them, each equal (or
+    within the tolerances), and the sentence that says so. A tensor missing from either side,
+    or empty on either (an emptied export holds no weights to compare), fails naming it, as
+    does an export that is missing or cannot be read."""
     rel = Path("checkpoints") / f"global_step_{step}" / "hf" / "model.safetensors"
-    if not (run / rel).exists() or not (twin / rel).exists():
-        return False, f"no final HF export at step {step} to compare ({rel})"
-    try:
-        x, y = _safetensors(run / rel), _safetensors(twin / rel)
-    except ValueError as e:
-        return False, str(e)
-    exact = not (rtol or atol)
-    bad = [k for k in x if k not in y or not (
-        x[k] == y[k] if exact else _tensors_close(x[k], y[k], rtol, atol))]
-    same = "bit-identical" if exact else f"within rtol={rtol:g}, atol={atol:g}"
-    return (not bad, f"final weights {same}" if not bad else
-            f"final weights differ in {len(bad)} tensors (first: {bad[0]})")
+    exports = {}
+    for side, root in (("run", run), ("twin", twin)):
+        try:
+            exports[side] = _safetensors(root / rel)
+        except FileNotFoundError:
+            return False, (f"no final HF export at step {step} to compare ({rel}: the {side} "
+                           "has none)")
+        except ValueError as e:
+            return False, str(e)
+        if not exports[side]:
+            return False, f"the {side}'s final HF export at step {step} holds no tensors ({rel})"
+    x, y = exports["run"], exports["twin"]
+    bad = [(k, why) for k in sorted(set(x) | set(y))
+           if (why := _tensor_problem(x.get(k), y.get(k), rtol, atol))]
+    same = "bit-identical" if not (rtol or atol) else f"within rtol={rtol:g}, atol={atol:g}"
+    if not bad:
+        return True, f"final weights {same} ({len(x)} tensors)"
+    name, why = bad[0]
+    return False, (f"final weights differ in {len(bad)} tensors (first: {shown(name)[:80]}"
+                   + ("" if why == "differs" else f", {why}") + ")")
+
+
+def _tensor_problem(a: tuple | None, b: tuple | None, rtol: float, atol: float) -> str | None:
+    """What is wrong with one tensor of the run's export (``a``) against the twin's (``b``),
+    as :func:`_safetensors` reads them (None: absent); None when they agree."""
+    for t, side in ((a, "run"), (b, "twin")):
+        if t is None:
+            return f"missing from the {side}'s export"
+        if not t[2]:
+            return f"empty in the {side}'s export"
+    same = a == b if not (rtol or atol) else _tensors_close(a, b, rtol, atol)
+    return None if same else "differs"
 
 
 # safetensors' dtypes as numpy reads them (BF16: the high half of a float32)
@@ -528,20 +582,44 @@ _NUMPY_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": 
 
 def _safetensors(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
     """Each tensor of a safetensors file: its dtype, shape and bytes, read from the format's
-    8-byte header length and JSON header (no torch: importing it cost `rlsim run` 1.3 s)."""
-    data = path.read_bytes()
+    8-byte header length and JSON header (no torch: importing it cost `rlsim run` 1.3 s).
+    FileNotFoundError when there is none; ValueError naming the file for one that is not read
+    (a link, a FIFO, over :data:`MAX_WEIGHTS`) or whose header does not describe its bytes
+    (offsets outside the data, a size that is not the shape's)."""
+    try:
+        data = read_file(path, MAX_WEIGHTS)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise ValueError(f"{e}: the weights cannot be compared") from None
     size = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
     try:
         if not 0 < size <= len(data) - 8:
             raise ValueError("no header")
         header = json.loads(data[8:8 + size])
         body = data[8 + size:]
-        return {name: (t["dtype"], tuple(t["shape"]),
-                       body[t["data_offsets"][0]:t["data_offsets"][1]])
-                for name, t in header.items() if name != "__metadata__"}
-    except (ValueError, KeyError, TypeError, IndexError) as e:
-        raise ValueError(f"{path} is not a safetensors file ({e}): the weights cannot be "
-                         "compared") from None
+        return {name: _tensor(t, body) for name, t in header.items() if name != "__metadata__"}
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as e:
+        why = "nested too deep" if isinstance(e, RecursionError) else str(e)[:120]
+        raise ValueError(f"{shown(path)} is not a safetensors file ({why}): the weights cannot "
+                         "be compared") from None
+
+
+MAX_WEIGHTS = 1 << 30  # a final export read whole (as the twins' store keeps it)
+_ITEM_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+               "U8": 1, "BOOL": 1}
+
+
+def _tensor(t: dict, body: bytes) -> tuple[str, tuple[int, ...], bytes]:
+    """One entry of a safetensors header as its dtype, shape and bytes; ValueError where the
+    entry does not describe bytes of ``body`` (a sliced past end is no tensor of the file)."""
+    dtype, shape, (begin, end) = t["dtype"], tuple(t["shape"]), t["data_offsets"]
+    if not (isinstance(dtype, str) and all(type(n) is int and n >= 0 for n in shape)
+            and type(begin) is int and type(end) is int and 0 <= begin <= end <= len(body)):
+        raise ValueError(f"a tensor's entry {str(t)[:80]} does not fit the file")
+    if dtype in _ITEM_BYTES and end - begin != math.prod(shape) * _ITEM_BYTES[dtype]:
+        raise ValueError(f"a tensor of shape {list(shape)} {dtype} holds {end - begin} bytes")
+    return dtype, shape, body[begin:end]
 
 
 def _tensors_close(a: tuple, b: tuple, rtol: float, atol: float) -> bool:

@@ -7,7 +7,10 @@ never opened for writing, only a regular file (or nothing) is ever replaced (a s
 folder at the target is refused, named), and no mode is ever changed on a path rlsim did not
 create. A file is read only when it is a regular file, and at
 most ``limit`` bytes of it: a FIFO would block the reader forever, a device would never end, a
-folder or a symlink where a file of rlsim's is expected is someone else's doing.
+folder or a symlink where a file of rlsim's is expected is someone else's doing. A record read
+back as JSON (:func:`read_json`, :func:`read_json_lines`) that does not parse is
+:class:`Damaged`, naming the file and the line: never a traceback of the parser's, however deep
+its nesting. A file hashed (:func:`file_digest`) is streamed, never read whole.
 
 The standard library only: a trainer may use these too.
 """
@@ -15,6 +18,8 @@ The standard library only: a trainer may use these too.
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import os
 import stat
 import tempfile
@@ -30,6 +35,11 @@ class FileRefused(OSError):
 
     def __str__(self) -> str:
         return self.strerror
+
+
+class Damaged(ValueError):
+    """A record rlsim reads back does not hold what rlsim writes there (not JSON, a line cut
+    short, nested past any record's depth); ``str()`` names the file and the line."""
 
 
 def write_file(path: str | Path, data: str | bytes, mode: int = 0o644) -> Path:
@@ -122,6 +132,62 @@ def read_text(path: str | Path, limit: int = MAX_READ, follow: bool = False) -> 
                           "file?") from None
 
 
+def read_json(path: str | Path, limit: int = MAX_READ, follow: bool = False):
+    """The JSON value of the file ``path`` (:func:`read_file`: a link, a FIFO, a file over
+    ``limit`` refused as FileRefused). Damaged when it is not JSON, or nested deeper than
+    Python's parser goes (a RecursionError is no answer to a damaged file)."""
+    raw = read_file(path, limit, follow)
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise Damaged(f"{shown(path)} is not JSON ({_why(e)})") from None
+
+
+def read_json_lines(path: str | Path, limit: int = MAX_READ) -> tuple[list, bool]:
+    """The values of the JSON-lines file ``path`` (blank lines skipped), and whether its last
+    line was cut short: no newline after it and not JSON, as a writer killed mid-line leaves it
+    (left out of the values; the caller says whether that is normal). Damaged naming the line
+    for any other line that is not JSON; FileRefused as :func:`read_file`."""
+    raw = read_file(path, limit)
+    lines = raw.split(b"\n")
+    values, torn = [], False
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            values.append(json.loads(line))
+        except (ValueError, RecursionError) as e:
+            if n == len(lines):  # the text after the last newline: a line never finished
+                torn = True
+                continue
+            raise Damaged(f"{shown(path)} line {n} is not JSON ({_why(e)})") from None
+    return values, torn
+
+
+def file_digest(path: str | Path, limit: int) -> str:
+    """The SHA-256 of the regular file ``path`` (a link followed: a user's file), read in
+    chunks, never whole. FileRefused (``errno.EFBIG``) for a file over ``limit`` bytes, before
+    reading any (a sparse file of gigabytes costs nothing to refuse); FileRefused for a FIFO, a
+    device or a folder, as :func:`read_file`."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileRefused(errno.EINVAL, f"{shown(path)} is {_kind(st.st_mode)}, not a "
+                              "regular file")
+        if st.st_size > limit:
+            raise FileRefused(errno.EFBIG, f"{shown(path)} is larger than {limit} bytes")
+        h, size = hashlib.sha256(), 0
+        while size <= limit and (chunk := os.read(fd, CHUNK)):
+            h.update(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:  # it grew while read
+        raise FileRefused(errno.EFBIG, f"{shown(path)} is larger than {limit} bytes")
+    return h.hexdigest()
+
+
 def new_file(path: str | Path, mode: int = 0o644):
     """A file object writing the new file ``path`` (binary): created here, exclusively (an
     existing path, a symlink included, is refused as FileExistsError), for a log rlsim streams
@@ -151,6 +217,10 @@ def shown(path: str | Path) -> str:
     text = str(path)
     return text if text.isprintable() else "".join(
         c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _why(e: Exception) -> str:
+    return "nested too deep" if isinstance(e, RecursionError) else str(e)[:120]
 
 
 def _kind(mode: int) -> str:

@@ -141,3 +141,47 @@ def test_rlsim_launch_does_not_write_or_chmod_through_a_planted_script(tmp_path,
                                           "8", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert os.access(out / "rlsim-acceptance.sbatch", os.X_OK)
+
+
+def test_json_records_that_do_not_parse_are_damaged_naming_the_line(tmp_path):
+    from rlsim.files import Damaged, read_json, read_json_lines
+
+    path = tmp_path / "r.json"
+    for text, said in (("{", "r.json is not JSON"), ("[" * 100_000, "nested too deep"),
+                       (b"\xff\xfe{", "is not JSON")):
+        path.write_bytes(text.encode() if isinstance(text, str) else text)
+        with pytest.raises(Damaged, match=said):
+            read_json(path)
+    path.write_text('{"a": 1}\n\n[2]\n{"cut": ')
+    assert read_json_lines(path) == ([{"a": 1}, [2]], True)  # the last line never finished
+    path.write_text('{"a": 1}\n[2]')
+    assert read_json_lines(path) == ([{"a": 1}, [2]], False)
+    path.write_text('{"a": 1}\n{"cut": \n[2]\n')
+    with pytest.raises(Damaged, match="line 2 is not JSON"):
+        read_json_lines(path)
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(FileRefused, match="is a FIFO"):
+        read_json(path)
+    with pytest.raises(FileRefused, match="is a FIFO"):
+        read_json_lines(path)
+
+
+def test_a_file_is_hashed_streamed_and_one_over_the_bound_refused_unread(tmp_path):
+    import errno
+    import hashlib
+
+    from rlsim.files import file_digest
+
+    small = tmp_path / "train.py"
+    small.write_bytes(b"x" * (3 << 20))
+    assert file_digest(small, 4 << 20) == hashlib.sha256(small.read_bytes()).hexdigest()
+    sparse = tmp_path / "big.py"
+    with open(sparse, "wb") as f:
+        f.truncate(3 << 30)  # 3 GiB of nothing on disk: read whole, a MemoryError
+    with pytest.raises(FileRefused) as refused:
+        file_digest(sparse, 64 << 20)
+    assert refused.value.errno == errno.EFBIG and "big.py is larger than" in str(refused.value)
+    os.mkfifo(tmp_path / "fifo.py")
+    with pytest.raises(FileRefused, match="is a FIFO"):
+        file_digest(tmp_path / "fifo.py", 1 << 20)

@@ -109,3 +109,125 @@ def test_a_file_that_is_not_safetensors_fails_the_comparison_in_words(tmp_path):
         (hf / "model.safetensors").write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{oops")
     ok, why = _same_weights(tmp_path / "run", tmp_path / "twin", 3)
     assert not ok and "is not a safetensors file" in why and "cannot be compared" in why, why
+
+
+# ---- every tensor, both ways; records read back damaged are named, never a traceback -------
+
+
+def _export(d, tensors, step=2):
+    path = d / "checkpoints" / f"global_step_{step}" / "hf" / "model.safetensors"
+    path.unlink()
+    save_file(tensors, str(path))
+
+
+BOTH = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([0.5])}
+
+
+@pytest.mark.parametrize("run,twin,needle", [
+    ({}, BOTH, "the run's final HF export at step 2 holds no tensors"),  # the export emptied
+    (BOTH, {}, "the twin's final HF export at step 2 holds no tensors"),
+    ({"w": BOTH["w"]}, BOTH, "differ in 1 tensors (first: b, missing from the run's export)"),
+    (BOTH, {"w": BOTH["w"]}, "differ in 1 tensors (first: b, missing from the twin's export)"),
+    ({**BOTH, "e": torch.zeros(0)}, {**BOTH, "e": torch.zeros(0)},
+     "first: e, empty in the run's export"),
+])
+def test_a_tensor_missing_extra_or_empty_on_either_side_fails_naming_it(tmp_path, run, twin,
+                                                                         needle):
+    o = Outcome(scenario=None, run_dir=run_dir(tmp_path, "run", *TWIN),
+                baseline_dir=run_dir(tmp_path, "twin", *TWIN))
+    _export(o.run_dir, run)
+    _export(o.baseline_dir, twin)
+    for params in ({}, {"rtol": 1e-3}):
+        v = CHECKS["matches_baseline"].judge(o, MatchesBaseline(**params))
+        assert not v.ok and needle in v.message, v.message
+
+
+def test_all_tensors_equal_say_how_many(tmp_path):
+    o = Outcome(scenario=None, run_dir=run_dir(tmp_path, "run", *TWIN),
+                baseline_dir=run_dir(tmp_path, "twin", *TWIN))
+    _export(o.run_dir, BOTH)
+    _export(o.baseline_dir, BOTH)
+    v = CHECKS["matches_baseline"].judge(o, MatchesBaseline())
+    assert v.ok and "final weights bit-identical (2 tensors)" in v.message, v.message
+
+
+def test_a_header_that_does_not_describe_its_bytes_is_not_weights(tmp_path):
+    """Offsets past the data were sliced short before, so two damaged exports compared equal."""
+    from rlsim.checks import _safetensors
+
+    for entry in ({"dtype": "F32", "shape": [2], "data_offsets": [0, 800]},
+                  {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]},
+                  {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]},
+                  {"dtype": "F32", "shape": 2, "data_offsets": [0, 8]},
+                  {"dtype": "F32", "shape": [2], "data_offsets": "08"}, [1]):
+        header = json.dumps({"w": entry}).encode()
+        path = tmp_path / "x.safetensors"
+        path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 8)
+        with pytest.raises(ValueError, match="is not a safetensors file"):
+            _safetensors(path)
+    deep = b"[" * 100_000
+    path.write_bytes(len(deep).to_bytes(8, "little") + deep)
+    with pytest.raises(ValueError, match="nested too deep"):
+        _safetensors(path)
+
+
+def test_an_export_that_is_a_fifo_or_a_link_is_refused_not_read(tmp_path):
+    import os
+    import threading
+
+    from rlsim.checks import _same_weights
+
+    o = Outcome(scenario=None, run_dir=run_dir(tmp_path, "run", *TWIN),
+                baseline_dir=run_dir(tmp_path, "twin", *TWIN))
+    export = o.run_dir / "checkpoints" / "global_step_2" / "hf" / "model.safetensors"
+    export.unlink()
+    os.mkfifo(export)
+    done = []
+    worker = threading.Thread(target=lambda: done.append(
+        _same_weights(o.run_dir, o.baseline_dir, 2)), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert done and not done[0][0] and "is a FIFO" in done[0][1], done
+    export.unlink()
+    export.symlink_to(o.baseline_dir / "checkpoints" / "global_step_2" / "hf" /
+                      "model.safetensors")
+    ok, why = _same_weights(o.run_dir, o.baseline_dir, 2)
+    assert not ok and "is a symlink" in why, why
+
+
+def _metrics_judge(tmp_path, run_text=None, twin_text=None, about=None):
+    o = Outcome(scenario=None, run_dir=run_dir(tmp_path, "run", *TWIN),
+                baseline_dir=run_dir(tmp_path, "twin", *TWIN), baseline_about=about)
+    for d, text in ((o.run_dir, run_text), (o.baseline_dir, twin_text)):
+        if text is not None:
+            (d / "metrics.jsonl").write_text((d / "metrics.jsonl").read_text() + text)
+    return CHECKS["matches_baseline"].judge(o, MatchesBaseline())
+
+
+def test_a_torn_last_line_of_a_killed_run_is_left_out_and_said(tmp_path):
+    v = _metrics_judge(tmp_path, run_text='{"step": 3, "loss": 0.')
+    assert v.ok, v.message
+    assert "the last line of the run's metrics.jsonl was cut short" in v.message, v.message
+
+
+@pytest.mark.parametrize("run_text,twin_text,needle", [
+    ('{"step": 3, "loss": 0.\n{"step": 4}\n', None, "line 3 is not JSON"),
+    ('{"loss": 0.1}\n', None, "row 3 is not a metrics row (a JSON object with an integer step)"),
+    ('[1, 2]\n', None, "row 3 is not a metrics row"),
+    ('{"step": "3"}\n', None, "row 3 is not a metrics row"),
+    ('[' * 100_000 + "\n{}\n", None, "line 3 is not JSON (nested too deep)"),
+    (None, "not json\n", "line 3 is not JSON"),
+    (None, '{"loss": 1}\n', "row 3 is not a metrics row"),
+    (None, '{"step": 3, "lo', "its last line is cut short"),
+])
+def test_damaged_metrics_are_a_named_verdict(tmp_path, run_text, twin_text, needle):
+    v = _metrics_judge(tmp_path, run_text, twin_text)
+    assert not v.ok and needle in v.message, v.message
+    if twin_text is not None:
+        assert "twin/metrics.jsonl" in v.message and "`--fresh-twin`" in v.message, v.message
+
+
+@pytest.mark.parametrize("made", [1e300, float("nan"), -1e300, "yesterday", None, [1]])
+def test_a_twin_made_at_no_time_is_said_so(tmp_path, made):
+    v = _metrics_judge(tmp_path, about={"key": "abc", "made": made, "cached": True})
+    assert v.ok and "(twin abc, kept from an earlier run, made ?)" in v.message, v.message
