@@ -10,7 +10,7 @@ most ``limit`` bytes of it: a FIFO would block the reader forever, a device woul
 folder or a symlink where a file of rlsim's is expected is someone else's doing. A record read
 back as JSON (:func:`read_json`, :func:`read_json_lines`) that does not parse is
 :class:`Damaged`, naming the file and the line: never a traceback of the parser's, however deep
-its nesting. A file hashed (:func:`file_digest`) is streamed, never read whole.
+its nesting. A file hashed (:func:`hash_file`) is streamed, never read whole.
 
 The standard library only: a trainer may use these too.
 """
@@ -164,11 +164,12 @@ def read_json_lines(path: str | Path, limit: int = MAX_READ) -> tuple[list, bool
     return values, torn
 
 
-def file_digest(path: str | Path, limit: int) -> str:
-    """The SHA-256 of the regular file ``path`` (a link followed: a user's file), read in
-    chunks, never whole. FileRefused (``errno.EFBIG``) for a file over ``limit`` bytes, before
-    reading any (a sparse file of gigabytes costs nothing to refuse); FileRefused for a FIFO, a
-    device or a folder, as :func:`read_file`."""
+def hash_file(path: str | Path, limit: int, into=None):
+    """The hash object ``into`` (a fresh SHA-256 by default) fed the bytes of the regular file
+    ``path`` (a link followed: a user's file), read in chunks, never whole. FileRefused
+    (``errno.EFBIG``) for a file over ``limit`` bytes, before reading any (a sparse file of
+    gigabytes costs nothing to refuse); FileRefused for a FIFO, a device or a folder."""
+    h = hashlib.sha256() if into is None else into
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
@@ -177,7 +178,7 @@ def file_digest(path: str | Path, limit: int) -> str:
                               "regular file")
         if st.st_size > limit:
             raise FileRefused(errno.EFBIG, f"{shown(path)} is larger than {limit} bytes")
-        h, size = hashlib.sha256(), 0
+        size = 0
         while size <= limit and (chunk := os.read(fd, CHUNK)):
             h.update(chunk)
             size += len(chunk)
@@ -185,7 +186,7 @@ def file_digest(path: str | Path, limit: int) -> str:
         os.close(fd)
     if size > limit:  # it grew while read
         raise FileRefused(errno.EFBIG, f"{shown(path)} is larger than {limit} bytes")
-    return h.hexdigest()
+    return h
 
 
 def new_file(path: str | Path, mode: int = 0o644):

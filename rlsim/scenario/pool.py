@@ -25,6 +25,8 @@ the next ones (:mod:`rlsim.scenario.twins` keeps it under the home).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -32,6 +34,7 @@ import time
 from pathlib import Path
 
 from rlsim.backends import cluster_class
+from rlsim.files import hash_file
 from rlsim.history import Leftover
 from rlsim.host.home import HomeError
 from rlsim.host.spec import ClusterSpec
@@ -195,15 +198,35 @@ def twin_inputs(command: list[str], spec: ClusterSpec, backend: str,
             "versions": twins.versions()}
 
 
+MAX_KEYED = 64 << 20  # an input hashed by its contents; a larger one, by its size and time
+
+
 def twin_key(about: dict, inputs: list[Path]) -> str:
     """The twin's key: :func:`twin_inputs` and the contents of the files its adapter names as
     its inputs (the config, the trainer's code). Run directories are left out of the command
-    (the twin's own path differs per scenario)."""
+    (the twin's own path differs per scenario). A file is streamed into the hash, never read
+    whole; one over :data:`MAX_KEYED` (a data set named on the command line, a sparse file of
+    gigabytes: read whole, a MemoryError) counts by its size and modification time, as make
+    judges a file: changed, it is a new twin. One that cannot be read (gone, a FIFO) counts as
+    why, so the key is still made."""
     h = hashlib.sha256()
     h.update(json.dumps(about, sort_keys=True, default=str).encode())
     for path in inputs:
-        h.update(str(path).encode() + b"\0" + path.read_bytes())
+        h.update(str(path).encode() + b"\0")
+        try:
+            hash_file(path, MAX_KEYED, into=h)
+        except OSError as e:
+            h.update(_stamp(path, e).encode())
     return h.hexdigest()[:16]
+
+
+def _stamp(path: Path, refused: OSError) -> str:
+    """What the key holds of an input not hashed by its contents (see :func:`twin_key`)."""
+    if refused.errno == errno.EFBIG:
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            return f"\0too large to hash: {st.st_size} bytes, modified {st.st_mtime_ns}"
+    return f"\0not read: {refused.errno}"
 
 
 def _stop(cluster) -> list[str]:

@@ -17,12 +17,19 @@ What is kept is what the checks read, copied byte for byte from the twin's run d
 (``checkpoints/global_step_<N>/hf/model.safetensors``, for the weights), with ``twin.json``
 saying when it was made and from what. A record is written to a folder of its own and renamed
 into place whole, so a reader never sees half of one; the newest :data:`KEEP` are kept.
+
+A record is read back as rlsim reads every record (never through a link or a FIFO, with a size
+limit) and checked before it is used: ``twin.json`` an object naming its key, a real time and its
+files, each a regular file of the record; ``metrics.jsonl`` whole rows with an integer step. A
+damaged record is no record: the twin is trained again, its new record replaces the damaged one
+and says what was wrong (``replaced_damaged``, which the verdict names).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import secrets
@@ -31,14 +38,16 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from rlsim.files import read_file, write_file
-from rlsim.host.home import home, private_dir
+from rlsim.files import Damaged, read_file, read_json, read_json_lines, shown, write_file
+from rlsim.host.home import HomeError, home, private_dir
 
 KEEP = 32  # records kept; older ones are removed when a new one is written
 RECORD = "twin.json"
 FILES = ("events.jsonl", "metrics.jsonl")
 WEIGHTS = Path("hf") / "model.safetensors"
 MAX_FILE = 1 << 30  # a record's file read back whole: no tiny model's export comes near
+MAX_RECORD = 1 << 20  # twin.json
+_damaged: dict[str, str] = {}  # key -> what was wrong with its kept record (this process)
 
 
 def versions() -> dict[str, str | None]:
@@ -58,15 +67,45 @@ def store() -> Path:
 
 
 def stored(key: str) -> tuple[Path, dict] | None:
-    """The kept record of the twin ``key`` (its folder and what ``twin.json`` says), or None."""
+    """The kept record of the twin ``key`` (its folder and what ``twin.json`` says), or None:
+    none kept, or one damaged (then the twin is trained again, and :func:`keep` says in the new
+    record what was wrong with the old)."""
     try:
         where = store() / key
-        about = json.loads(read_file(where / RECORD, 1 << 20))
-    except (OSError, ValueError):
+        about = read_json(where / RECORD, MAX_RECORD)
+        problem = _problem(where, key, about)
+    except (FileNotFoundError, HomeError):
         return None
-    if not isinstance(about, dict) or about.get("key") != key:
+    except (OSError, Damaged) as e:
+        problem = str(e)
+    if problem:
+        _damaged[key] = " ".join(problem.split())[:200]
         return None
     return where, about
+
+
+def _problem(where: Path, key: str, about) -> str | None:
+    """What is wrong with the record in ``where`` whose ``twin.json`` says ``about`` (None:
+    nothing). Raises OSError or Damaged for a file of it not read as a record is."""
+    record = shown(where / RECORD)
+    if not isinstance(about, dict) or about.get("key") != key:
+        return f"{record} is not the record of twin {key}"
+    made, files = about.get("made"), about.get("files")
+    if not (isinstance(made, int | float) and math.isfinite(made) and 0 < made < 1e11):
+        return f"{record}: made {str(made)[:40]} is no time"
+    if not (isinstance(files, list) and all(isinstance(f, str) for f in files)):
+        return f"{record}: files {str(files)[:80]} is not the list of the record's files"
+    for name in files:
+        path = where / name
+        if ".." in Path(name).parts or Path(name).is_absolute() or not path.is_file() \
+                or path.is_symlink():
+            return f"{record} names {shown(name)[:80]}, which is not a file of the record"
+    if "metrics.jsonl" not in files:  # a trainer that writes none (events only)
+        return None
+    rows, torn = read_json_lines(where / "metrics.jsonl", MAX_FILE)
+    if torn or not all(isinstance(r, dict) and type(r.get("step")) is int for r in rows):
+        return f"{shown(where / 'metrics.jsonl')} holds a row that is not a metrics row"
+    return None
 
 
 def keep(key: str, run_dir: Path, about: dict) -> dict:
@@ -85,6 +124,8 @@ def keep(key: str, run_dir: Path, about: dict) -> dict:
             copied.append(str(final))
         record = {**about, "key": key, "made": round(time.time(), 3),
                   "from_run_dir": str(run_dir), "files": copied}
+        if key in _damaged:
+            record["replaced_damaged"] = _damaged[key]
         write_file(tmp / RECORD, json.dumps(record, indent=1, sort_keys=True))
         target = root / key
         old = root / f".{key}.{secrets.token_hex(4)}.old"
@@ -96,6 +137,7 @@ def keep(key: str, run_dir: Path, about: dict) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _prune(root)
+    _damaged.pop(key, None)
     return record
 
 

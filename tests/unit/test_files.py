@@ -171,17 +171,17 @@ def test_a_file_is_hashed_streamed_and_one_over_the_bound_refused_unread(tmp_pat
     import errno
     import hashlib
 
-    from rlsim.files import file_digest
+    from rlsim.files import hash_file
 
     small = tmp_path / "train.py"
     small.write_bytes(b"x" * (3 << 20))
-    assert file_digest(small, 4 << 20) == hashlib.sha256(small.read_bytes()).hexdigest()
+    assert hash_file(small, 4 << 20).hexdigest() == hashlib.sha256(small.read_bytes()).hexdigest()
     sparse = tmp_path / "big.py"
     with open(sparse, "wb") as f:
         f.truncate(3 << 30)  # 3 GiB of nothing on disk: read whole, a MemoryError
     with pytest.raises(FileRefused) as refused:
-        file_digest(sparse, 64 << 20)
+        hash_file(sparse, 64 << 20)
     assert refused.value.errno == errno.EFBIG and "big.py is larger than" in str(refused.value)
     os.mkfifo(tmp_path / "fifo.py")
     with pytest.raises(FileRefused, match="is a FIFO"):
-        file_digest(tmp_path / "fifo.py", 1 << 20)
+        hash_file(tmp_path / "fifo.py", 1 << 20)

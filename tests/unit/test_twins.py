@@ -132,3 +132,114 @@ def test_a_scenario_that_times_its_twin_never_reads_a_kept_one():
     root = Path(__file__).resolve().parents[2] / "scenarios"
     assert times_its_twin(load(root / "slow_node.yaml"))  # throughput_within
     assert not times_its_twin(load(root / "node_failure_mid_run.yaml"))  # matches_baseline only
+
+
+# ---- a kept record read back damaged is no record: trained again, and said --------------------
+
+
+def _damage(record_dir, how):
+    about = record_dir / "twin.json"
+    data = json.loads(about.read_text())
+    if how in ("made 1e300", "made NaN", "made yesterday"):
+        data["made"] = {"made 1e300": 1e300, "made NaN": float("nan"),
+                        "made yesterday": "yesterday"}[how]
+    elif how == "files climb out":
+        data["files"] = ["../../../../etc/hostname"]
+    elif how == "files not a list":
+        data["files"] = {"metrics.jsonl": 1}
+    elif how == "a listed file gone":
+        (record_dir / "events.jsonl").unlink()
+    if how.startswith(("made", "files", "a listed")):
+        about.write_text(json.dumps(data))
+    elif how == "deep JSON":
+        about.write_text("[" * 100_000)
+    elif how == "a list":
+        about.write_text("[1, 2]")
+    elif how == "a FIFO":
+        about.unlink()
+        os.mkfifo(about)
+    elif how == "a symlink":
+        (record_dir / "elsewhere.json").write_text(json.dumps(data))
+        about.unlink()
+        about.symlink_to(record_dir / "elsewhere.json")
+    elif how == "metrics not JSON":
+        (record_dir / "metrics.jsonl").write_text('{"step": 1}\nnot json\n')
+    elif how == "metrics without steps":
+        (record_dir / "metrics.jsonl").write_text('{"loss": 1}\n')
+    elif how == "metrics torn":
+        (record_dir / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, "lo')
+
+
+DAMAGE = ["made 1e300", "made NaN", "made yesterday", "files climb out", "files not a list",
+          "a listed file gone", "deep JSON", "a list", "a FIFO", "a symlink", "metrics not JSON",
+          "metrics without steps", "metrics torn"]
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_record_is_trained_again_and_the_new_one_says_so(home, tmp_path, how):
+    import threading
+
+    run = _twin_run(tmp_path)
+    twins.keep("k1", run, {})
+    _damage(twins.store() / "k1", how)
+    found = []
+    reader = threading.Thread(target=lambda: found.append(Pool(reuse=False).twin("k1")),
+                              daemon=True)
+    reader.start()
+    reader.join(30)  # a FIFO read without O_NONBLOCK never returns
+    assert found == [None], found
+    record = Pool(reuse=False).keep_twin("k1", run, {})
+    assert "twin.json" in record["replaced_damaged"] or "metrics.jsonl" in \
+        record["replaced_damaged"], record
+    where, about = Pool(reuse=False).twin("k1")
+    assert about["replaced_damaged"] == record["replaced_damaged"]
+    from rlsim.checks import _twin
+    from rlsim.history import Outcome
+
+    said = _twin(Outcome(scenario=None, run_dir=tmp_path, baseline_about=about))
+    assert "replacing a damaged record (" in said, said
+    twins.keep("k1", run, {})  # kept again from a sound record: nothing to say
+    assert "replaced_damaged" not in twins.stored("k1")[1]
+
+
+def test_a_twin_without_metrics_is_a_sound_record(home, tmp_path):
+    run = _twin_run(tmp_path)
+    (run / "metrics.jsonl").unlink()
+    twins.keep("k1", run, {})
+    assert twins.stored("k1") is not None
+
+
+def test_an_input_too_large_to_hash_is_keyed_by_size_and_time_never_read(tmp_path, monkeypatch):
+    """A 3 GiB sparse .py in the trainer's folder was read whole to key the twin (MemoryError)."""
+    from rlsim.scenario import pool
+    from rlsim.scenario.pool import twin_key
+
+    monkeypatch.setattr(pool, "MAX_KEYED", 1024)
+    big = tmp_path / "data.py"
+    big.write_bytes(b"a" * 4096)
+    os.utime(big, ns=(10**18, 10**18))
+    first = twin_key({}, [big])
+    big.write_bytes(b"b" * 4096)  # same size, same time: not read, so the same key
+    os.utime(big, ns=(10**18, 10**18))
+    assert twin_key({}, [big]) == first
+    os.utime(big, ns=(10**18 + 1, 10**18 + 1))
+    assert twin_key({}, [big]) != first
+    small = tmp_path / "train.py"
+    small.write_text("x = 1\n")
+    keyed = twin_key({}, [small])
+    small.write_text("x = 2\n")
+    assert twin_key({}, [small]) != keyed
+
+
+def test_an_input_that_is_a_fifo_or_gone_still_makes_a_key(tmp_path):
+    import threading
+
+    from rlsim.scenario.pool import twin_key
+
+    os.mkfifo(tmp_path / "pipe.py")
+    keys = []
+    worker = threading.Thread(target=lambda: keys.append(
+        twin_key({}, [tmp_path / "pipe.py", tmp_path / "gone.py"])), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert len(keys) == 1 and len(keys[0]) == 16
