@@ -189,13 +189,23 @@ class Completes(Strict):
 
 @check(Completes, _true, needs=("run_end",), excludes=("fails", "refused"))
 def completes(o: Outcome, p) -> Verdict:
+    """The trainer finished: its last launch exited 0 and its end (run_end) says completed. A
+    trainer that logs no end of its own (adapter plain, or one read from its output) is judged
+    by its exit code, and the verdict says so."""
     end = _end(o)
     ok = o.returncode == 0 and end is not None and end["status"] == "completed"
     errors = [str(e.get("message", e.get("kind", "an error")))[:300] for e in o.trainer("error")]
     said = " ".join((errors[-1] if errors else _last_words(o.output)).split())
-    msg = ("the trainer completed" if ok else
-           f"the trainer did not complete (exit {o.returncode}; run_end "
-           f"{end['status'] if end else 'missing'}){': ' + said if said else ''}")
+    if ok:
+        msg = "the trainer completed" + (": it exited 0 (it logs no end of its own: its exit "
+                                         "code is the verdict)" if end.get("from") == "exit"
+                                         else "")
+    elif o.returncode == 0 and not o.trainer():
+        msg = ("the trainer exited 0 but wrote no rlsim events (run_end missing): a program "
+               "that writes none is judged by its exit code with `adapter: plain`")
+    else:
+        msg = (f"the trainer did not complete (exit {o.returncode}; run_end "
+               f"{end['status'] if end else 'missing'}){': ' + said if said else ''}")
     tail = [] if ok else [f"output | {line}" for line in _tail(o.output)]
     return Verdict("completes", ok, msg, evidence=_interesting(o) + tail)
 

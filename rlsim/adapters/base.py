@@ -95,6 +95,13 @@ class Adapter:
     # driver) may run on the leaner cluster.
     needs_dashboard: ClassVar[bool] = True
 
+    # It reads the scenario's ``trainer.marks`` (event name -> pattern) from the trainer's
+    # output: a line that matches is an event of that name (rlsim.adapters.plain)
+    reads_marks: ClassVar[bool] = False
+    # What a scenario whose check or trigger needs an event this adapter cannot see is told to
+    # do: the end of its refusal
+    unseen_fix: ClassVar[str] = "drop the check or use an adapter that sees it"
+
     name: ClassVar[str]
     # trainer event types this adapter can put into the timeline; "metrics.jsonl" where the run
     # also leaves per-step metrics a twin can be compared with

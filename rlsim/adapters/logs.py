@@ -13,7 +13,8 @@ events and looks at the checkpoint directory on every poll. Read this way:
 - ``error``: each exception line of the driver's own traceback (``RayTaskError(ActorDiedError)``
   counts as ``ActorDiedError``, its cause);
 - ``run_end``: when the launch exits, ``completed`` for exit 0, else ``failed``, with the last
-  step seen (these frameworks print no end line every version keeps).
+  step seen and ``from: exit`` (these frameworks print no end line every version keeps: the exit
+  code is the verdict).
 
 None of these frameworks restarts a lost worker in the process: ``restarts`` counts the runner's
 relaunches (``trainer.relaunch``).
@@ -145,7 +146,7 @@ class LogSource:
         status = "completed" if returncode == 0 else "failed"
         new = self._stamp(self._read(final=True) + [
             {"type": "run_end", "status": status, "step": self.last_step,
-             "returncode": returncode}])
+             "returncode": returncode, "from": "exit"}])
         self.attempt, self.offset, self.started = attempt + 1, 0, False
         return new
 

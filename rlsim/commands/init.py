@@ -34,8 +34,9 @@ MODELINE = "# yaml-language-server: $schema=../.rlsim/scenario.schema.json\n"
 def init(
     folder: Annotated[Path, typer.Argument(help="Your project's folder (made if missing).")] = HERE,
     adapter: str = typer.Option("rlsim", help="How rlsim reads your trainer: rlsim (the "
-                                "reference trainer, the default), events, ray_train, verl, "
-                                "openrlhf or nemo_rl."),
+                                "reference trainer, the default), events, plain (a program "
+                                "that writes no rlsim events), ray_train, verl, openrlhf or "
+                                "nemo_rl."),
     command: str | None = typer.Option(None, help="How your trainer starts, as you would type "
                                        "it in a shell in FOLDER (split as the shell would); "
                                        "python is rlsim's own interpreter, with Ray."),
@@ -230,12 +231,18 @@ def _node_lost(adapter: str, argv: list[str] | None) -> dict:
         {"role": "worker", "rank": 1} if adapter == "ray_train" else {"node": 1}
     who = "The node of a training rank other than the first dies" if "role" in aim else \
         "A worker node dies"
+    from rlsim.adapters import ADAPTERS
+
+    # a program that logs no steps (adapter plain) is met at a time; give it trainer.marks and
+    # wait on a line of its output instead
+    at, when = ({"event": "step_end", "step": 5}, "after the trainer's step 5") \
+        if "step_end" in ADAPTERS[adapter].observes else ({"seconds": 20}, "20 s into the run")
     return {
         "name": "node_lost",
-        "description": f"{who} after the trainer's step 5. {why}",
+        "description": f"{who} {when}. {why}",
         "cluster": {"nodes": 3, "gpus_per_node": 1},
         "trainer": trainer,
-        "faults": [{"at": {"event": "step_end", "step": 5}, "kill_node": aim}],
+        "faults": [{"at": at, "kill_node": aim}],
         "expect": expect,
     }
 

@@ -34,6 +34,7 @@ from rlsim.adapters import ADAPTERS
 from rlsim.adapters.base import placeholder_problem
 from rlsim.backends import DEFAULT, BackendName
 from rlsim.checks import CHECKS
+from rlsim.events import EVENT_TYPES
 from rlsim.faults import FAULTS
 from rlsim.fields import DAY, ROLE_NAME, Refers, Strict, World, first_error, problem, regex
 from rlsim.history import HARNESS_EVENTS, RAY_EVENTS
@@ -41,6 +42,8 @@ from rlsim.host.spec import ClusterShape, HealthChecks, per_node_problem
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# a mark's name: an event type, as the timeline and `at: {event: NAME}` write it
+MARK_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$", re.ASCII)
 MIN_RUN_S = 10.0  # a cluster, a trainer and its first step: no run is shorter here
 TAG = re.compile(r"^[A-Za-z_]\w{0,63}$", re.ASCII)
 # pytest's own marks, and what each would do to a scenario that carried it as a tag
@@ -105,8 +108,10 @@ class TrainerSection(Strict):
 
     adapter: str = Field("rlsim", description="how the trainer is driven: "
                          "rlsim (the reference trainer), events (a command writing rlsim's "
-                         "events.jsonl), ray_train (a Ray Train job, unmodified), verl, "
-                         "openrlhf, nemo_rl (read from their output and checkpoints)")
+                         "events.jsonl), plain (any command writing no rlsim events: a Ray "
+                         "script, Ray Data, Tune; judged by its exit code), ray_train (a Ray "
+                         "Train job, unmodified), verl, openrlhf, nemo_rl (read from their "
+                         "output and checkpoints)")
     config: str | None = Field(None, description="the reference trainer's config: a preset "
                                "(grpo_tiny, ppo_tiny) or a YAML file, relative to the scenario's "
                                "folder (adapter rlsim)")
@@ -135,6 +140,10 @@ class TrainerSection(Strict):
                                       "as a scheduler would")
     timeout_s: float = Field(300, ge=MIN_RUN_S, le=7 * DAY, description="the whole run, faults and "
                              "relaunches included")
+    marks: dict[str, str] = Field(
+        default_factory=dict, description="event name -> pattern searched in each line of the "
+        "program's output (adapter plain): the first matching line of a launch is an event of "
+        "that name, which a fault can wait for (at: {event: NAME}) instead of a time")
     roles: dict[Annotated[str, Field(pattern=f"^{ROLE_NAME}$")], str] = Field(
         default_factory=dict, description="role -> pattern searched in Ray actor class names: "
         "how a fault aimed at a role's rank (kill_role, or kill_node: {role: ..., rank: ...}) "
@@ -157,6 +166,22 @@ class TrainerSection(Strict):
             except ValueError as e:
                 raise ValueError(f"roles.{role}: {e}") from None
         return roles
+
+    @field_validator("marks")
+    @classmethod
+    def _marks_ok(cls, marks: dict[str, str]) -> dict[str, str]:
+        for name, pattern in marks.items():
+            if not MARK_NAME.match(name):
+                raise ValueError(f"{name[:80]!r} is not an event name: lower-case letters, "
+                                 "digits and _, starting with a letter (e.g. tasks_running)")
+            if name in EVENT_TYPES or name in HARNESS_EVENTS:
+                raise ValueError(f"{name!r} is an event rlsim already knows; a mark of that "
+                                 "name would pass for it: name it otherwise")
+            try:
+                regex(pattern)
+            except ValueError as e:
+                raise ValueError(f"{name}: {e}") from None
+        return marks
 
     @field_validator("requires")
     @classmethod
@@ -197,6 +222,10 @@ class TrainerSection(Strict):
         if self.adapter not in ADAPTERS:
             raise ValueError(f"adapter: unknown adapter {self.adapter!r}; known: "
                              f"{', '.join(ADAPTERS)}")
+        if self.marks and not ADAPTERS[self.adapter].reads_marks:
+            raise ValueError(f"marks: adapter {self.adapter} does not read marks from the "
+                             "output (adapter plain does); drop them, or wait on an event the "
+                             "adapter logs")
         if self.adapter == "rlsim":
             if self.config is None:
                 raise ValueError("config: required for the reference trainer (adapter rlsim): "
@@ -339,16 +368,18 @@ class Scenario(Strict):
         """Every check's facts, and every event a fault waits for or a check counts, are ones the
         adapter (or the runner, from Ray) can see: never a silent pass."""
         adapter = ADAPTERS[self.trainer.adapter]
-        seen = adapter.observes | HARNESS_EVENTS
+        seen = adapter.observes | HARNESS_EVENTS | set(self.trainer.marks)
         for i, (name, _) in enumerate(self.checks()):
             if missing := sorted(set(CHECKS[name].needs) - seen):
                 raise ValueError(f"expect[{i}]: check {name} needs {', '.join(missing)}, which "
-                                 f"adapter {adapter.name} cannot observe; drop the check or use "
-                                 "an adapter that sees it")
+                                 f"adapter {adapter.name} cannot observe; {adapter.unseen_fix}")
         for where, event in self.named_events():
             if event not in seen:
+                fix = f"use one of {', '.join(sorted(seen))}"
+                if event == "step_end" and where.endswith(".step"):
+                    fix = f"wait on an event or seconds instead ({fix})"
                 raise ValueError(f"{where}: the trainer never logs an event {event!r} (adapter "
-                                 f"{adapter.name}); use one of {', '.join(sorted(seen))}")
+                                 f"{adapter.name}); {fix}")
         return self
 
     @model_validator(mode="after")
@@ -448,9 +479,11 @@ class Scenario(Strict):
 
     def named_events(self) -> list[tuple[str, str]]:
         """(field, event type) for every event a fault waits for or an ``event`` check counts."""
-        named = [(f"faults[{i}].{key}.event", at.event) for i, f in enumerate(self.faults)
+        named = [(f"faults[{i}].{key}.event", at.event) if at.event is not None else
+                 (f"faults[{i}].{key}.step", "step_end")  # a step is a step_end seen
+                 for i, f in enumerate(self.faults)
                  for key, at in (("at", f.at), ("heal_at", f.heal_at))
-                 if at is not None and at.event is not None]
+                 if at is not None and (at.event is not None or at.step is not None)]
         return named + [(f"expect[{i}].event.type", p.type)
                         for i, (name, p) in enumerate(self.checks()) if name == "event"]
 

@@ -134,7 +134,7 @@ CASES = [
      [":2: cluster: node 1: python 'python3' is not an absolute path"]),
     ("unknown adapter", scenario(trainer="{adapter: verlx, command: [x]}"),
      [":2: trainer: adapter: unknown adapter 'verlx'; known: events, nemo_rl, openrlhf, "
-      "ray_train, rlsim, verl"]),
+      "plain, ray_train, rlsim, verl"]),
     ("command that does not exist",
      scenario(trainer="{adapter: events, command: [bin/no_such_trainer]}"),
      [":2: trainer.command: 'bin/no_such_trainer' is not an executable here"]),
