@@ -15,6 +15,7 @@ import pytest
 from packaging.version import Version
 
 from rlsim.backends import ray_internals as ri
+from rlsim.backends.ray_internals import record as kept
 from rlsim.backends.ray_internals import train
 
 INSTALLED = Version(ri.ray_version())
@@ -303,8 +304,10 @@ def test_probe_answers_are_kept_in_the_home_until_a_file_they_read_changes(tmp_p
         record = json.loads(record_path.read_text())
         assert "_private/node.py" in record["files"] and record["answers"]["node_start"]
         record["answers"]["node_start"] = "read from the record"
+        # rewritten whole, its checksum with it (what rlsim itself writes): read back as kept
+        record["checksum"] = kept.checksum(record["key"], record["files"], record["answers"])
         record_path.write_text(json.dumps(record))
-        assert answers()["node_start"] == "read from the record"
+        assert answers()["node_start"] == "read from the record" and ri.record_note() is None
         _edit(root / "_private/node.py", "def start_api_server(", "def start_api_server_(")
         fresh = ri.RaySurface(root, "9.9.9")  # as the next process sees the install
         monkeypatch.setattr(ri, "surface", lambda: fresh)
@@ -314,6 +317,94 @@ def test_probe_answers_are_kept_in_the_home_until_a_file_they_read_changes(tmp_p
     finally:
         ri._installed_answers.cache_clear()
         ri._installed.cache_clear()
+
+
+@pytest.fixture
+def kept_record(tmp_path, monkeypatch):
+    """A fake Ray whose probe answers are kept in a home of this test's: the record's path, and
+    a function that reads every answer as a new process would (the record first)."""
+    root = _fake_ray(tmp_path, "_private/node.py")
+    fake = ri.RaySurface(root, "9.9.9")
+    monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir(mode=0o700)
+    monkeypatch.setattr(ri, "surface", lambda: fake)
+    monkeypatch.delenv(ri.PLAIN_VAR, raising=False)
+
+    def answers() -> dict:
+        ri._installed_answers.cache_clear()
+        ri._installed.cache_clear()
+        return {c.name: ri.status(c.name).why for c in ri.CAPABILITIES}
+
+    answers()
+    yield ri._record_path(), answers
+    ri._installed_answers.cache_clear()
+    ri._installed.cache_clear()
+
+
+def _tamper(path: Path, how: str) -> None:
+    record = json.loads(path.read_text())
+    if how == "an answer edited":  # a capability made to look in force: its checksum says not
+        record["answers"]["node_start"] = None
+    elif how == "answers as a list":
+        record["answers"] = sorted(record["answers"])
+    elif how == "answers not strings":
+        record["answers"] = {k: 1 for k in record["answers"]}
+    elif how == "no checksum":
+        del record["checksum"]
+    elif how == "files odd":
+        record["files"] = {"x": "yesterday"}
+    path.unlink()
+    if how == "a FIFO":
+        os.mkfifo(path)
+    elif how == "deep JSON":
+        path.write_text("[" * 100_000)
+    elif how == "not JSON":
+        path.write_bytes(b"\xff{")
+    elif how == "too large":
+        path.write_text(" " * (kept.MAX_RECORD + 1))
+    else:
+        path.write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("how,said", [
+    ("an answer edited", "checksum does not match"), ("answers as a list", "answers are not"),
+    ("answers not strings", "answers are not"), ("no checksum", "not a probe record"),
+    ("files odd", "files are not"), ("a FIFO", "is a FIFO"), ("deep JSON", "nested too deep"),
+    ("not JSON", "is not JSON"), ("too large", "larger than"),
+])
+def test_a_damaged_probe_record_is_probed_again_and_said(kept_record, how, said):
+    """A tampered record's answers were shown as Ray's; answers stored as a list gave a
+    TypeError; a FIFO hung `rlsim ray`. Each is now probed again, and `rlsim ray` says so."""
+    import threading
+
+    from typer.testing import CliRunner
+
+    from rlsim import commands as cli
+
+    path, answers = kept_record
+    truth = answers()
+    assert truth["node_start"] is not None  # the fake Ray lacks most of what node_start reads
+    _tamper(path, how)
+    got = []
+    worker = threading.Thread(target=lambda: got.append(answers()), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert got == [truth]
+    note = ri.record_note()
+    assert note and said in note and "probed again" in note, note
+    if how != "a FIFO":
+        assert "the record rewritten" in note, note
+        ri._installed_answers.cache_clear()
+        assert ri.record_note() is None  # rewritten whole: read back as kept
+    else:
+        assert "not rewritten" in note and "is a FIFO" in note, note
+    ri._installed_answers.cache_clear()
+    ri._installed.cache_clear()
+    if how != "a FIFO":  # (a FIFO is never replaced: still there)
+        _tamper(path, how)
+    result = CliRunner().invoke(cli.app, ["ray", "--json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert said in json.loads(result.output)["probe_record"]
 
 
 @pytest.mark.parametrize(("version", "refused"), [("2.48.0", True), ("2.53.0", True),

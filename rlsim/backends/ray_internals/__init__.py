@@ -30,7 +30,6 @@ of the modules beside it that need it, never here.
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -599,9 +598,11 @@ RECORD_NAME = "ray_probes.json"
 
 def _record_key(s: RaySurface) -> dict:
     """What a record of probe answers holds for: this install of Ray, and these probes (this
-    file defines every one of them)."""
-    return {"root": str(s.root), "version": s.version,
-            "probes": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+    file defines every one of them; ``record.py`` how they are kept)."""
+    from rlsim.backends.ray_internals import record
+
+    probes = hashlib.sha256(Path(__file__).read_bytes() + Path(record.__file__).read_bytes())
+    return {"root": str(s.root), "version": s.version, "probes": probes.hexdigest()}
 
 
 def _file_stamps(s: RaySurface, rels) -> dict[str, list[int] | None]:
@@ -630,33 +631,53 @@ def _record_path() -> Path | None:
         return None
 
 
+_record_damage: list[str] = []  # what was wrong with the kept record this process read
+
+
 @functools.cache
 def _installed_answers() -> dict[str, str | None]:
     """Every capability's probe of the installed Ray (None: in force, else why not). Probing
     parses a dozen of Ray's files and scans _raylet.so (0.23 s here, in every rlsim process:
     the CLI and the node launcher it waits for each paid it), so the answers are kept in the
     rlsim home, keyed by the install, its version and these probes, with the size and mtime of
-    every file the probes read: a Ray reinstalled, upgraded or edited is probed again."""
+    every file the probes read: a Ray reinstalled, upgraded or edited is probed again. A record
+    read back damaged (its checksum, its shape, a FIFO: :mod:`.record`) is probed again too, and
+    :func:`record_note` says so."""
+    from rlsim.backends.ray_internals import record
+
+    _record_damage.clear()
     s = surface()
     path = _record_path() if s.root is not None else None
     key = _record_key(s) if path is not None else None
     if path is not None:
-        try:
-            record = json.loads(path.read_text())
-            if record["key"] == key and record["files"] == _file_stamps(s, record["files"]) \
-                    and set(record["answers"]) == set(BY_NAME):
-                return record["answers"]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        kept, damage = record.read(path, key, lambda rels: _file_stamps(s, rels), set(BY_NAME))
+        if kept is not None:
+            return kept
+        if damage:
+            _record_damage[:] = [damage]
     answers = {c.name: (c.probe(s) if s.root is not None else "Ray is not installed")
                for c in CAPABILITIES}
     if path is not None:
         from rlsim.files import write_file
 
-        record = {"key": key, "files": _file_stamps(s, s.read), "answers": answers}
-        with contextlib.suppress(OSError):  # answered all the same; the next process probes
-            write_file(path, json.dumps(record, indent=1), mode=0o600)
+        kept = record.make(key, _file_stamps(s, s.read), answers)
+        try:
+            write_file(path, json.dumps(kept, indent=1), mode=0o600)
+        except OSError as e:  # answered all the same; the next process probes
+            if _record_damage:
+                _record_damage.append(f"not rewritten: {e}")
     return answers
+
+
+def record_note() -> str | None:
+    """What to tell the user of the kept probe answers, once this process has read them: that
+    the record was damaged and Ray probed again instead (None: nothing to tell)."""
+    _installed_answers()
+    if not _record_damage:
+        return None
+    damage, *unwritten = _record_damage
+    return (f"the kept probe answers were damaged ({damage}): Ray's files were probed again"
+            + (f"; the record was {unwritten[0]}" if unwritten else ", and the record rewritten"))
 
 
 @functools.cache
