@@ -7,8 +7,9 @@ Waves of work, each spread over the cluster's nodes:
 - nested tasks: PARENTS parent tasks, each running CHILDREN leaf tasks and returning their
   results; both retried without limit (``max_retries=-1``), as Ray retries a task whose worker
   or node died;
-- actor calls: one call per wave to each of ACTORS actors that Ray restarts without limit
-  (``max_restarts=-1``, ``max_task_retries=-1``).
+- actor calls: one call per wave to each of its actors, one placed on every node (softly: a
+  restarted one may go elsewhere), which Ray restarts without limit (``max_restarts=-1``,
+  ``max_task_retries=-1``).
 
 After the first wave it prints ``chaos: tasks running`` (a scenario waits for that line, not for
 a time), and it goes on for RUN_S more seconds of waves. Then it judges itself, and exits 1
@@ -19,8 +20,8 @@ naming what failed:
 - resources returned: once its actors are killed, the cluster's available CPUs equal its total
   within WAIT_S seconds (a node that died with work on it holds nothing afterwards).
 
-    python scenarios/trainers/ray_tasks_chaos.py   (RAY_ADDRESS set; PARENTS, CHILDREN, ACTORS,
-                                                    TASK_S, RUN_S, WAIT_S from the environment)
+    python scenarios/trainers/ray_tasks_chaos.py   (RAY_ADDRESS set; PARENTS, CHILDREN, TASK_S,
+                                                    RUN_S, WAIT_S from the environment)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import sys
 import time
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 
 def setting(name: str, default: str) -> float:
@@ -104,10 +106,11 @@ def cpus_returned(wait_s: float) -> tuple[bool, float, float]:
 
 def main() -> int:
     parents, children = int(setting("PARENTS", "4")), int(setting("CHILDREN", "3"))
-    n_actors, task_s = int(setting("ACTORS", "2")), setting("TASK_S", "0.2")
-    run_s, wait_s = setting("RUN_S", "10"), setting("WAIT_S", "60")
+    task_s, run_s = setting("TASK_S", "0.2"), setting("RUN_S", "10")
+    wait_s = setting("WAIT_S", "60")
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), logging_level="ERROR")
-    actors = [Echo.options(scheduling_strategy="SPREAD").remote() for _ in range(n_actors)]
+    actors = [Echo.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        node["NodeID"], soft=True)).remote() for node in ray.nodes() if node["Alive"]]
     refs = submit(0, parents, children, task_s, actors)
     if missing := lost(refs, wait_s):  # nothing has failed yet: the cluster cannot run the work
         print(f"chaos: the first wave did not complete: {'; '.join(missing[:5])}", flush=True)
