@@ -105,7 +105,8 @@ class ClusterShape(ShapeChecks):
     def _apply_like(cls, data):
         # the node type's figures fill what the cluster leaves out; what it gives wins (an
         # unknown name is left to _like_ok, which names the field)
-        if isinstance(data, dict) and data.get("like") in NODE_TYPES:
+        if isinstance(data, dict) and isinstance(data.get("like"), str) and \
+                data["like"] in NODE_TYPES:  # (a list there is _like_ok's to name, no TypeError)
             data = {**NODE_TYPES[data["like"]].shape(), **data}
         return data
 

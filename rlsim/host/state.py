@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from rlsim.files import read_file
+from rlsim.files import read_file, shown
 from rlsim.host import procs, slots
 from rlsim.host.home import (
     HOME_FIX,
@@ -143,16 +143,16 @@ def _read(path: Path) -> ClusterState | Corrupt:
         first = e.errors()[0]
         where = ".".join(map(str, first["loc"]))
         reason = f"{where + ': ' if where else ''}{first['msg']}"
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, TypeError) as e:  # TypeError: a validator met an odd type
         reason = str(e)
-    return Corrupt(name, path, " ".join(reason.split())[:200], *_salvage(raw))
+    return Corrupt(name, path, shown(" ".join(reason.split()))[:200], *_salvage(raw))
 
 
 def _salvage(raw: bytes) -> tuple[int | None, str | None]:
     """The slot and session a state file that does not parse still names (a torn write keeps
     its first fields), so that its slot stays held and `rlsim down` can stop its processes."""
     text = raw.decode(errors="replace")
-    slot = re.search(r'"slot"\s*:\s*(\d+)\s*[,}\n]', text)
+    slot = re.search(r'"slot"\s*:\s*(\d{1,9})\s*[,}\n]', text)  # (5,000 digits: no int)
     session = re.search(r'"session"\s*:\s*"([^"]*)"', text)
     return (int(slot.group(1)) if slot else None,
             session.group(1) if session and SESSION_RE.match(session.group(1)) else None)
@@ -180,7 +180,10 @@ def scan() -> list[ClusterState | Corrupt]:
     out = []
     for path in sorted(clusters_dir().iterdir()):
         if path.name.endswith(".json") and not name_problem(path.name.removesuffix(".json")):
-            out.append(_read(path))
+            try:
+                out.append(_read(path))
+            except FileNotFoundError:  # removed since it was listed (another `rlsim down`)
+                continue
     return out
 
 

@@ -184,3 +184,20 @@ def test_the_longest_node_socket_path_fits_under_the_default_homes(top, monkeypa
     st = ClusterState(spec=ClusterSpec(nodes=16), slot=0, session="a-0123abcd", owner_pid=1,
                       backend="local")
     assert "set RLSIM_HOME to a shorter directory" in socket_path_problem(st.node_dir(15))
+
+
+@pytest.mark.parametrize("raw,slot", [
+    ('{"slot": ' + "9" * 5000 + ', "session": "a-0123abcd"', None),  # no int of 5,000 digits
+    ('{"slot": 3, "spec": {"name": "a", "like": []}}', 3),  # a validator met a list: no TypeError
+    ('{"slot": 4, ' + '"spec": [' * 50_000, 4),  # past any parser's depth
+    ('{"slot": 2, "spec": {"name": "\x1b[2Ka\\n"}}', 2),
+])
+def test_a_damaged_state_file_is_corrupt_never_a_traceback(home, raw, slot):
+    state.clusters_dir()
+    path = home / "clusters" / "a.json"
+    path.write_text(raw)
+    path.chmod(0o600)
+    [entry] = state.scan()
+    assert isinstance(entry, state.Corrupt) and entry.slot == slot, entry
+    assert entry.reason.isprintable() and "\x1b" not in entry.reason, entry.reason
+    assert "rlsim down a" in entry.fix
