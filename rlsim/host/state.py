@@ -288,7 +288,7 @@ def reserve(spec: ClusterSpec, backend: str, detached: bool) -> ClusterState:
     """
     with locked(), slots.lock():
         live = procs.sessions()
-        taken: dict[int, str] = {}
+        taken: dict[int, slots.Holder] = {}
         entries = scan()
         for other in entries:
             if isinstance(other, Corrupt):
@@ -296,7 +296,7 @@ def reserve(spec: ClusterSpec, backend: str, detached: bool) -> ClusterState:
                     raise RuntimeError(
                         f"the state file {other.path} does not parse ({other.reason}) and may "
                         f"belong to a running cluster: {other.fix}")
-                taken[other.slot] = f"the corrupt state file {other.path}"
+                taken[other.slot] = slots.Holder("this home", f"corrupt state file {other.path}")
                 continue
             if other.spec.name == spec.name and not is_abandoned(other, live):
                 raise RuntimeError(
@@ -305,7 +305,7 @@ def reserve(spec: ClusterSpec, backend: str, detached: bool) -> ClusterState:
                 )
             if not is_abandoned(other, live):
                 for slot in other.layout.slots:
-                    taken[slot] = f"this home's cluster {other.spec.name!r}"
+                    taken[slot] = slots.Holder("this home", f"cluster {other.spec.name!r}")
         # this home's sessions are judged by its registry above (an abandoned one's slot is
         # free once reaped, whatever its claim says); what still listens holds its slot
         ours = frozenset(e.session for e in entries if e.session)
@@ -315,13 +315,12 @@ def reserve(spec: ClusterSpec, backend: str, detached: bool) -> ClusterState:
         free = [slot for slot in range(MAX_SLOTS - need + 1)
                 if not any(s in taken for s in range(slot, slot + need))]
         if not free:
-            held = "; ".join(f"slot {slot}: {holder}" for slot, holder in sorted(taken.items()))
             want = f"{need} free slots in a row for {spec.nodes} nodes" if need > 1 else \
-                "a free slot"
+                "free slot"
             raise RuntimeError(
-                f"no {want} among the {MAX_SLOTS} rlsim cluster slots on this machine ({held}): "
-                "stop one with `rlsim down NAME` (or `rlsim down --all`), or wait for the other "
-                "users' and jobs' clusters to end")
+                f"no {want} among the {MAX_SLOTS} rlsim cluster slots on this machine: "
+                f"{slots.held_line(taken)}. Stop one with `rlsim down NAME` (or `--all`), "
+                "or wait for the other users' clusters to end")
         state = ClusterState(
             spec=spec,
             slot=free[0],
