@@ -18,7 +18,15 @@ import typing
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WrapValidator,
+    model_validator,
+)
 
 
 @dataclass(frozen=True)
@@ -32,8 +40,8 @@ class Refers:
 
 ROLES = ("actor", "rollout", "ref", "critic", "reward")  # the reference trainer's
 ROLE_NAME = r"[a-z][a-z0-9_]{0,31}"
-NodeIndex = Annotated[int, Field(ge=0, le=4095), Refers("node")]
-NodeRef = NodeIndex | Literal["random"]
+MAX_NODE = 4095
+NodeIndex = Annotated[int, Field(ge=0, le=MAX_NODE), Refers("node")]
 Step = Annotated[int, Field(ge=0, le=10**9), Refers("step")]
 # A role the trainer runs: the reference trainer's (actor, rollout, ref, critic, reward), Ray
 # Train's (worker: its workers, ranked by world rank), a framework adapter's, or a name of the
@@ -44,6 +52,41 @@ Rank = Annotated[int, Field(ge=0, le=4096), Refers("rank", of="role")]
 # (``rollout:1``), resolved when the fault fires
 RoleRank = Annotated[str, Field(pattern=f"^{ROLE_NAME}(:[0-9]{{1,4}})?$"), Refers("role_rank")]
 DAY = 86400.0  # no fault, wait or run in a scenario lasts longer
+_ROLE_AND_MORE = re.compile(f"^({ROLE_NAME}):(.*)$", re.DOTALL)
+
+
+def _not_a_node(value, roles: bool) -> str:
+    """Why ``value`` names no node, in words (pydantic's own, for a union of a number and a
+    name, reads "constrained-int: Input should be a valid integer"), and what to write."""
+    what = "a node index (1) or a role (actor, or actor:1 for its rank 1)" if roles else \
+        "a node index (1) or random"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"node {value} is not a node index (0-{MAX_NODE}); give {what}"
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return f"{value!r} is quoted: write the node index as a number ({int(value)})"
+    if roles and isinstance(value, str) and (m := _ROLE_AND_MORE.match(value)):
+        return (f"{value[:100]!r}: role:rank needs a whole number (0-9999) after the colon, "
+                f"e.g. {m.group(1)}:1")
+    if roles and isinstance(value, str):
+        return (f"{value[:100]!r} is neither a node index nor a role (a role is lowercase "
+                "letters, digits and _, starting with a letter); give " + what)
+    return f"{repr(value)[:100]} is not a node; give {what}"
+
+
+def _readable(roles: bool):
+    def validate(value, handler):
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(_not_a_node(value, roles)) from None
+    return WrapValidator(validate)
+
+
+# A node a fault hits: by index, or random (a node other than the head, from the scenario's seed)
+NodeRef = Annotated[NodeIndex | Literal["random"], _readable(roles=False)]
+# An entry of a group of nodes: a node index, a role (every node hosting one of its ranks) or a
+# role's rank (role:rank)
+NodeOrRole = Annotated[NodeIndex | RoleRank, _readable(roles=True)]
 
 
 def _inside_run(path: str) -> str:
@@ -54,22 +97,45 @@ def _inside_run(path: str) -> str:
     return path
 
 
-def _disjoint(groups: list[list[int]]) -> list[list[int]]:
-    seen: set[int] = set()
-    for group in groups:
+def _disjoint(groups: list[list[int | str]]) -> list[list[int | str]]:
+    """Groups that can never share a node, as far as their text tells: no node named twice, and
+    no role named whole in one group (every node hosting one of its ranks) while another names
+    one of its ranks (``actor`` and ``actor:1``: the node of rank 1 hosts the role). Where roles
+    and indices may meet (``1`` and ``actor``), only the placement tells: refused when the fault
+    fires (:meth:`rlsim.faults.base.FaultContext.groups`)."""
+    seen: dict[object, int] = {}  # node index, "role" or (role, rank) -> its group
+    for g, group in enumerate(groups):
         if not group:
             raise ValueError("an empty group cuts nothing off: drop it")
-        for n in group:
-            if n in seen:
-                raise ValueError(f"node {n} is named twice; a node is in one group at most")
-            seen.add(n)
+        for entry in group:
+            key = _group_key(entry)
+            if key in seen:
+                named = f"node {entry}" if isinstance(entry, int) else repr(entry)
+                raise ValueError(f"{named} is named twice; a node is in one group at most")
+            seen[key] = g
+    for g, group in enumerate(groups):
+        for entry in group:
+            key = _group_key(entry)
+            if isinstance(key, tuple) and (whole := seen.get(key[0], g)) != g:
+                raise ValueError(
+                    f"groups {min(g, whole) + 1} and {max(g, whole) + 1} share a node: {entry} "
+                    f"is a rank of {key[0]}, which group {whole + 1} names whole (every node "
+                    f"hosting a rank of it); name {key[0]}'s ranks one by one, or put {entry} "
+                    f"in group {whole + 1}")
     return groups
+
+
+def _group_key(entry: int | str) -> object:
+    """What an entry of a group names: a node index, a whole role, or (role, rank)."""
+    if isinstance(entry, int):
+        return entry
+    role, _, rank = entry.partition(":")
+    return (role, int(rank)) if rank else role
 
 
 # Disjoint groups of nodes (a partition's, a link's ends), by index or by role; nodes named in
 # none form one more
-NodeGroups = Annotated[list[list[NodeIndex | RoleRank]], Field(min_length=1),
-                       AfterValidator(_disjoint)]
+NodeGroups = Annotated[list[list[NodeOrRole]], Field(min_length=1), AfterValidator(_disjoint)]
 
 
 # A directory of the run, relative to its run directory (a storage fault's ``path``)

@@ -7,28 +7,61 @@ loader (:func:`rlsim.backends.ray_internals.gcs.refusal`)."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
 
 GCS_ANSWER_TIMEOUT_S = 3.0  # a GCS that is up answers a connection in milliseconds
-ADDRESS_RE = re.compile(r"^(?:\[([0-9a-fA-F:.]+)\]|([A-Za-z0-9_.-]+)):(\d{1,5})$")
+ADDRESS_RE = re.compile(r"^(?:\[([0-9a-fA-F:.]+)\]|([A-Za-z0-9_.-]+)):(\d{1,5})$", re.ASCII)
 # what a gRPC server (Ray's GCS is one) sends first: an HTTP/2 SETTINGS frame
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 H2_SETTINGS = 0x4
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (or ``[IPv6]:PORT``) of a GCS -> (host, port); :class:`ValueError` saying
-    what is wrong and the fix otherwise."""
+def parse_address(text: str, option: str = "--ray-address") -> tuple[str, int]:
+    """``HOST:PORT`` (or ``[IPv6]:PORT``) of a GCS -> (host, port); :class:`ValueError` naming
+    ``option`` (where the address was given), what is wrong and the fix otherwise."""
+    if problem := address_problem(text.strip()):
+        raise ValueError(f"{option} {problem}. Fix: give the head's GCS address as HOST:PORT, "
+                         f"e.g. {option} 10.0.0.1:6379")
     m = ADDRESS_RE.match(text.strip())
-    fix = "Fix: give the head's GCS address as HOST:PORT, e.g. --ray-address 10.0.0.1:6379"
+    return m.group(1) or m.group(2), int(m.group(3))
+
+
+def address_problem(text: str) -> str | None:
+    """What keeps ``text`` from being a GCS's ``HOST:PORT`` (the text quoted first), or None.
+    A host name is dot-separated labels of 1-63 characters (``...`` or ``a..b`` would reach the
+    resolver, which raises UnicodeError on an empty label); an IPv6 host is bracketed."""
+    m = ADDRESS_RE.fullmatch(text) if isinstance(text, str) else None  # no newline after
     if not m:
-        raise ValueError(f"--ray-address {text!r} is not HOST:PORT. {fix}")
+        return f"{str(text)[:200]!r} is not HOST:PORT"
     port = int(m.group(3))
     if not 1 <= port <= 65535:
-        raise ValueError(f"--ray-address {text!r}: port {port} is outside 1-65535. {fix}")
-    return m.group(1) or m.group(2), port
+        return f"{text!r}: port {port} is outside 1-65535"
+    if m.group(1) is not None:
+        try:
+            ipaddress.IPv6Address(m.group(1))
+        except ValueError:
+            return f"{text!r}: [{m.group(1)}] is not an IPv6 address"
+    elif len(m.group(2)) > 253 or not all(0 < len(label) <= 63
+                                          for label in m.group(2).removesuffix(".").split(".")):
+        return f"{text!r}: {m.group(2)!r} is not a host name (labels of 1-63 characters " \
+            "between dots)"
+    return None
+
+
+def substrate_problem(text: str) -> str | None:
+    """What keeps ``text`` from being a substrate's GCS address (``cluster.on``, ``rlsim cluster
+    --on``), or None: :func:`address_problem`, and a bracketed IPv6 host, which a substrate's
+    connection (``ray_state._listens``, Ray's own ``address``) reads as a host name that never
+    resolves."""
+    if found := address_problem(text):
+        return found
+    if text.startswith("["):
+        return f"{text!r}: an IPv6 host, which rlsim's connection to a substrate does not " \
+            "take (name its head by host name or IPv4)"
+    return None
 
 
 def gcs_silence(host: str, port: int, timeout_s: float = GCS_ANSWER_TIMEOUT_S) -> str | None:

@@ -22,7 +22,13 @@ from trainer.events import RUN_EVENT_TYPES
 
 class RlsimAdapter(Adapter):
     name = "rlsim"
-    observes = RUN_EVENT_TYPES | {"metrics.jsonl"}
+    # all but worker_replaced: it never replaces a worker in place (a lost rank ends the attempt,
+    # and the whole trainer restarts from its checkpoint), so a check counting replacements, or a
+    # fault waiting for one, would judge or wait on something that never comes
+    observes = (RUN_EVENT_TYPES - {"worker_replaced"}) | {"metrics.jsonl"}
+    unseen_fix = ("the reference trainer never replaces a worker in place: a lost rank restarts "
+                  "the whole trainer from its checkpoint; count those with restarts, or drop "
+                  "the check")
     worker_table = True  # its placement event, every time the workers stand
     needs_dashboard = False  # a plain driver: no Ray library reads the dashboard's address
 

@@ -19,6 +19,7 @@ from rlsim.host import iptables, procs, state
 from rlsim.host.home import HomeError
 from rlsim.host.shape import NODE_TYPES, NodeShape
 from rlsim.host.spec import ClusterShape, ClusterSpec, HealthChecks
+from rlsim.reach import substrate_problem
 
 
 def table(cluster, nodes: list[NodeInfo]) -> Table:
@@ -200,6 +201,9 @@ def cluster(
         raise fail(f"rlsim cluster: --on {on} with --backend {backend}: a cluster on a "
                    "substrate runs its nodes as processes on the substrate's machines; fix: "
                    "drop --backend", 2)
+    if on is not None and (found := substrate_problem(on)):  # before any socket: no traceback
+        raise fail(f"rlsim cluster: --on {found}; fix: give the substrate's GCS address as "
+                   "HOST:PORT, e.g. --on 10.0.0.1:6379", 2)
     given = {"gpus_per_node": fake_gpus, "gpu_memory_gb": gpu_memory_gb,
              "cpus_per_node": cpus_per_node, "memory_gb": memory_gb, "accelerator": accelerator,
              "like": like, "cuda_devices": cuda_devices}

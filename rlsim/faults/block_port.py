@@ -3,7 +3,7 @@
 from pydantic import Field, field_validator
 
 from rlsim.faults.base import FirewallFault
-from rlsim.fields import PORT_NAMES, NodeIndex, NodeTarget, RoleRank
+from rlsim.fields import PORT_NAMES, NodeOrRole, NodeTarget
 
 
 class BlockPort(FirewallFault):
@@ -17,7 +17,7 @@ class BlockPort(FirewallFault):
 
         port: str | int | list[int] = Field(
             description="gcs | dashboard | workers:<i> | 6379 | [lo, hi]")
-        sources: list[NodeIndex | RoleRank] | None = Field(
+        sources: list[NodeOrRole] | None = Field(
             None, description="nodes that lose it, or roles' nodes (default: all others)")
 
         @field_validator("port")

@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 
 from rlsim.backends.base import ShapesLinks
 from rlsim.faults.base import Fault, cut_apart
-from rlsim.fields import NodeGroups, NodeIndex, RoleRank, Strict
+from rlsim.fields import NodeGroups, NodeOrRole, Strict
 from rlsim.host.links import LinkShape
 
 
@@ -27,7 +27,7 @@ class DegradeLink(Fault):
     harms_real_cluster = True
 
     class Params(Strict):
-        nodes: list[NodeIndex | RoleRank] | None = Field(
+        nodes: list[NodeOrRole] | None = Field(
             None, min_length=1, description="the link between these nodes (or roles' nodes: "
             "rollout, rollout:1) and all the others")
         groups: NodeGroups | None = Field(None, description="the link between these groups "

@@ -52,15 +52,38 @@ class GpuLost(Fault):
             return "node", ("the cluster's GPUs stand on real devices (cluster.cuda_devices): "
                             "gpu_lost fails a fake GPU through the trainer's lost-GPU ledger, "
                             "which a real device does not read; run it on fake GPUs")
-        if isinstance(params.node, int) and shapes is not None and \
-                params.node < len(shapes()) and params.gpu >= shapes()[params.node].gpus:
-            return "gpu", (f"node {params.node} has {shapes()[params.node].gpus} GPU(s), ids "
-                           f"0-{shapes()[params.node].gpus - 1}: name one of them")
+        if shapes is not None and (found := cls._gpu_problem(params, [n.gpus for n in shapes()])):
+            return "gpu", found
         restart = RestartNode.Params.model_validate(
             {"node": params.node} if params.node is not None else
             {"role": params.role, "rank": params.rank})
         return RestartNode.cluster_problem(restart, shape) or super().cluster_problem(params,
                                                                                        shape)
+
+    @staticmethod
+    def _gpu_problem(params, gpus: list[int]) -> str | None:
+        """Why GPU ``params.gpu`` may be missing where the fault lands (``gpus``: each node's
+        count, the head first), or None. A node named: that node has it. ``random``: every node
+        but the head has it (the pick may be any). A role's rank: some node but the head has it
+        (the rank may be anywhere; the node it is on is checked again when the fault fires)."""
+        def ids(n: int) -> str:
+            return f"{n} GPU(s), ids 0-{n - 1}" if n else "no GPU"
+        gpu, others = params.gpu, dict(enumerate(gpus))
+        others.pop(0, None)
+        if isinstance(params.node, int):
+            have = gpus[params.node] if params.node < len(gpus) else gpu + 1
+            return None if gpu < have else f"node {params.node} has {ids(have)}: " + \
+                ("name one of them" if have else "name a node with GPUs")
+        if params.node == "random" and (short := [i for i, n in others.items() if gpu >= n]):
+            low = min(others.values())
+            return (f"node: random may pick node {short[0]}, which has {ids(gpus[short[0]])}: "
+                    + (f"name a GPU below {low}, which every node but the head has, or name "
+                       "the node" if low else "name a node with GPUs instead of random"))
+        if params.role is not None and others and gpu >= (most := max(others.values())):
+            return (f"{params.role} rank {params.rank} runs on a node other than the head, and "
+                    f"none of those has a GPU {gpu} (" + (f"the most is {most}): name a GPU "
+                    f"below {most}" if most else "they have none): give them GPUs"))
+        return None
 
     def inject(self):
         cluster = self.ctx.cluster

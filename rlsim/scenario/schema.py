@@ -39,11 +39,13 @@ from rlsim.faults import FAULTS
 from rlsim.fields import DAY, ROLE_NAME, Refers, Strict, World, first_error, problem, regex
 from rlsim.history import HARNESS_EVENTS, RAY_EVENTS
 from rlsim.host.spec import ClusterShape, HealthChecks, per_node_problem
+from rlsim.reach import substrate_problem
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # a mark's name: an event type, as the timeline and `at: {event: NAME}` write it
 MARK_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$", re.ASCII)
+SUBSTRATE_HINT = r"^[A-Za-z0-9.\-]+:[0-9]{1,5}$"  # HOST:PORT, for an editor
 MIN_RUN_S = 10.0  # a cluster, a trainer and its first step: no run is shorter here
 TAG = re.compile(r"^[A-Za-z_]\w{0,63}$", re.ASCII)
 # pytest's own marks, and what each would do to a scenario that carried it as a tag
@@ -68,8 +70,10 @@ class ClusterSection(ClusterShape):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     backend: BackendName = DEFAULT
-    on: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9.\-]+:[0-9]{1,5}$",
+    # the pattern is an editor's hint: _substrate_address checks the address, saying in words
+    # what is wrong
+    on: Annotated[str, Field(json_schema_extra={"pattern": SUBSTRATE_HINT})] | None = Field(
+        None,
         description="a substrate's GCS address, HOST:PORT: the nodes spread over the machines "
                     "of that plain Ray cluster of CPU machines, node i on machine i, as with "
                     "`rlsim cluster --on` (docs/howto/substrate.md); unset: one machine")
@@ -95,6 +99,24 @@ class ClusterSection(ClusterShape):
         problem = per_node_problem(self.nodes, self.ray_version, self.python, on_this_host=False)
         if problem:
             raise ValueError(problem)
+        return self
+
+    @field_validator("on")
+    @classmethod
+    def _substrate_address(cls, on: str | None) -> str | None:
+        if on is not None and (found := substrate_problem(on)):
+            raise ValueError(f"{found}; fix: give the substrate's GCS address as HOST:PORT, "
+                             "e.g. on: 10.0.0.1:6379")
+        return on
+
+    @model_validator(mode="after")
+    def _one_way_to_run(self) -> ClusterSection:
+        # a substrate's nodes are processes on its machines: the runner would drop the backend
+        if self.on is not None and self.backend != DEFAULT:
+            raise ValueError(f"backend: {self.backend} with on: {self.on}: a cluster on a "
+                             "substrate runs its nodes as processes on the substrate's "
+                             f"machines, never as {self.backend} nodes; fix: drop backend (or "
+                             "drop on to run here)")
         return self
 
 

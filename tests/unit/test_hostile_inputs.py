@@ -142,7 +142,7 @@ def registered(tmp_path, monkeypatch):
     (["partition", "0,1,2"], "that is every node"),                                          # 13
     (["block-port", "1", "gcs", "--from", "1"], "node 1 is the node whose port is blocked"),  # 14
     (["pause-node", "1", "--cpu", "3"], "pause-node has no option --cpu"),                   # 15
-    (["kill-node", "x"], "Input should be a valid integer"),                                 # 16
+    (["kill-node", "x"], "node: 'x' is not a node; give a node index (1) or random"),         # 16
     (["block-port", "1", "workers:9"], "'workers:9' names node 9, outside the cluster"),     # 17
 ])
 def test_12_to_17_faults_by_hand_refused_from_their_arguments(registered, args, said):
