@@ -80,13 +80,21 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
                                 "machines; fix: drop cluster.on")
 
     def _check_can_start(self) -> None:
+        """ClusterStartError in one line naming :attr:`on` where no Ray GCS answers there within
+        seconds (:func:`gcs.no_answer`), before Ray's own connect, which retries for minutes:
+        on a closed port, and on a GCS that takes connections but answers nothing (`rlsim
+        status` of a detached cluster there waited past 60 s)."""
         from rlsim import substrate
-        from rlsim.backends.ray_state import _listens
+        from rlsim.reach import parse_address
 
-        if not _listens(self.on):  # Ray's own connect would retry for minutes
-            raise ClusterStartError(f"--on {self.on}: nothing answers there; fix: give the "
-                                    f"substrate's GCS address (HOST:PORT, as `ray start "
-                                    f"--address` takes it)")
+        try:
+            host, port = parse_address(self.on, "--on")
+        except ValueError as e:
+            raise ClusterStartError(str(e)) from None
+        if silence := gcs.no_answer(host, port):
+            raise ClusterStartError(f"--on {self.on}: nothing answers there as a Ray GCS "
+                                    f"({silence}); fix: give the substrate's GCS address "
+                                    f"(HOST:PORT, as `ray start --address` takes it)")
         gcs.join_open_cluster(self.on)
         try:
             substrate.connect(self.on, own_address=ray_internals.available("driver_address"))

@@ -7,6 +7,7 @@ import json
 import typer
 from rich.table import Table
 
+from rlsim.backends.ray_internals.gcs import no_answer as gcs_no_answer
 from rlsim.backends.ray_internals.gcs import refusal as gcs_refusal
 from rlsim.commands.cluster import attach_named
 from rlsim.commands.console import console, err, styled
@@ -72,7 +73,9 @@ def _connect_real(doc, ray_address: str):
         err.print(f"rlsim doctor: {e}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     with doc.connecting(ray_address, DOCTOR_CONNECT_TIMEOUT_S):
-        silence = doc.gcs_silence(host, port)
+        # a greeting heard and a request answered, each within seconds: a GCS that greets and
+        # answers nothing held Ray's own connect the whole 90 s
+        silence = gcs_no_answer(host, port)
         if silence is None and (refusal := gcs_refusal(host, port)):
             from rlsim.backends.real import refusal_line
 

@@ -123,17 +123,31 @@ def test_cli_names_a_closed_port_and_ends_within_seconds():
     assert out.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("answer", [None, SETTINGS_FRAME], ids=["silent", "greets-then-silent"])
+def test_cli_names_a_gcs_that_takes_connections_but_never_answers(answer):
+    """A listener that accepts and says nothing, or greets like gRPC and then answers no request
+    (a GCS whose handlers are stuck): the second held Ray's own connect the doctor's whole 90 s,
+    printing only Ray's warnings. A hang fails at the subprocess's 30 s."""
+    with _server(answer) as (port, _):
+        out = _doctor(f"127.0.0.1:{port}", timeout=30)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith(f"rlsim doctor: no Ray cluster answers at 127.0.0.1:{port} ("), \
+        out.stderr
+    assert "Fix:" in out.stderr and out.stderr.count("\n") == 1, out.stderr
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_ends_it_while_ray_is_connecting(sig):
-    """The server greets like gRPC, so the doctor goes on into Ray's own connection, which then
-    retries inside C++ (where Python's handlers never run): the signal must still end it."""
+    """The server greets like gRPC, so the doctor goes on to ask it a request, inside gRPC's C++
+    (where Python's handlers never run, as in Ray's own connect) for up to 3 s: the signal must
+    still end it."""
     with _server(SETTINGS_FRAME) as (port, connected):
         proc = subprocess.Popen([*RLSIM, "doctor", "--ray-address", f"127.0.0.1:{port}"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             connected.wait(30)
-            with contextlib.suppress(subprocess.TimeoutExpired):  # let Ray's connection begin
-                proc.wait(3)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # let the request begin
+                proc.wait(0.5)
             assert proc.poll() is None, f"ended before the signal: {proc.stderr.read()}"
             proc.send_signal(sig)
             _, err = proc.communicate(timeout=10)

@@ -21,6 +21,15 @@ KILL_ACTOR_METHOD = "/ray.rpc.ActorInfoGcsService/KillActorViaGcs"
 REMOVE_GROUP_METHOD = "/ray.rpc.PlacementGroupInfoGcsService/RemovePlacementGroup"
 DRAIN_METHOD = "/ray.rpc.autoscaler.AutoscalerStateService/DrainNode"
 PRESTART_METHOD = "/ray.rpc.NodeManagerService/PrestartWorkers"
+TASK_EVENTS_METHOD = "/ray.rpc.TaskInfoGcsService/GetTaskEvents"
+# A plain task's states while it holds a worker of a node: leased there (its owner pushed it to a
+# worker the raylet granted), fetching its arguments there, or running. Before, it has no node;
+# after (FINISHED, FAILED), it holds none.
+HELD_TASK_STATES = frozenset({"SUBMITTED_TO_WORKER", "PENDING_ARGS_FETCH",
+                              "PENDING_OBJ_STORE_MEM_AVAIL", "GETTING_AND_PINNING_ARGS",
+                              "RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT"})
+TASK_EVENTS_LIMIT = 10_000  # the GCS keeps up to 100,000 by default; the held ones are few
+TASK_EVENTS_TIMEOUT_S = 2.0  # inside the nemesis's 3 s bound on a fault's reach
 
 
 def _set_auth(token_path: str) -> None:
@@ -58,10 +67,18 @@ def join_open_cluster(gcs_address: str) -> None:
 
 class GcsReader:
     """Ray's read-only view of one GCS (Ray's ``GlobalState``, no driver, no ``ray.init``):
-    the tables as Ray's own ``ray.nodes()``/``ray.state`` return them."""
+    the tables as Ray's own ``ray.nodes()``/``ray.state`` return them, and (trainer_reach) the
+    GCS's task events, asked over one gRPC channel kept for the reader's life."""
 
-    def __init__(self, gs) -> None:
+    def __init__(self, gs, gcs_address: str = "", token_path: str = "") -> None:
         self._gs = gs
+        self._address, self._token_path = gcs_address, token_path
+        self._calls = contextlib.ExitStack()
+        self._call = None
+
+    def close(self) -> None:
+        self._call = None
+        self._calls.close()
 
     def node_table(self) -> list[dict]:
         """One dict per registration (a restarted node appears twice)."""
@@ -101,6 +118,78 @@ class GcsReader:
                 for a in map(gcs_pb2.ActorTableData.FromString,
                              self._accessor().get_actor_table(None, None))
                 if a.state != state.Value("DEAD")]
+
+    def placed_bundles(self) -> list[dict]:
+        """Each bundle of the placement groups not removed that Ray placed on a node, as
+        ``{"group", "name", "bundle", "node_id", "job", "state"}`` (ids hex): what a node holds
+        reserved for a job. [] where this Ray cannot say (trainer_reach)."""
+        if not ri.available("trainer_reach"):
+            return []
+        from ray.core.generated import gcs_pb2
+
+        removed = gcs_pb2.PlacementGroupTableData.PlacementGroupState.Value("REMOVED")
+        found = []
+        for raw in self._accessor().get_placement_group_table():
+            g = gcs_pb2.PlacementGroupTableData.FromString(raw)
+            if g.state == removed:
+                continue
+            for b in g.bundles:
+                if b.node_id:  # an unplaced bundle has no node yet
+                    found.append({"group": g.placement_group_id.hex(), "name": g.name,
+                                  "bundle": b.bundle_id.bundle_index, "node_id": b.node_id.hex(),
+                                  "job": g.creator_job_id.hex(), "state": gcs_pb2.
+                                  PlacementGroupTableData.PlacementGroupState.Name(g.state)})
+        return found
+
+    def live_jobs(self) -> list[dict]:
+        """The jobs whose driver is connected, as ``{"job", "pid", "ip", "namespace",
+        "entrypoint"}``: where each driver runs and what made it. [] where this Ray cannot say
+        (trainer_reach)."""
+        if not ri.available("trainer_reach"):
+            return []
+        from ray.core.generated import gcs_pb2
+
+        jobs = map(gcs_pb2.JobTableData.FromString, self._accessor().get_job_table(
+            skip_submission_job_info_field=True, skip_is_running_tasks_field=True))
+        return [{"job": j.job_id.hex(), "pid": j.driver_pid,
+                 "ip": j.driver_address.ip_address,
+                 "namespace": j.config.ray_namespace, "entrypoint": j.entrypoint}
+                for j in jobs if not j.is_dead]
+
+    def held_tasks(self) -> list[dict] | None:
+        """The plain tasks (not actors' methods, not drivers) that hold a worker of a node now,
+        leased there or running (:data:`HELD_TASK_STATES`), from the GCS's task events, as
+        ``{"name", "job", "node_id", "pid", "state", "attempt"}``. Workers report their events
+        about once a second, so a task leased in the last second may not be listed yet. None
+        where this Ray cannot say (trainer_reach)."""
+        if not ri.available("trainer_reach"):
+            return None
+        from ray.core.generated import common_pb2, gcs_pb2
+        from ray.core.generated import gcs_service_pb2 as rpc
+
+        if self._call is None:
+            self._call = self._calls.enter_context(_rpc(self._address, self._token_path))
+        filters = rpc.GetTaskEventsRequest.Filters(exclude_driver=True)
+        for done in ("FINISHED", "FAILED"):  # the GCS keeps them all: ask for the rest only
+            filters.state_filters.append(rpc.GetTaskEventsRequest.Filters.StateFilter(
+                state=done, predicate=rpc.FilterPredicate.Value("NOT_EQUAL")))
+        reply = self._call(TASK_EVENTS_METHOD, rpc.GetTaskEventsRequest(
+            limit=TASK_EVENTS_LIMIT, filters=filters), rpc.GetTaskEventsReply,
+            timeout=TASK_EVENTS_TIMEOUT_S)
+        normal = common_pb2.TaskType.Value("NORMAL_TASK")
+        found = []
+        for t in reply.events_by_task:
+            update: gcs_pb2.TaskStateUpdate = t.state_updates
+            if t.task_info.type != normal or not update.node_id or not update.state_ts_ns:
+                continue
+            state = common_pb2.TaskStatus.Name(max(update.state_ts_ns.items(),
+                                                   key=lambda kv: kv[1])[0])
+            if state in HELD_TASK_STATES:
+                found.append({"name": t.task_info.name or t.task_info.func_or_class_name,
+                              "job": t.job_id.hex(), "node_id": update.node_id.hex(),
+                              "pid": update.worker_pid or None, "state": state,
+                              "attempt": t.attempt_number})
+        return found
 
     def objects(self) -> list[dict]:
         """The actors not dead, placement groups not removed and jobs whose driver is
@@ -151,9 +240,11 @@ def reader(gcs_address: str, token_path: str) -> Iterator[GcsReader]:
     gs = GlobalState()
     gs._initialize_global_state(GcsClientOptions.create(
         gcs_address, None, allow_cluster_id_nil=True, fetch_cluster_id_if_nil=False))
+    read = GcsReader(gs, gcs_address, token_path)
     try:
-        yield GcsReader(gs)
+        yield read
     finally:
+        read.close()
         gs.disconnect()
 
 
@@ -342,6 +433,39 @@ def auth_in_force(gcs_address: str, timeout_s: float = 3.0) -> str:
     except Exception as e:  # noqa: BLE001 - reported, never raised: a doctor's line
         return f"unknown ({type(e).__name__}: {str(e)[:120]})"
     return "token" if refused else "none"
+
+
+def no_answer(host: str, port: int, timeout_s: float = 3.0) -> str | None:
+    """Why no Ray GCS answers at ``host:port``, in words, within about twice ``timeout_s``; None
+    where one does: its greeting heard (:func:`rlsim.reach.gcs_silence`), then a request answered
+    (:func:`unanswered`). Asked before Ray's own connect, which waits minutes on either."""
+    from rlsim.reach import gcs_silence
+
+    return gcs_silence(host, port, timeout_s) or unanswered(host, port, timeout_s)
+
+
+def unanswered(host: str, port: int, timeout_s: float = 3.0) -> str | None:
+    """What keeps the GCS at ``host:port`` from answering one request (its cluster id) within
+    ``timeout_s``, in words; None once it answers anything, a refusal of the token included, or
+    where it cannot be asked here (no gRPC; TLS on, which this plain channel does not speak).
+
+    Asked after :func:`rlsim.reach.gcs_silence`, which hears a server's greeting alone: a server
+    that greets and then answers nothing (a GCS whose handlers are stuck) passed it, and Ray's own
+    connect then waited 45 s per try, twice, printing only warnings."""
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return None
+    try:
+        import grpc
+    except ImportError:
+        return None
+    try:
+        _unauthenticated(host, port, (), timeout_s, strict=True)
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return f"it took the connection but answered no request within {timeout_s:g} s"
+        if e.code() == grpc.StatusCode.UNAVAILABLE:
+            return f"unavailable: {(e.details() or 'no details').splitlines()[0][:200]}"
+    return None
 
 
 def _unauthenticated(host: str, port: int, metadata: tuple, timeout_s: float,
