@@ -110,13 +110,16 @@ def _verify(fd: int) -> None:
 def open_dir() -> int:
     """A descriptor of :data:`CLAIMS` (created mode 1777 if missing), verified by the rules in
     the module's docstring. The caller closes it; never reopen the path within one operation."""
+    mask = os.umask(0)  # born 1777: another start must never see it half made (mode 700)
     try:
-        os.mkdir(CLAIMS, 0o700)  # not 1777 until opened and known to be the one made here
+        os.mkdir(CLAIMS, 0o1777)
         made = True
     except FileExistsError:
         made = False
     except OSError as e:
         raise _refuse(f"cannot be made ({e.strerror})") from e
+    finally:
+        os.umask(mask)
     try:
         fd = os.open(CLAIMS, DIR_FLAGS)
     except OSError as e:
@@ -125,7 +128,7 @@ def open_dir() -> int:
         raise _refuse(f"cannot be opened ({e.strerror})") from e
     try:
         if made and os.fstat(fd).st_uid == os.geteuid():
-            os.fchmod(fd, 0o1777)
+            os.fchmod(fd, 0o1777)  # where a file system drops the sticky bit at mkdir
         _verify(fd)
     except BaseException:
         os.close(fd)
