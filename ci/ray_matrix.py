@@ -243,7 +243,7 @@ def docs_page(results: list[dict], steps: list[str]) -> str:
         "the same range (`ray[default]>=2.48,<2.61`); `rlsim doctor` warns outside it, and",
         "`rlsim ray` prints what rlsim uses of the Ray you have installed.", "",
         "(open): a Ray without token authentication, run as root: the matrix opted in with",
-        "`RLSIM_ALLOW_UNAUTHENTICATED=1` (see [simulated nodes](../concepts/cluster.md)).", "",
+        "`RLSIM_ALLOW_UNAUTHENTICATED=1` (see [simulated nodes](concepts/cluster.md)).", "",
         table(results, steps), "",
         "## Accelerations on Ray's plain path", "",
         *(f"- Ray {rel}: `{name}`: {why}" for rel, name, why in plain), "",

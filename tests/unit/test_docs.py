@@ -21,6 +21,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from rlsim import commands
+from rlsim.plugin.session import require
 from rlsim.scenario.jsonschema import scenario_schema
 from rlsim.scenario.loader import parse, read
 
@@ -41,16 +42,45 @@ def blocks(lang: str) -> list[tuple[str, int, str]]:
     return found
 
 
-@pytest.mark.skipif(shutil.which("mkdocs", path=str(Path(sys.executable).parent)) is None,
-                    reason="mkdocs is not installed (the dev extra installs it)")
+MKDOCS = Path(sys.executable).parent / "mkdocs"
+
+
+def build_site(config: Path, site: Path) -> subprocess.CompletedProcess:
+    """``mkdocs build --strict`` of ``config`` into ``site``, its log captured. Never ``-q``:
+    MkDocs 1.6 counts the warnings that strict mode turns into errors from its log, and ``-q``
+    drops them from it, so a quiet strict build passes with broken links."""
+    require(None if MKDOCS.exists() else
+            f"mkdocs is not installed beside {sys.executable} (the dev extra installs it: "
+            "bash ci/setup.sh)")
+    return subprocess.run([str(MKDOCS), "build", "--strict", "-f", str(config), "-d", str(site)],
+                          cwd=config.parent, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+
+
 def test_the_site_builds_with_warnings_as_errors(tmp_path):
-    mkdocs = Path(sys.executable).parent / "mkdocs"
-    out = subprocess.run([str(mkdocs), "build", "--strict", "-q", "-d", str(tmp_path / "site")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
-    assert out.returncode == 0, out.stdout + out.stderr
+    out = build_site(ROOT / "mkdocs.yml", tmp_path / "site")
+    log = out.stdout + out.stderr
+    assert out.returncode == 0 and "WARNING" not in log, log
     faults = (tmp_path / "site" / "reference" / "faults" / "index.html").read_text()
     assert "slow_storage" in faults and "write_mbps" in faults  # generated from the code
+
+
+@pytest.mark.parametrize("link,words", [
+    ("[gone](../concepts/cluster.md)", ["../concepts/cluster.md", "not found"]),
+    ("[gone](concepts/cluster.md#no-such-heading)", ["no-such-heading", "anchor"]),
+    ("[gone](nowhere.md)", ["nowhere.md", "not found"]),
+])
+def test_a_broken_link_fails_the_site_build(tmp_path, link, words):
+    """The build above can fail: the same docs with one bad link (a page climbing out of the
+    docs, an anchor that no heading makes, a page that does not exist) do not build."""
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    page = tmp_path / "docs" / "ray-releases.md"
+    page.write_text(page.read_text() + f"\nSee {link}.\n")
+    out = build_site(tmp_path / "mkdocs.yml", tmp_path / "site")
+    log = out.stdout + out.stderr
+    assert out.returncode != 0 and "Aborted with 1 warnings in strict mode" in log, log
+    assert all(w in log for w in words), log
 
 
 def test_the_readme_is_a_front_page_with_the_two_set_up_commands():
