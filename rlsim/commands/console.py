@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from rlsim.files import shown
 from rlsim.host.spec import name_problem
 
 
@@ -30,8 +31,10 @@ def styled(*parts: str | tuple[str, str]) -> Text:
 
 
 def fail(message: str, code: int) -> typer.Exit:
-    """Print ``message`` as one line on stderr (never read as markup) and return the exit."""
-    err.print(message, style="red", markup=False, highlight=False, soft_wrap=True)
+    """Print ``message`` as one line on stderr (never read as markup; a control character in it,
+    a newline or an escape from a value the user gave, written as its escape, so that it can
+    neither forge a line nor move the cursor) and return the exit."""
+    err.print(shown(message), style="red", markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -13,7 +13,7 @@ import typer
 from pydantic import ValidationError
 
 from rlsim.commands.console import plain_console
-from rlsim.files import write_file
+from rlsim.files import shown, write_file
 from rlsim.launch import kuberay, slurm, tasks
 from rlsim.launch.model import Launch
 from rlsim.scenario.loader import catalogue
@@ -154,5 +154,6 @@ def _write(out: Path, name: str, text: str) -> Path:
 
 
 def _fail(message: str) -> None:
-    console.print(f"rlsim launch: {message}", style="red", markup=False)
+    """One line (a value's control characters escaped, as :func:`fail` prints them), exit 2."""
+    console.print(f"rlsim launch: {shown(message)}", style="red", markup=False)
     raise typer.Exit(2)

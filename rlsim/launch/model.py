@@ -3,6 +3,7 @@ on it. Checked once here; each launcher (slurm, kuberay, skypilot, dstack) only 
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -72,12 +73,37 @@ class Launch(BaseModel):
         if "," in v or ":" in v:  # pyxis --container-mounts=SRC:DST,SRC:DST
             raise ValueError(f"{v!r} holds ',' or ':', which separate Slurm's container mounts "
                              "(and Docker's volumes); give a directory without them")
-        return v
+        return mount_point(v)
 
     @property
     def seconds(self) -> int:
         """The time limit in seconds."""
         return slurm_seconds(self.time)
+
+
+# Folders of the system itself: a shared volume mounted at one (or inside the first twelve,
+# the system's own trees) hides the image's own files in a privileged pod or container, and runs
+# would write among them
+SYSTEM_DIRS = ("/proc", "/sys", "/dev", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib",
+               "/lib32", "/lib64", "/libx32", "/run", "/var", "/tmp", "/opt", "/home", "/root",
+               "/srv", "/mnt", "/media")
+SYSTEM_TREES = SYSTEM_DIRS[:12]
+
+
+def mount_point(path: str) -> str:
+    """``path`` (absolute) normalised as the kernel resolves it (``/../../etc`` is ``/etc``),
+    ValueError when it is the root, a system folder or inside one of the system's own trees
+    (``/proc/x``, ``/usr/lib``): a folder of its own such as /rlsim or /mnt/shared is meant."""
+    normal = "/" + posixpath.normpath(path).lstrip("/")
+    inside = next((t for t in SYSTEM_TREES if normal.startswith(t + "/")), None)
+    if normal == "/" or normal in SYSTEM_DIRS or inside:
+        what = ("the root folder" if normal == "/" else f"inside {inside}, a system folder"
+                if inside else "a system folder")
+        said = "" if normal == path else f" (as {normal})"
+        raise ValueError(f"{path!r}{said} is {what}: a shared volume mounted there hides the "
+                         "system's own files and the runs would write among them; fix: give a "
+                         "folder of its own, e.g. /rlsim or /mnt/rlsim")
+    return normal
 
 
 MAX_TIME_S = 365 * 86400

@@ -82,6 +82,22 @@ CASES = [
     (["down", "--all"], foreign_home, 2, [f"belongs to uid {OTHER_UID}"]),
     (["validate", "no/such/scenario.yaml"], abandoned, 2, ["scenario.yaml"]),
     (["status"], abandoned, 0, ["gone: abandoned", "rlsim down gone"]),
+    # a name or a value with a newline or an escape sequence: refused on one line, escaped
+    (["cluster", "--name", "a\nb"], None, 2, ["--name a\\nb: cluster name 'a\\nb'", "fix"]),
+    (["cluster", "--name", "a\x1b[31mb"], None, 2, ["--name a\\x1b[31mb", "fix"]),
+    (["launch", "slurm", "--nodes", "2", "--gpus-per-node", "1", "--out", "x", "--report-dir",
+      "/r\n\x1b[2J"], None, 2, ["--report-dir /r\\n\\x1b[2J", "give it without"]),
+    # a shared folder that is the system's: mounted over it in every pod, or written among it
+    (["launch", "kuberay-substrate", "--nodes", "2", "--image", "i", "--out", "x",
+      "--shared-dir", "/"], None, 2, ["--shared-dir /: '/' is the root folder", "fix"]),
+    (["launch", "kuberay-substrate", "--nodes", "2", "--image", "i", "--out", "x",
+      "--shared-dir", "/proc"], None, 2, ["--shared-dir /proc", "a system folder", "fix"]),
+    (["launch", "kuberay-substrate", "--nodes", "2", "--image", "i", "--out", "x",
+      "--shared-dir", "/../../etc"], None, 2, ["(as /etc) is a system folder", "fix"]),
+    (["launch", "kuberay-substrate", "--nodes", "2", "--image", "i", "--out", "x",
+      "--shared-dir", "/usr/lib"], None, 2, ["inside /usr, a system folder"]),
+    (["launch", "slurm", "--nodes", "2", "--gpus-per-node", "1", "--out", "x", "--report-dir",
+      "//etc/"], None, 2, ["--report-dir //etc/: '//etc/' (as /etc) is a system folder"]),
 ]
 
 

@@ -249,3 +249,21 @@ def test_only_the_substrate_takes_a_shared_dir_and_the_others_need_gpus(tmp_path
     code, out = run("slurm", "--nodes", "2", "--gpus-per-node", "8", "--shared-dir", "/x",
                     "--out", str(tmp_path))
     assert code == 2 and "--shared-dir /x" in out
+
+
+@pytest.mark.parametrize(("given", "mounted"), [
+    ("/rlsim/", "/rlsim"), ("/mnt/shared/../rlsim", "/mnt/rlsim"),
+    ("/var/lib/rlsim", "/var/lib/rlsim"), ("/tmp/rlsim", "/tmp/rlsim"), ("//data", "/data"),
+])
+def test_a_shared_folder_of_its_own_is_mounted_where_the_kernel_resolves_it(tmp_path, given,
+                                                                            mounted):
+    """What --shared-dir names is written as normalised: the manifest mounts the folder the
+    system-folder check judged (``/mnt/shared/..`` is not a folder a pod has)."""
+    import yaml
+
+    code, out = run("kuberay-substrate", "--nodes", "2", "--image", "x:1", "--shared-dir", given,
+                    "--out", str(tmp_path))
+    assert code == 0, out
+    doc = yaml.safe_load((tmp_path / "rlsim-substrate-raycluster.yaml").read_text())
+    container = doc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert container["volumeMounts"] == [{"name": "shared", "mountPath": mounted}]
