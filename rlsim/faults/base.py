@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rlsim.backends.base import Backend, CutsNetwork, Unsupported
+from rlsim.faults import footprint as trainer_footprint
+from rlsim.faults.footprint import Look
 from rlsim.fields import Strict, World, named_roles, problem
 from rlsim.host.iptables import Drop
 
@@ -125,22 +127,19 @@ class FaultContext:
         return resolved, aimed
 
     def footprint(self) -> list[dict[str, Any]]:
-        """The trainer's Ray actors alive now, each ``{"class", "pid", "ip", "node"}`` and its
-        ``ranks`` (role -> rank) where the worker table says: what a fault must reach of the
-        trainer. Where a worker table is known, its ranks and the adapter's core actors (a
-        framework's controller), not its helpers; else every actor of the run. rlsim's own actors
-        (its agents on a real cluster) are never the trainer's."""
+        """Everything of the trainer's jobs in Ray now (:func:`rlsim.faults.footprint.trainer`:
+        actors, tasks leased or running, placement-group bundles, drivers), each ``{"kind",
+        "class", "pid", "ip", "node"}`` and its ``ranks`` where the worker table says: what a
+        fault must reach of the trainer."""
+        return self.look().footprint
+
+    def look(self) -> Look:
+        """One read of the GCS: the trainer's footprint, the cluster's nodes Ray does not hold
+        alive (index -> why) and what of the trainer could not be read (None: all of it)."""
         self.open_reader()
-        ranks: dict[tuple, dict[str, int]] = {}  # (ip, pid) -> role -> rank
-        for role in dict.fromkeys(r for w in self.workers for r in w.get("roles", [])):
-            for rank, w in enumerate(x for x in self.workers if role in x.get("roles", [])):
-                ranks.setdefault((w.get("ip"), w.get("pid")), {})[role] = rank
-        return [{"class": a["class"], "pid": a["pid"], "ip": a["ip"],
-                 "node": self.index_of(a["ip"]),
-                 **({"ranks": ranks[a["ip"], a["pid"]]} if (a["ip"], a["pid"]) in ranks else {})}
-                for a in self._reader.live_actors()
-                if a["state"] == "ALIVE" and a["module"].split(".")[0] != "rlsim"
-                and (not ranks or (a["ip"], a["pid"]) in ranks or a["class"] in self.core)]
+        seen = trainer_footprint.survey(self._reader)
+        return Look(trainer_footprint.trainer(seen, self.index_of, self.workers, self.core),
+                    trainer_footprint.down(seen, dict(self._index or {})), seen.unread)
 
 
 def role_hosts(ctx: FaultContext, role: str) -> tuple[list[dict], str]:
@@ -329,9 +328,24 @@ class Fault:
                 "node_state": self.node_state, "impairs": self.impairs,
                 **({"aimed": self.aimed} if self.aimed else {})}
 
+    def remedies(self, did: dict[str, Any], down: dict[int, str]) -> bool:
+        """Whether this injection was a remedy, not an attack: a fault that ends others (a
+        restart ends a kill, a freeze, a preemption: ``ends``) fired at nodes that were all down
+        (``down``: index -> why, from the run's own faults and Ray's node table). A remedy is
+        judged by whether it brought back what it names, never by what of the trainer it hit;
+        the same fault at a live node is a disruptive reboot."""
+        nodes = self.nodes_hit(did)
+        return bool(self.ends) and bool(nodes) and all(n in down for n in nodes)
+
+    def takes_down(self) -> bool:
+        """Whether the nodes it hits are out of service until something ends it (a kill, a
+        freeze, a preemption; the head's kill)."""
+        return self.holds_node or self.node_state == "dead"
+
     def touched(self, did: dict[str, Any], footprint: list[dict]) -> list[dict]:
-        """The trainer's actors this injection reached, of ``footprint`` (the trainer's actors
-        just before it, :meth:`FaultContext.footprint`). Default: those on the nodes it hit."""
+        """What of the trainer this injection reached, of ``footprint`` (everything of the
+        trainer's jobs just before it, :meth:`FaultContext.footprint`). Default: what is on the
+        nodes it hit."""
         nodes = set(self.nodes_hit(did))
         return [a for a in footprint if a["node"] in nodes]
 
@@ -365,28 +379,20 @@ class Fault:
 
 
 def cut_apart(groups: list[list[int]], footprint: list[dict]) -> list[dict]:
-    """The trainer's actors a cut between ``groups`` (the nodes in none form one more) separates
-    from another of the trainer's ends: another of its actors, or the head's GCS, which every
-    actor keeps talking to. A cut with all of them on one side touches none of them."""
+    """The trainer's processes (actors, tasks, drivers; a bundle is a reservation that talks to
+    nobody) a cut between ``groups`` (the nodes in none form one more) separates from another of
+    the trainer's ends: another of its processes, or the head's GCS, which every one keeps
+    talking to. A cut with all of them on one side touches none of them."""
     side = {n: i for i, group in enumerate(groups) for n in group}
-    ends = {a["node"] for a in footprint if a["node"] is not None} | {0}
-    return [a for a in footprint if a["node"] is not None
-            and any(side.get(a["node"], -1) != side.get(e, -1) for e in ends)]
+    alive = [a for a in trainer_footprint.processes(footprint) if a["node"] is not None]
+    ends = {a["node"] for a in alive} | {0}
+    return [a for a in alive if any(side.get(a["node"], -1) != side.get(e, -1) for e in ends)]
 
 
-def where_trainer_is(footprint: list[dict]) -> str:
-    """Where the trainer's actors were, in words: ``node 0 (RayTrainWorker x2)``."""
-    by_node: dict = {}
-    for a in footprint:
-        by_node.setdefault(a["node"], []).append(a["class"])
-    if not by_node:
-        return "the trainer had no Ray actor alive"
-    parts = []
-    for node, classes in sorted(by_node.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-        counted = ", ".join(f"{c} x{classes.count(c)}" if classes.count(c) > 1 else c
-                            for c in dict.fromkeys(classes))
-        parts.append(f"{'an unknown node' if node is None else f'node {node}'} ({counted})")
-    return "; ".join(parts)
+def where_trainer_is(footprint: list[dict]) -> str | None:
+    """Where the trainer was, in words (``node 0 (RayTrainWorker x2); node 2 (task f x3,
+    driver)``), or None where nothing of it was seen in Ray."""
+    return trainer_footprint.where(footprint)
 
 
 class FirewallFault(Fault):

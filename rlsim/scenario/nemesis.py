@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from rlsim.events import released
 from rlsim.faults import FAULTS, Fault, FaultContext
 from rlsim.faults.base import where_trainer_is
+from rlsim.faults.footprint import Look, kinds
 from rlsim.files import write_file
 from rlsim.history import Recorder
 from rlsim.scenario.schema import FaultEntry
@@ -71,6 +72,9 @@ class Nemesis:
         self.heal_at: list[tuple[float, Fault]] = []  # for_s: healed at a monotonic time
         self.heal_when: list[tuple[object, float, Fault]] = []  # heal_at: (when, fired at)
         self.held: set[int] = set()  # steps a launch waits at (rlsim.events), not yet released
+        # the nodes this run's faults took out of service and nothing brought back yet: index ->
+        # (what took it, the fault); a fault that ends such faults fired there is a remedy
+        self.down: dict[int, tuple[str, Fault]] = {}
 
     def setup(self) -> None:
         """Each fault's preparation, before the trainer starts (raises: the scenario fails), and
@@ -117,7 +121,8 @@ class Nemesis:
     def _fire(self, i: int, entry: FaultEntry) -> None:
         fault = self.faults[i]
         self.fired.append(fault)
-        footprint, unseen = self._footprint() if fault.disruptive else ([], None)
+        look, unseen = self._look() if fault.disruptive else (Look([]), None)
+        down = {**look.down, **{n: why for n, (why, _) in self.down.items()}}
         with _signals_held():  # injected and recorded whole, or not at all
             fired = time.time()  # detection is timed from the moment the fault starts
             try:
@@ -126,13 +131,16 @@ class Nemesis:
                 self.log.emit("fault_error", fault=entry.kind, index=i,
                               message=str(e) or type(e).__name__)
                 return
+            remedy = fault.remedies(did, down)
             self.log.emit("fault_injected", ts=round(fired, 4), **{
                 **did, **fault.meaning(did), "fault": entry.kind, "index": i,
                 "took_s": round(time.time() - fired, 3),
-                **(_reach(fault, did, footprint, unseen) if fault.disruptive else {}),
+                **(_remedy(fault, did, down) if remedy else
+                   _reach(fault, did, look, unseen) if fault.disruptive else {}),
                 **({"may_miss": True} if entry.may_miss else {})})
-        if fault.disruptive and fault.held_until_healed() and not fault.touched(
-                did, footprint):
+        self._note_down(i, fault, did)
+        if fault.disruptive and not remedy and fault.held_until_healed() and not fault.touched(
+                did, look.footprint):
             self.reaching[i] = (fault, did)  # rules, a throttle: the trainer may start under it
         if self.on_progress:
             self.on_progress({"type": "fault_injected", "fault": entry.kind, **did})
@@ -141,17 +149,31 @@ class Nemesis:
         if entry.heal_at is not None:
             self.heal_when.append((entry.heal_at, fired, fault))
 
-    def _footprint(self) -> tuple[list[dict], str | None]:
-        """The trainer's actors now, or why they could not be read within
-        :data:`FOOTPRINT_WAIT_S` (the GCS gone or frozen by an earlier fault): a fault's reach
-        is then not known, never guessed, and the fault fires on time all the same."""
+    def _note_down(self, i: int, fault: Fault, did: dict) -> None:
+        """What the fault just fired did to the nodes' service: a kill, a freeze or a
+        preemption takes its nodes down; a restart brings them up, or leaves them down where
+        they did not come back."""
+        for node in fault.nodes_hit(did):
+            if fault.ends and did.get("alive", True):
+                self.down.pop(node, None)
+            elif fault.ends:
+                self.down[node] = (f"{fault.name} (faults[{i}]), which did not bring it back",
+                                   fault)
+            if fault.takes_down():
+                self.down[node] = (f"{fault.name} (faults[{i}])", fault)
+
+    def _look(self) -> tuple[Look, str | None]:
+        """The trainer's footprint and the nodes Ray holds down, now, or why they could not be
+        read within :data:`FOOTPRINT_WAIT_S` (the GCS gone or frozen by an earlier fault): a
+        fault's reach is then not known, never guessed, and the fault fires on time all the
+        same."""
         got: list = []
 
         def read() -> None:
             try:
-                got.append((self.ctx.footprint(), None))
+                got.append((self.ctx.look(), None))
             except Exception as e:  # noqa: BLE001 - the fault still fires; its reach unknown
-                got.append(([], f"{type(e).__name__}: {e}"[:300]))
+                got.append((Look([]), f"{type(e).__name__}: {e}"[:300]))
 
         reader = threading.Thread(target=read, name="rlsim-fault-reach", daemon=True)
         reader.start()
@@ -159,25 +181,28 @@ class Nemesis:
         if got:
             return got[0]
         self.ctx.forget_reader()  # the thread may still hold it: a new one next time
-        return [], f"the GCS did not answer within {FOOTPRINT_WAIT_S:g} s"
+        return Look([]), f"the GCS did not answer within {FOOTPRINT_WAIT_S:g} s"
 
     def _look_again(self) -> None:
         """The held faults that reached none of the trainer when they fired, against its
         actors now: one that reaches some (the trainer's actors started under it) says so in a
         ``fault_reached`` event, once."""
-        footprint, unseen = self._footprint()
+        look, unseen = self._look()
         if unseen is not None:
             return
         for i, (fault, did) in list(self.reaching.items()):
-            if touched := fault.touched(did, footprint):
+            if touched := fault.touched(did, look.footprint):
                 del self.reaching[i]
                 self.log.emit("fault_reached", fault=fault.name, index=i,
-                              touched=touched[:MAX_TOUCHED], touched_count=len(touched))
+                              touched=touched[:MAX_TOUCHED], touched_count=len(touched),
+                              touched_kinds=kinds(touched))
 
     def heal(self, fault: Fault) -> None:
         """Heal one fault (safe twice), logging what was undone or why it could not be."""
         self.reaching = {i: r for i, r in self.reaching.items() if r[0] is not fault}
-        self._guarded(fault, fault.heal, "fault_healed", "fault_heal_error")
+        if self._guarded(fault, fault.heal, "fault_healed", "fault_heal_error"):
+            # a freeze thawed: its nodes are in service again (a failed thaw leaves them down)
+            self.down = {n: d for n, d in self.down.items() if d[1] is not fault}
 
     def heal_fired(self) -> None:
         """Heal every fault that fired, last fired first."""
@@ -191,10 +216,11 @@ class Nemesis:
             self._guarded(fault, fault.teardown, "fault_torn_down", "fault_teardown_error")
         self.ctx.close()
 
-    def _guarded(self, fault: Fault, step, done: str, failed: str) -> None:
+    def _guarded(self, fault: Fault, step, done: str, failed: str) -> bool:
         """Run ``step`` of ``fault``; log what it did, or why it failed, and never raise: the
         other faults must still be healed and torn down. The event carries the fault's
-        ``index`` in the scenario, as ``fault_injected`` does (the report pairs them by it)."""
+        ``index`` in the scenario, as ``fault_injected`` does (the report pairs them by it).
+        True where ``step`` did something and did not fail."""
         index = next(i for i, f in self.faults.items() if f is fault)
         try:
             result = step()
@@ -202,6 +228,8 @@ class Nemesis:
                 self.log.emit(done, **{**result, "fault": fault.name, "index": index})
         except Exception as e:  # noqa: BLE001 - keep going with the others
             self.log.emit(failed, fault=fault.name, index=index, message=str(e))
+            return False
+        return result is not None
 
 
 FOOTPRINT_WAIT_S = 3.0  # a GCS that answers does so in milliseconds
@@ -209,16 +237,28 @@ LOOK_AGAIN_S = 0.5  # how often a held fault that reached nothing yet is looked 
 MAX_TOUCHED = 64  # actors listed in a fault_injected event (the count is always whole)
 
 
-def _reach(fault: Fault, did: dict, footprint: list[dict], unseen: str | None) -> dict:
+def _reach(fault: Fault, did: dict, look: Look, unseen: str | None) -> dict:
     """What of the trainer a disruptive injection reached, for its ``fault_injected`` event:
-    the actors (``touched``, with their class, node, pid and role ranks), or where the trainer's
-    actors were when it reached none (``trainer_at``); ``reach_unknown`` when they could not be
-    read."""
+    everything of the trainer's jobs it reached (``touched``: actors, tasks, bundles, drivers,
+    each with its kind, class, node, pid and role ranks), or where the trainer was when it
+    reached nothing (``trainer_at``; null where nothing of it was alive in Ray);
+    ``reach_unknown`` when the GCS could not be read, ``reach_partial`` what of the trainer
+    could not be (its tasks on a Ray that does not say)."""
     if unseen is not None:
         return {"reach_unknown": unseen}
-    touched = fault.touched(did, footprint)
+    touched = fault.touched(did, look.footprint)
     return {"touched": touched[:MAX_TOUCHED], "touched_count": len(touched),
-            **({} if touched else {"trainer_at": where_trainer_is(footprint)})}
+            "touched_kinds": kinds(touched),
+            **({} if touched else {"trainer_at": where_trainer_is(look.footprint)}),
+            **({"reach_partial": look.unread} if look.unread else {})}
+
+
+def _remedy(fault: Fault, did: dict, down: dict[int, str]) -> dict:
+    """How a remedy is written into its ``fault_injected`` event: not disruptive (detection and
+    recovery are timed from the first fault that is), and what each node it hit was down from
+    (``was_down``). Whether it brought them back is its own record (``alive``)."""
+    return {"disruptive": False, "remedy": True,
+            "was_down": [{"node": n, "by": down[n]} for n in fault.nodes_hit(did)]}
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from rlsim.checks import CHECKS, FaultsLanded, faults_landed
 from rlsim.faults import FAULTS
 from rlsim.faults.base import FaultContext, cut_apart, where_trainer_is
+from rlsim.faults.footprint import Look
 from rlsim.fields import World, named_roles, problem
 from rlsim.history import Outcome
 from rlsim.host.spec import ClusterSpec
@@ -169,7 +170,7 @@ def test_where_the_trainer_was_is_said_by_node():
     assert where_trainer_is([actor(0, "RayTrainWorker", 1), actor(0, "RayTrainWorker", 2),
                              actor(0, "TrainController", 3)]) == \
         "node 0 (RayTrainWorker x2, TrainController)"
-    assert where_trainer_is([]) == "the trainer had no Ray actor alive"
+    assert where_trainer_is([]) is None  # said by the verdict, in a sentence of its own
 
 
 def test_a_storage_fault_counts_the_trainers_writes_under_its_path(tmp_path):
@@ -213,8 +214,9 @@ def test_a_kill_that_hit_none_of_the_trainer_fails_naming_where_it_was():
                                   trainer_at="node 0 (RayTrainWorker x2)")])
     v = faults_landed(o, FaultsLanded())
     assert not v.ok and v.message == (
-        "kill_node (faults[0]) hit node(s) [1], which held none of the trainer's actors (or "
-        "none it cut off); they were on node 0 (RayTrainWorker x2)")
+        "kill_node (faults[0]) hit node 1 and reached nothing of the trainer there (no actor, "
+        "task, placement-group bundle or driver of its jobs, or none it cut off); the trainer "
+        "was on node 0 (RayTrainWorker x2)")
 
 
 def test_a_miss_the_story_means_passes_and_says_so():
@@ -285,7 +287,7 @@ def test_a_held_fault_reaches_the_actors_the_trainer_starts_under_it():
                                        "block_port": {"node": 0, "port": "gcs", "sources": [1]}})
     c = ctx()
     prints = [[], [], [actor(0), actor(1, "Worker", 7)]]
-    c.footprint = lambda: prints.pop(0) if len(prints) > 1 else prints[0]
+    c.look = lambda: Look(prints.pop(0) if len(prints) > 1 else prints[0])
     c.open_reader = lambda: None
     f = FAULTS["block_port"]
 

@@ -542,6 +542,25 @@ CAPABILITIES: tuple[Capability, ...] = (
         _all_of(_proto("gcs_service_pb2.py", "KillActorViaGcsRequest", "no_restart"),
                 _proto("gcs_service_pb2.py", "RemovePlacementGroupRequest"))),
     Capability(
+        "trainer_reach", "a fault's reach counts everything of the trainer's jobs on the nodes "
+        "it hits: its plain tasks leased or running there (the GCS's task events), its "
+        "placement-group bundles placed there and its drivers", "a fault's reach counts the "
+        "trainer's actors only (a program of plain tasks reads as reached by nothing)",
+        _all_of(_proto("gcs_service_pb2.py", "GetTaskEventsRequest", "limit", "filters"),
+                _proto("gcs_service_pb2.py", "GetTaskEventsRequest.Filters", "exclude_driver",
+                       "state_filters", "NOT_EQUAL"),
+                _proto("gcs_service_pb2.py", "GetTaskEventsReply", "events_by_task"),
+                _proto("gcs_pb2.py", "TaskEvents", "task_info", "state_updates", "job_id",
+                       "attempt_number"),
+                _proto("gcs_pb2.py", "TaskStateUpdate", "node_id", "worker_pid", "state_ts_ns"),
+                _proto("common_pb2.py", "TaskInfoEntry", "type", "name", "func_or_class_name",
+                       "NORMAL_TASK", "RUNNING", "SUBMITTED_TO_WORKER", "FINISHED", "FAILED"),
+                _proto("common_pb2.py", "Bundle", "bundle_id", "node_id"),
+                _proto("gcs_pb2.py", "PlacementGroupTableData", "bundles", "state", "REMOVED"),
+                _proto("gcs_pb2.py", "JobTableData", "driver_address", "driver_pid", "config",
+                       "is_dead", "entrypoint"),
+                _proto("common_pb2.py", "JobConfig", "ray_namespace"))),
+    Capability(
         "draining_nodes", "a trainer sees Ray's preemption notices (draining nodes and their "
         "deadlines)", "no notice: the run learns of a preemption when the node dies",
         _has_params("_private/state.py", "GlobalState.get_draining_nodes", "self")),
