@@ -125,6 +125,9 @@ def _faults(rel: list[dict], end: float) -> dict[int, dict]:
         if f.get("disruptive") and f.get("touched_count") == 0:  # faults_landed's miss
             f["fault"] += " (meant to miss)" if f.get("may_miss") else \
                 " (reached nothing of the trainer)"
+        if f.get("remedy") is True:  # a restart of a node that was down: an end, not an attack
+            f["fault"] += " (remedy)" if f.get("alive") is not False else \
+                " (remedy: the node did not come back)"
     return faults
 
 

@@ -170,6 +170,20 @@ def test_a_fault_that_reached_nothing_of_the_trainer_is_marked_in_its_lane():
                      "fault 1: pause_node (meant to miss)", "fault 2: kill_node"]
 
 
+def test_a_remedy_is_marked_in_its_lane_and_brings_its_node_back():
+    """A restart of a node a kill took down is a remedy: its lane says so, never 'reached
+    nothing of the trainer' (it is not disruptive), and the node's lane is alive again."""
+    st = story(timeline(injected(5.0, 0, "kill_node", node=1, touched_count=2),
+                        {**injected(9.0, 1, "restart_node", node=1, alive=True, took_s=2.0),
+                         "disruptive": False, "remedy": True},
+                        {**injected(20.0, 2, "restart_node", node=2, alive=False, took_s=2.0),
+                         "disruptive": False, "remedy": True}))
+    lanes = sorted({s.lane for s in st.spans if s.state == "fault"})
+    assert lanes == ["fault 0: kill_node", "fault 1: restart_node (remedy)",
+                     "fault 2: restart_node (remedy: the node did not come back)"]
+    assert lane(st, 1)[-1][0] == "alive"
+
+
 def test_a_cluster_spread_over_machines_names_each_nodes_machine_in_its_lane():
     spread = ["10.0.0.1", "10.0.1.1", "198.18.0.12"]
     events = timeline(injected(5.0, 0, "kill_node", node=2, took_s=0.04),
