@@ -212,6 +212,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if problem := patterns_problem(config.getini("rlsim_scenarios")):
         raise pytest.UsageError(f"{config.inipath or 'the ini file'}: {problem}")
+    if config.getoption("rlsim_overrides", None):  # a bad one: pytest's usage error, one line
+        from rlsim.plugin.items import check_overrides
+
+        check_overrides(config)
     # before any test module imports ray: Ray fixes its auth mode at import (see export_auth_env)
     export_auth_env()
     for line in (

@@ -42,12 +42,26 @@ def shape_scheduler(config: pytest.Config, log):
     return ShapeScopeScheduling(config, log)
 
 
-def overrides(config: pytest.Config) -> dict:
-    """``--rlsim-override KEY=VALUE`` options as the reference trainer's overrides."""
+OVERRIDES = pytest.StashKey[dict]()
+OVERRIDE_OPTION = "--rlsim-override"
+
+
+def check_overrides(config: pytest.Config) -> None:
+    """Read ``--rlsim-override KEY=VALUE`` options once, at configure time: a bad one is a usage
+    error of pytest's own (one line naming the option and the form, no traceback, nothing
+    collected), not a collection error of every scenario file."""
     try:
-        return parse_overrides(config.getoption("rlsim_overrides") or [])
+        config.stash[OVERRIDES] = parse_overrides(config.getoption("rlsim_overrides") or [],
+                                                  OVERRIDE_OPTION)
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
+
+
+def overrides(config: pytest.Config) -> dict:
+    """``--rlsim-override KEY=VALUE`` options as the reference trainer's overrides."""
+    if OVERRIDES not in config.stash:
+        check_overrides(config)
+    return config.stash[OVERRIDES]
 
 
 class ScenarioFailed(Exception):
@@ -62,7 +76,7 @@ NAMES = pytest.StashKey[dict]()  # scenario name -> the file that holds it, as c
 class ScenarioFile(pytest.File):
     def collect(self):
         try:
-            scenario = load(self.path, overrides(self.config))
+            scenario = load(self.path, overrides(self.config), OVERRIDE_OPTION)
         except ScenarioError as e:
             yield InvalidScenario.from_parent(self, name=self.path.stem, error=str(e))
             return

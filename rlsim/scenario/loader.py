@@ -42,19 +42,22 @@ class ScenarioError(ValueError):
     """A scenario file that cannot be run; ``str()`` is one line per problem, ``path:line: ...``."""
 
 
-def load(path: str | Path, overrides: dict[str, Any] | None = None) -> Scenario:
+def load(path: str | Path, overrides: dict[str, Any] | None = None,
+         option: str = "--override") -> Scenario:
     """Parse and validate one scenario file; raise :class:`ScenarioError` with every problem.
-    ``overrides`` (``--override``): more reference-trainer overrides, checked with the file."""
+    ``overrides`` (given as ``option``): more reference-trainer overrides, checked with the
+    file."""
     p = Path(path)
-    return read(_read(p), p, overrides)
+    return read(_read(p), p, overrides, option)
 
 
-def read(text: str, p: Path, overrides: dict[str, Any] | None = None) -> Scenario:
+def read(text: str, p: Path, overrides: dict[str, Any] | None = None,
+         option: str = "--override") -> Scenario:
     """A scenario's ``text`` read as if it were the file ``p`` (its messages name ``p``, its
     paths are relative to ``p``'s folder): what :func:`load` does once the file is read.
     ``overrides`` are added to the reference trainer's before anything is checked, so that a
     run with them is held to what the file is (a fault at step 7 against total_steps=3 is
-    refused); a trainer of another adapter takes none."""
+    refused, naming ``option``); a trainer of another adapter takes none."""
     data, lines = _parse(p, text)
     if data is None:
         raise ScenarioError(f"{shown(p)}:1: the file is empty; a scenario is a mapping (name, "
@@ -81,7 +84,7 @@ def read(text: str, p: Path, overrides: dict[str, Any] | None = None) -> Scenari
         if not overrides:
             raise
         given = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
-        raise ScenarioError(f"{e}\n{shown(p)}: (run with --override {given})") from None
+        raise ScenarioError(f"{e}\n{shown(p)}: (run with {option} {given})") from None
     return scenario
 
 
@@ -358,20 +361,21 @@ def _key_path(where: str) -> tuple:
                  for part in where.replace("[", ".").replace("]", "").split("."))
 
 
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` words (``--override``) as reference-trainer overrides, values read as YAML
-    by the scenario file's own reader (its depth limit, no anchors, no second document);
-    ValueError naming the word and the fix. Applied where a scenario is read
-    (:func:`rlsim.scenario.loader.load`), so that they are checked as the file is."""
+def parse_overrides(items: list[str], option: str = "--override") -> dict[str, Any]:
+    """``KEY=VALUE`` words (``--override``; ``option`` names the option as the front end takes
+    it, such as the plugin's ``--rlsim-override``) as reference-trainer overrides, values read
+    as YAML by the scenario file's own reader (its depth limit, no anchors, no second
+    document); ValueError naming the option, the word and the fix. Applied where a scenario is
+    read (:func:`rlsim.scenario.loader.load`), so that they are checked as the file is."""
     out: dict[str, Any] = {}
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not OVERRIDE_KEY.match(key):
-            raise ValueError(f"--override {item[:200]!r}: write KEY=VALUE with a dotted config "
-                             "key, e.g. step_delay_s=0.1")
+            raise ValueError(f"{option} {item[:200]!r}: write KEY=VALUE with a dotted config "
+                             f"key, e.g. {option} step_delay_s=0.1")
         try:
             out[key] = read_value(value)
         except ScenarioError as e:
             problem = str(e).partition(": ")[2]
-            raise ValueError(f"--override {key}: {problem}") from None
+            raise ValueError(f"{option} {key}: {problem}") from None
     return out

@@ -79,3 +79,37 @@ def test_a_plugin_that_cannot_serve_is_named_and_exits_2(tmp_path, case):
     assert done.returncode == 2, out
     assert said in out and "Traceback" not in out, out
     assert "evil-plugin" in out or "buggy" in out, out
+
+
+pytest_plugins = ["pytester"]
+HEAD_LOST = Path(__file__).parents[2] / "scenarios" / "head_lost.yaml"
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ("nope", "--rlsim-override 'nope': write KEY=VALUE with a dotted config key, e.g. "
+             "--rlsim-override step_delay_s=0.1"),
+    ("=1", "--rlsim-override '=1': write KEY=VALUE"),
+    ("actor.lr=[", "--rlsim-override actor.lr: not valid YAML"),
+])
+def test_a_bad_rlsim_override_is_a_usage_error_of_one_line(pytester, given, said):
+    """The plugin's ``--rlsim-override`` is refused as pytest refuses its own options: one
+    ``ERROR:`` line naming the option and the form KEY=VALUE, exit 4 (usage error), nothing
+    collected. Before: a collection error of every scenario file, with the plugin's source
+    frames, and a fix naming ``rlsim run``'s ``--override``."""
+    (pytester.mkdir("scenarios") / "head_lost.yaml").write_text(HEAD_LOST.read_text())
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--rlsim-override", given)
+    err = result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("ERROR: ") and said in line, err
+    assert "--override" not in line.replace("--rlsim-override", "")
+    assert "items.py" not in result.stdout.str() + err
+
+
+def test_a_scenario_an_rlsim_override_breaks_names_that_option(pytester):
+    (pytester.mkdir("scenarios") / "head_lost.yaml").write_text(HEAD_LOST.read_text())
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--rlsim-override",
+                                           "total_steps=1")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "(run with --rlsim-override total_steps=1)" in out and "Traceback" not in out, out
