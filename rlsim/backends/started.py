@@ -23,6 +23,7 @@ from rlsim.backends.reaper import reap_abandoned
 from rlsim.contract import RESERVE_FILE
 from rlsim.files import read_file, write_file
 from rlsim.host import delayer, iptables, links, procs, state
+from rlsim.host.health import DEAD_WITHIN_MAX_S, dead_wait_s
 from rlsim.host.home import auth_token_path
 from rlsim.host.iptables import Drop
 from rlsim.host.layout import named_ports
@@ -281,12 +282,10 @@ class StartedCluster:
         if node_id is None:
             return
         st = self._st
-        h = st.spec.health
         # Ray declares a node dead after its health checks fail failure_threshold times in a
-        # row (each within period + timeout); ready_timeout_s bounds it where that is longer
-        timeout = timeout if timeout is not None else max(
-            st.spec.ready_timeout_s,
-            (h.initial_delay_ms + (h.period_ms + h.timeout_ms) * (h.failure_threshold + 2)) / 1000)
+        # row (each within period + timeout): at most DEAD_WITHIN_MAX_S
+        timeout = timeout if timeout is not None else \
+            dead_wait_s(st.spec.health, st.spec.ready_timeout_s)
         deadline = time.monotonic() + timeout
         token = str(auth_token_path())
         while True:
@@ -300,8 +299,10 @@ class StartedCluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"cluster {st.spec.name!r}: Ray still counts node {index}'s old registration "
-                    f"({node_id[:12]}) alive {timeout:.0f} s after the node was killed; its "
-                    "health checks (cluster.health) decide when Ray gives up on a node")
+                    f"({node_id[:12]}) alive {timeout:.0f} s after the node was killed (the "
+                    f"wait its health checks ask, at most {DEAD_WITHIN_MAX_S:.0f} s, or "
+                    "ready_timeout_s where longer); cluster.health decides when Ray gives up "
+                    "on a node")
             time.sleep(0.1)
 
     def _check_starting(self, infos: list[NodeInfo], missing: set[int]) -> None:

@@ -9,9 +9,10 @@ import re
 from typing import Literal
 
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from rlsim.fields import DAY
+from rlsim.host.health import HealthChecks
 from rlsim.host.layout import CPU_WORKER_ROOM, MAX_NODES, worker_ports
 from rlsim.host.shape import NODE_TYPES, NodeShape, ResolvedNode, ShapeChecks, resolve
 
@@ -25,19 +26,6 @@ def name_problem(name: str) -> str | None:
         return None
     return (f"cluster name {name!r} must be 1-32 of a-z, 0-9, '-', '_' and start with a letter "
             "or digit")
-
-
-class HealthChecks(BaseModel):
-    """GCS health-check settings for every node. Tuned far below Ray's production defaults
-    (5000 ms initial delay, 3000 ms period, 10000 ms timeout, 5 failures) so that a dead node is
-    declared dead in about a second instead of tens of seconds."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    initial_delay_ms: int = Field(1000, ge=0)
-    period_ms: int = Field(300, ge=50)
-    timeout_ms: int = Field(1000, ge=50)
-    failure_threshold: int = Field(3, ge=1)
 
 
 class ClusterShape(ShapeChecks):
