@@ -362,6 +362,9 @@ def test_the_gcs_reader_reads_held_tasks_from_the_gcss_task_events():
     assert sorted((f.state, f.predicate) for f in request.filters.state_filters) == [
         ("FAILED", rpc.FilterPredicate.Value("NOT_EQUAL")),
         ("FINISHED", rpc.FilterPredicate.Value("NOT_EQUAL"))]
+    reply.status.code, reply.status.message = 5, "bad filter"  # refused: never read as none
+    with pytest.raises(RuntimeError, match="the GCS refused GetTaskEvents: bad filter"):
+        reader.held_tasks()
 
 
 def test_the_gcs_reader_reads_placed_bundles_and_live_drivers():

@@ -549,7 +549,7 @@ CAPABILITIES: tuple[Capability, ...] = (
         _all_of(_proto("gcs_service_pb2.py", "GetTaskEventsRequest", "limit", "filters"),
                 _proto("gcs_service_pb2.py", "GetTaskEventsRequest.Filters", "exclude_driver",
                        "state_filters", "NOT_EQUAL"),
-                _proto("gcs_service_pb2.py", "GetTaskEventsReply", "events_by_task"),
+                _proto("gcs_service_pb2.py", "GetTaskEventsReply", "events_by_task", "status"),
                 _proto("gcs_pb2.py", "TaskEvents", "task_info", "state_updates", "job_id",
                        "attempt_number"),
                 _proto("gcs_pb2.py", "TaskStateUpdate", "node_id", "worker_pid", "state_ts_ns"),
@@ -559,7 +559,11 @@ CAPABILITIES: tuple[Capability, ...] = (
                 _proto("gcs_pb2.py", "PlacementGroupTableData", "bundles", "state", "REMOVED"),
                 _proto("gcs_pb2.py", "JobTableData", "driver_address", "driver_pid", "config",
                        "is_dead", "entrypoint"),
-                _proto("common_pb2.py", "JobConfig", "ray_namespace"))),
+                _proto("common_pb2.py", "JobConfig", "ray_namespace"),
+                # the job table read as Ray's own job_table reads it (GcsReader.live_jobs)
+                _in_function("_private/state.py", "GlobalState.job_table",
+                             "skip_submission_job_info_field=True",
+                             "skip_is_running_tasks_field=True"))),
     Capability(
         "draining_nodes", "a trainer sees Ray's preemption notices (draining nodes and their "
         "deadlines)", "no notice: the run learns of a preemption when the node dies",

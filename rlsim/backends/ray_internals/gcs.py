@@ -176,6 +176,8 @@ class GcsReader:
         reply = self._call(TASK_EVENTS_METHOD, rpc.GetTaskEventsRequest(
             limit=TASK_EVENTS_LIMIT, filters=filters), rpc.GetTaskEventsReply,
             timeout=TASK_EVENTS_TIMEOUT_S)
+        if reply.status.code:  # a refusal is not an empty answer
+            raise RuntimeError(f"the GCS refused GetTaskEvents: {reply.status.message}")
         normal = common_pb2.TaskType.Value("NORMAL_TASK")
         found = []
         for t in reply.events_by_task:
