@@ -41,6 +41,16 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
+def _a_path(v: str | None) -> str | None:
+    """A path field as the system can take it: a NUL byte ends a path for the kernel (Python
+    raises ValueError on it, deep in the run) and a newline or an escape would be printed in
+    every message naming the path; refused here, before anything is written."""
+    if v is not None and (bad := next((c for c in v if not c.isprintable()), None)):
+        raise ValueError(f"holds {bad!r}, which no path here may hold (a NUL ends it for the "
+                         "system); fix: give the path without it")
+    return v
+
+
 class ModelConfig(_Section):
     """A small GPT-2 causal LM (trainer.model), random init (no downloads)."""
 
@@ -51,6 +61,7 @@ class ModelConfig(_Section):
     vocab_size: int = Field(12, ge=12, le=1_000_000,
                             description="digits 0-9, '=', pad (fixtures' tokenizer)")
     n_positions: int = Field(32, ge=8, le=65536, description="longest prompt + response")
+    _path = field_validator("path")(_a_path)
 
 
 # A model on disk is Hugging Face's GPT-2 (trainer.model writes and reads it): its files, and what
@@ -79,6 +90,7 @@ class DataConfig(_Section):
                       "the digits set shipped with the package")
     prompts_per_step: int = Field(16, ge=1, le=100_000,
                                   description="prompts drawn per step (the batch)")
+    _path = field_validator("path")(_a_path)
 
 
 class RolloutConfig(_Section):
@@ -222,6 +234,8 @@ class TrainerConfig(_Section):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     fault_tolerance: FaultToleranceConfig = Field(default_factory=FaultToleranceConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    _paths = field_validator("run_dir", "checkpoint_dir", "resume")(_a_path)
 
     @property
     def ckpt_dir(self) -> str:

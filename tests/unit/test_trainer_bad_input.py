@@ -88,6 +88,12 @@ CASES = [
          files=(("f", b"x"),)),
     Case("run_dir under a file", ("run_dir={tmp}/f/run",), ("run_dir", "f is a file"),
          files=(("f", b"x"),)),
+    # a NUL in a path: Path.resolve() raised ValueError ("embedded null byte") in the driver
+    Case("run_dir with a NUL", ('run_dir="{tmp}/a\\0b"',), ("field `run_dir`", "NUL", "fix")),
+    Case("data.path with a NUL", ('data.path="{tmp}/d\\0.jsonl"',), ("field `data.path`", "NUL")),
+    Case("checkpoint_dir with a NUL in the file", (), ("nul.yaml", "field `checkpoint_dir`", "NUL"),
+         config="{tmp}/nul.yaml", files=(("nul.yaml", b'checkpoint_dir: "/ck\\0"\n'),)),
+    Case("resume with an escape", ('resume="/ck\\e[2J"',), ("field `resume`", "'\\x1b'")),
     Case("checkpoint_dir is a file", ("checkpoint_dir={tmp}/f",), ("checkpoint_dir", "is a file"),
          files=(("f", b"x"),)),
     Case("placement outside the run", ("placement.mode=disaggregated",
