@@ -63,7 +63,11 @@ from rlsim.files import append_line
 RUN_DIR_VAR = "RLSIM_RUN_DIR"
 ATTEMPT_VAR = "RLSIM_ATTEMPT"
 HOLD_VAR = "RLSIM_HOLD_STEPS"
-HOLD_MAX_S = 300.0  # a runner that never releases (killed): the run goes on after this
+# A runner that never releases (killed): the launch goes on after this much holding in all,
+# however many steps are held (it was per step: 40 held steps waited 41 times as long)
+HOLD_BUDGET_S = 300.0
+HOLD_STEP_MAX = 10**9  # a scenario's step (rlsim.fields.Step)
+HOLD_VAR_MAX_CHARS = 100_000  # ten thousand held steps
 
 # each type with the fields its events must carry; every other field is optional
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -109,17 +113,14 @@ def released(run_dir: str | Path, step: int) -> Path:
 
 class Holds:
     """The steps (RLSIM_HOLD_STEPS, comma-separated) at which the run waits for rlsim to fire
-    the faults due there: :meth:`after` a ``step_end`` at or past one, until
-    :func:`released` exists (at most :data:`HOLD_MAX_S`)."""
+    the faults due there: :meth:`after` a ``step_end`` at or past one, until :func:`released`
+    exists. All the holds of a launch together wait :data:`HOLD_BUDGET_S` at most: once it is
+    spent (the runner is gone), no step is held any more, and that is said once."""
 
     def __init__(self, run_dir: str | Path) -> None:
-        raw = os.environ.get(HOLD_VAR, "")
-        parts = [p.strip() for p in raw.split(",") if p.strip()]
-        if not all(p.isascii() and p.isdigit() for p in parts):
-            raise ValueError(f"{HOLD_VAR}={raw!r}: the steps where a fault is due, e.g. '3,7'; "
-                             "the scenario runner sets it (unset it to hold nowhere)")
         self.dir = Path(run_dir)
-        self.steps = sorted({int(p) for p in parts})
+        self.steps = hold_steps(os.environ.get(HOLD_VAR, ""))
+        self.spent_s = 0.0  # held so far, this launch
 
     def after(self, event: dict) -> None:
         if event.get("type") != "step_end" or not self.steps:
@@ -133,10 +134,38 @@ class Holds:
 
     def _wait(self, step: int) -> None:
         marker = released(self.dir, step)
-        deadline = time.monotonic() + HOLD_MAX_S
+        left = HOLD_BUDGET_S - self.spent_s
+        start = time.monotonic()
         while not marker.exists():
-            if time.monotonic() > deadline:
-                print(f"rlsim: no word from the runner {HOLD_MAX_S:.0f} s after step {step} "
-                      f"(no {marker}); going on", file=sys.stderr, flush=True)
+            if time.monotonic() - start >= left:
+                self.spent_s = HOLD_BUDGET_S
+                print(f"rlsim: no word from the runner at step {step} (no {marker}): the "
+                      f"launch's {HOLD_BUDGET_S:.0f} s of holding are spent; going on, holding "
+                      f"no step any more", file=sys.stderr, flush=True)
+                self.steps.clear()
                 return
             time.sleep(0.01)
+        self.spent_s += time.monotonic() - start
+
+
+def hold_steps(raw: str) -> list[int]:
+    """The steps of RLSIM_HOLD_STEPS (``raw``), sorted and distinct; ValueError naming the
+    variable, what is wrong and the fix where it is not comma-separated steps
+    (0-:data:`HOLD_STEP_MAX`)."""
+    fix = (f"the steps where a fault is due, comma-separated, each 0-{HOLD_STEP_MAX}, e.g. "
+           "'3,7'; the scenario runner sets it (unset it to hold nowhere)")
+    if len(raw) > HOLD_VAR_MAX_CHARS:
+        raise ValueError(f"{HOLD_VAR} is {len(raw)} characters long (at most "
+                         f"{HOLD_VAR_MAX_CHARS}); fix: {fix}")
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    for p in parts:
+        if not (p.isascii() and p.isdigit()):
+            raise ValueError(f"{HOLD_VAR}={_shown(raw)}: {_shown(p)} is not a step; fix: {fix}")
+        if len(p) > len(str(HOLD_STEP_MAX)) or int(p) > HOLD_STEP_MAX:
+            raise ValueError(f"{HOLD_VAR}={_shown(raw)}: step {_shown(p)} is past "
+                             f"{HOLD_STEP_MAX}; fix: {fix}")
+    return sorted({int(p) for p in parts})
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:40]) + f"... ({len(text)} characters)"
