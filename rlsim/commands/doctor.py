@@ -26,8 +26,9 @@ def doctor(
                                  "(what the sign-off report reads as doctor.json)."),
 ) -> None:
     """Pre-flight checks from every node: versions, ports between nodes, shared checkpoints.
-    Exit 0: nothing or only warnings; 1: errors (the run would fail); 2: no such cluster, or
-    no Ray cluster answers at --ray-address (within seconds); 130/143: Ctrl-C/SIGTERM."""
+    Exit 0: nothing or only warnings; 1: errors (the run would fail); 2: no such cluster, one
+    on a substrate that does not answer, or no Ray cluster answers at --ray-address (each said
+    within seconds); 130/143: Ctrl-C/SIGTERM."""
     from rlsim import doctor as doc
 
     if ray_address:
@@ -37,7 +38,11 @@ def doctor(
         if state.load(name) is None:
             err.print(f"no rlsim cluster named {name!r} (see `rlsim status`)", style="red")
             raise typer.Exit(2)
-        cluster = attach_named(name)
+        try:
+            cluster = attach_named(name)
+        except LookupError as e:  # on a substrate: held by its owner, or it does not answer
+            err.print(f"rlsim doctor: {e}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
     else:
         err.print("name an rlsim cluster (`rlsim status`) or give --ray-address", style="red")
         raise typer.Exit(2)

@@ -103,3 +103,16 @@ def test_down_keeps_the_state_of_a_silent_substrate_and_says_so(tmp_path, answer
     said = " ".join((out.stdout + out.stderr).split())
     assert f"--on {on}: nothing answers there" in said and "its state is kept" in said, said
     assert (tmp_path / "clusters" / "away.json").exists()
+
+
+@ANSWERS
+def test_doctor_of_a_cluster_on_a_silent_substrate_says_so_in_one_line(tmp_path, answer):
+    """It waited in Ray's own connect (the greeting server), or, once the substrate was asked
+    first, ended in a LookupError's traceback."""
+    with _silent_gcs(answer) as on:
+        _detached_state(tmp_path, on)
+        out = _rlsim(tmp_path, "doctor", "away")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.startswith(f"rlsim doctor: cluster 'away': --on {on}: nothing answers "
+                                 "there"), out.stderr
+    assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1, out.stderr
