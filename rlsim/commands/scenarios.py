@@ -188,14 +188,14 @@ def run(
     if leaks:
         console.print(styled(("kept clusters leaked at teardown:", "red"), " " + "; ".join(leaks)))
     write_summary(root, results)
-    from rlsim.report import render, signoff
+    from rlsim.report import render_all
 
     problems: list[str] = []
-    console.print(f"report: {render(root, results, problems)} (summary.json and "
-                  "<scenario>/timeline.jsonl beside it)", markup=False, highlight=False)
+    page, html_path, junit = render_all(root, results, problems, signoff=True)
+    console.print(f"report: {page} (summary.json and <scenario>/timeline.jsonl beside it)",
+                  markup=False, highlight=False)
     for problem in problems:  # a timeline rlsim wrote and cannot draw: its own bug, said
         console.print(f"report: {problem}", style="red", markup=False, highlight=False)
-    html_path, junit = signoff.render(root, results)
     console.print(f"sign-off: {html_path} and {junit}", markup=False, highlight=False)
     if leaks or not all(r.ok for r in results):
         raise typer.Exit(1)
@@ -292,13 +292,13 @@ def report(
     """Re-render ``report.html`` (and ``signoff.html``, ``junit.xml``) from a report folder, and
     open it or check it in headless Chromium. Exit 0: written; 1: Chromium saw a script error or
     an undrawn plot; 2: bad input (no such folder, records that do not parse, a timeline that
-    cannot be drawn, no browser)."""
-    from rlsim.report import render, signoff
+    cannot be drawn or a damaged doctor.json, both said on the pages written; no browser)."""
+    from rlsim.report import render_all
     from rlsim.result import ResultInputError, read_results
 
     def refuse(message: str) -> typer.Exit:
-        console.print(f"rlsim report: {message}", style="red", markup=False, highlight=False,
-                      soft_wrap=True)
+        console.print(f"rlsim report: {shown(message)}", style="red", markup=False,
+                      highlight=False, soft_wrap=True)
         return typer.Exit(2)
 
     if not root.is_dir():
@@ -316,21 +316,22 @@ def report(
             raise refuse(f"--screenshots {screenshots}: cannot write there "
                          f"({e.strerror or e}); give a folder this user can write") from None
     problems: list[str] = []
-    try:
+    try:  # every input read and every page made before any page is rewritten
         results = read_results(root)
-        out = render(root, results, problems)
-        console.print(f"report: {out}", markup=False, highlight=False)
-        if os.path.lexists(root / "summary.json"):
-            html_path, junit = signoff.render(root, results)
-            console.print(f"sign-off: {html_path} and {junit}", markup=False, highlight=False)
+        out, *signed = render_all(root, results, problems,
+                                  signoff=os.path.lexists(root / "summary.json"))
+        console.print(f"report: {shown(out)}", markup=False, highlight=False)
+        if signed:
+            console.print(f"sign-off: {shown(signed[0])} and {shown(signed[1])}", markup=False,
+                          highlight=False)
     except ResultInputError as e:
         raise refuse(str(e)) from None
     except OSError as e:
         raise refuse(f"{root}: cannot write the report there ({e.strerror or e}); give a "
                      "folder this user can write") from None
     for problem in problems:
-        console.print(f"rlsim report: {problem}", style="red", markup=False, highlight=False,
-                      soft_wrap=True)
+        console.print(f"rlsim report: {shown(problem)}", style="red", markup=False,
+                      highlight=False, soft_wrap=True)
     if screenshots is not None:
         _check_in_browser(out, screenshots)
     if open_:

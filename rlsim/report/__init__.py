@@ -9,17 +9,19 @@ page in the scenario's folder.
 
 from __future__ import annotations
 
+import errno
 import html
 from pathlib import Path
 from urllib.parse import quote
 
 from rlsim.checks import FIGURES
-from rlsim.files import write_file
+from rlsim.files import FileRefused, write_file, write_problem
 from rlsim.history import read_events
 from rlsim.report.lanes import story
+from rlsim.report.signoff import pages as signoff_pages
 from rlsim.result import ScenarioResult, figure_text, read_results
 
-__all__ = ["render"]
+__all__ = ["page", "render", "render_all"]
 
 
 def render(root: str | Path, results: list[ScenarioResult] | None = None,
@@ -28,18 +30,38 @@ def render(root: str | Path, results: list[ScenarioResult] | None = None,
     given: :func:`rlsim.result.read_results`, which raises ResultInputError for records that do
     not parse) and each scenario's timeline. A timeline that cannot be drawn is said in its
     scenario's section and added to ``problems``."""
-    from plotly.offline import get_plotlyjs
-
     root = Path(root)
     summary = read_results(root) if results is None else results
+    return write_file(root / "report.html", page(root, summary, problems))
+
+
+def render_all(root: Path, results: list[ScenarioResult], problems: list[str],
+               signoff: bool) -> list[Path]:
+    """``report.html`` and, with ``signoff``, ``signoff.html`` and ``junit.xml``: every page
+    made whole before any is written (each then replaced in one rename), so that input that
+    cannot be rendered leaves the folder's pages as they were. Their paths; what cannot be
+    drawn or read (a timeline, a damaged doctor.json) is added to ``problems``."""
+    texts = {root / "report.html": page(root, results, problems)}
+    if signoff:
+        texts[root / "signoff.html"], texts[root / "junit.xml"] = signoff_pages(
+            root, results, problems)
+    for path in texts:  # a page that cannot be written (a folder there) stops all of them
+        if problem := write_problem(path):
+            raise FileRefused(errno.EEXIST, problem)
+    return [write_file(path, text) for path, text in texts.items()]
+
+
+def page(root: Path, summary: list[ScenarioResult], problems: list[str] | None = None) -> str:
+    """The text of ``report.html``; writes nothing (see :func:`render`)."""
+    from plotly.offline import get_plotlyjs
+
     problems = [] if problems is None else problems
     passed = sum(s.ok for s in summary)
     body = [f"<h1>rlsim scenarios: {passed}/{len(summary)} passed</h1>", _summary(summary)]
     body += [_section(root, s, problems) for s in summary]
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>rlsim report: {passed}/"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>rlsim report: {passed}/"
             f"{len(summary)} passed</title><style>{CSS}</style><script>{get_plotlyjs()}</script>"
             f"</head><body>{''.join(body)}<script>{SORT_JS}</script></body></html>")
-    return write_file(root / "report.html", page)
 
 
 def _summary(summary: list[ScenarioResult]) -> str:

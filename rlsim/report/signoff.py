@@ -16,10 +16,10 @@ import json
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from rlsim.checks import FIGURES
-from rlsim.files import read_file, write_file
+from rlsim.files import FileRefused, read_file, shown, write_file
 from rlsim.result import ScenarioResult, figure_text, read_results
 
 
@@ -45,32 +45,59 @@ class _Record(BaseModel):
     findings: list[_Finding] = []
 
 
-def _doctor(path: Path) -> dict | None:
-    """The doctor's record, or None: absent, empty, cut short (a doctor that could not reach
-    the cluster wrote nothing) or not a doctor's record: the page says so instead of failing
-    the run."""
+DOCTOR_FIX = ("run `rlsim doctor --json > doctor.json` in this directory before the scenarios "
+              "to record the nodes")
+
+
+def _doctor(path: Path) -> tuple[_Record | None, str]:
+    """The doctor's record, or None and why not: absent, empty (a doctor that could not reach
+    the cluster wrote nothing), or damaged (``why`` then says "damaged": not JSON, nested past
+    any record, not a doctor's record, a link, a FIFO, unreadable). The page says which instead
+    of failing the run."""
     try:
-        record = json.loads(read_file(path))
-        _Record.model_validate(record)
-    except (OSError, ValueError):  # ValidationError is a ValueError
-        return None
-    return record
+        raw = read_file(path)
+        if not raw.strip():
+            return None, f"{shown(path)} is empty (the doctor could not reach the cluster)"
+        record = json.loads(raw)
+        if not isinstance(record, dict):
+            kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+            return None, (f"{shown(path)} is damaged: {kind.get(type(record), 'a number')} "
+                          "of JSON, where the doctor writes an object (nodes, findings)")
+        return _Record.model_validate(record), ""
+    except FileNotFoundError:
+        return None, f"no {path.name} here"
+    except ValidationError as e:  # before ValueError, of which it is one
+        return None, f"{shown(path)} is damaged: {_first_error(e)}"
+    except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested past any record
+        what = "nested too deep" if isinstance(e, RecursionError) else str(e)[:200]
+        return None, f"{shown(path)} is damaged: not JSON ({what})"
+    except OSError as e:  # FileRefused (a link, a FIFO, a folder, too large) names the path
+        return None, f"damaged: {e}" if isinstance(e, FileRefused) else \
+            f"{shown(path)} is damaged: cannot be read ({e.strerror})"
+
+
+def _first_error(e: ValidationError) -> str:
+    first = e.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(the whole file)"
+    return f"{where}: {first['msg']} ({len(e.errors())} problem(s) in all)"
 
 
 def _gpus(hw: dict) -> tuple[str, str]:
-    """(GPU model x count and memory, driver) of one node's hardware record."""
+    """(GPU model x count and memory, driver) of one node's hardware record; any value in it
+    is shown as text, never trusted to be of the type the doctor writes."""
     gpus = hw.get("gpus")
     if gpus is None:
         return "no nvidia-smi (fake or no GPUs)", "-"
     if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
         return "unreadable GPU record", "-"
     if any("error" in g for g in gpus):
-        return "; ".join(g.get("error", "") for g in gpus if "error" in g), "-"
+        return "; ".join(str(g["error"])[:200] for g in gpus if "error" in g), "-"
     models: dict[str, int] = {}
     for g in gpus:
         name = str(g.get("name", "unnamed GPU"))
         mib = str(g.get("memory_mib", ""))
-        key = f"{name} ({int(mib) // 1024} GiB)" if mib.isascii() and mib.isdigit() else name
+        known = mib.isascii() and mib.isdigit() and len(mib) <= 12  # int() of 5,000 digits raises
+        key = f"{name} ({int(mib) // 1024} GiB)" if known else name
         models[key] = models.get(key, 0) + 1
     drivers = sorted({str(g.get("driver", "-")) for g in gpus})
     return ", ".join(f"{n} x {m}" for m, n in models.items()) or "none", ", ".join(drivers)
@@ -85,31 +112,22 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 
 def render(root: str | Path, results: list[ScenarioResult] | None = None) -> tuple[Path, Path]:
     """Write ``signoff.html`` and ``junit.xml`` in ``root`` from the run's results (read from the
-    folder when not given); their paths."""
+    folder when not given); their paths. Both are made whole before either is written."""
     root = Path(root)
-    summary = read_results(root) if results is None else results
-    doctor = _doctor(root / "doctor.json")
+    page, junit = pages(root, read_results(root) if results is None else results)
+    return write_file(root / "signoff.html", page), write_file(root / "junit.xml", junit)
+
+
+def pages(root: Path, summary: list[ScenarioResult],
+          notes: list[str] | None = None) -> tuple[str, str]:
+    """The text of ``signoff.html`` and of ``junit.xml``; writes nothing. Why the doctor's
+    record is not shown, when it is there but damaged, is added to ``notes``."""
+    doctor, why = _doctor(root / "doctor.json")
+    if doctor is None and "damaged" in why and notes is not None:
+        notes.append(f"{why}; the sign-off page shows no nodes; fix: {DOCTOR_FIX}")
     passed = sum(s.ok for s in summary)
     body = [f"<h1>rlsim sign-off: {passed}/{len(summary)} scenarios passed</h1>"]
-    if doctor is None:
-        body.append("<p>No readable doctor.json here (absent, or the doctor could not reach the "
-                    "cluster): run <code>rlsim doctor --json</code> into this directory before "
-                    "the scenarios to record the nodes.</p>")
-    else:
-        rows = []
-        for n in doctor["nodes"]:
-            hw, v = n.get("hardware") or {}, n.get("versions") or {}
-            gpus, driver = _gpus(hw)
-            rows.append([n["index"], n["address"], n.get("host") or n.get("error") or "-",
-                         hw.get("interface") or "-", gpus, driver, hw.get("cuda") or "-",
-                         hw.get("nccl") or "-", v.get("python") or "-", v.get("ray") or "-",
-                         v.get("torch") or "-", v.get("deepspeed") or "-", n["reaches"]])
-        body += ["<h2>Nodes</h2>", _table(
-            ["node", "address", "host", "interface", "GPUs", "driver", "CUDA", "NCCL", "python",
-             "ray", "torch", "deepspeed", "reaches"], rows), "<h2>Doctor findings</h2>",
-            _table(["level", "check", "message", "fix"],
-                   [[f["level"], f["check"], f["message"], f["fix"]] for f in
-                    doctor["findings"]]) if doctor["findings"] else "<p>no findings</p>"]
+    body += _doctor_part(doctor, why)
     rows = []
     for s in summary:
         fig = s.figures(FIGURES)
@@ -122,10 +140,31 @@ def render(root: str | Path, results: list[ScenarioResult] | None = None) -> tup
              "<p>Timelines: <a href='report.html'>report.html</a></p>"]
     page = ("<!doctype html><meta charset=utf-8><title>rlsim sign-off</title>"
             "<body style='font-family:sans-serif'>" + "".join(body) + "</body>")
-    return write_file(root / "signoff.html", page), _junit(root, summary)
+    return page, _junit(summary)
 
 
-def _junit(root: Path, summary: list[ScenarioResult]) -> Path:
+def _doctor_part(doctor: _Record | None, why: str) -> list[str]:
+    """The nodes and the doctor's findings, or a paragraph saying why there are none."""
+    if doctor is None:
+        return [f"<p>No readable doctor.json here ({html.escape(why)}): "
+                f"{html.escape(DOCTOR_FIX)}.</p>"]
+    rows = []
+    for n in doctor.nodes:
+        hw, v = n.hardware, n.versions
+        gpus, driver = _gpus(hw)
+        rows.append([n.index, n.address, n.host or n.error or "-", hw.get("interface") or "-",
+                     gpus, driver, hw.get("cuda") or "-", hw.get("nccl") or "-",
+                     v.get("python") or "-", v.get("ray") or "-", v.get("torch") or "-",
+                     v.get("deepspeed") or "-", n.reaches])
+    findings = [[f.level, f.check, f.message, f.fix] for f in doctor.findings]
+    return ["<h2>Nodes</h2>", _table(
+        ["node", "address", "host", "interface", "GPUs", "driver", "CUDA", "NCCL", "python",
+         "ray", "torch", "deepspeed", "reaches"], rows), "<h2>Doctor findings</h2>",
+        _table(["level", "check", "message", "fix"], findings) if findings
+        else "<p>no findings</p>"]
+
+
+def _junit(summary: list[ScenarioResult]) -> str:
     """JUnit XML: one testcase per scenario, its figures as properties."""
     suite = ET.Element("testsuite", name="rlsim", tests=str(len(summary)),
                        failures=str(sum(not s.ok for s in summary)),
@@ -139,5 +178,4 @@ def _junit(root: Path, summary: list[ScenarioResult]) -> Path:
         if failed := s.failed:
             ET.SubElement(case, "failure", message=failed[0].message[:500]).text = "\n".join(
                 f"{c.check}: {c.message}" for c in failed)
-    text = ET.tostring(suite, encoding="unicode", xml_declaration=True)
-    return write_file(root / "junit.xml", text)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True)

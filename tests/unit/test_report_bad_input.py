@@ -88,3 +88,52 @@ def test_a_folder_that_is_missing_or_a_file_and_an_unwritable_screenshots_folder
     code, out = report(tmp_path, "--screenshots", str(tmp_path / "afile"))
     assert code == 2 and "--screenshots" in out and "cannot write there" in out, out
     assert not (tmp_path / "report.html").exists()  # refused before anything was rewritten
+
+
+NODE = {"index": 0, "address": "10.0.0.1", "reaches": "1/1"}
+
+
+@pytest.mark.parametrize(("doctor", "words"), [
+    ('"\u00b2"', "doctor.json is damaged: a string of JSON, where the doctor writes an object"),
+    ("[" * 100_000, "doctor.json is damaged: not JSON (nested too deep)"),
+    (b"\xff\xfe\x00", "doctor.json is damaged: not JSON"),
+    ({"nodes": [{**NODE, "index": "\u00b2"}]}, "doctor.json is damaged: nodes.0.index"),
+    ({"nodes": 5}, "doctor.json is damaged: nodes: Input should be a valid list"),
+])
+def test_a_damaged_doctor_record_is_named_and_shown_as_damaged(tmp_path, doctor, words):
+    """Each page is made before any is written: a doctor.json rlsim cannot show is one line
+    naming it and the fix (exit 2), and the sign-off page says it is damaged. Before: '²' in
+    it raised a traceback after report.html had already been rewritten."""
+    (tmp_path / "summary.json").write_text(json.dumps([GOOD]))
+    raw = doctor if isinstance(doctor, bytes) else \
+        (doctor if isinstance(doctor, str) else json.dumps(doctor)).encode()
+    (tmp_path / "doctor.json").write_bytes(raw)
+    code, out = report(tmp_path)
+    assert code == 2 and words in out and "fix: run `rlsim doctor --json" in out, out
+    page = (tmp_path / "signoff.html").read_text()
+    assert "No readable doctor.json here" in page and "is damaged" in page
+    assert "head_lost" in (tmp_path / "report.html").read_text()
+
+
+@pytest.mark.parametrize("hardware", [
+    {"gpus": [{"error": 5}]},  # an error that is no text
+    {"gpus": [{"name": "H100", "memory_mib": "9" * 5000}]},  # int() refuses 5,000 digits
+])
+def test_a_doctor_record_with_odd_values_is_shown_as_text(tmp_path, hardware):
+    (tmp_path / "summary.json").write_text(json.dumps([GOOD]))
+    (tmp_path / "doctor.json").write_text(json.dumps({"nodes": [{**NODE, "hardware": hardware}]}))
+    code, out = report(tmp_path)  # no findings key: none (it raised KeyError 'findings')
+    assert code == 0, out
+    assert "<td>10.0.0.1</td>" in (tmp_path / "signoff.html").read_text()
+
+
+def test_no_page_is_rewritten_when_one_cannot_be_written(tmp_path):
+    """signoff.html is a folder: refused before report.html is replaced (it was rewritten
+    first, then the refusal came)."""
+    (tmp_path / "summary.json").write_text(json.dumps([GOOD]))
+    (tmp_path / "report.html").write_text("the page of an earlier render")
+    (tmp_path / "signoff.html").mkdir()
+    code, out = report(tmp_path)
+    assert code == 2 and "signoff.html" in out and "cannot write the report there" in out, out
+    assert (tmp_path / "report.html").read_text() == "the page of an earlier render"
+    assert not (tmp_path / "junit.xml").exists()
