@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from rlsim import commands as cli
 from rlsim.faults.ledger import FaultError, ledger
 from rlsim.host import state
-from rlsim.host.spec import ClusterSpec
+from rlsim.host.spec import ClusterSpec, name_problem
 from rlsim.host.state import ClusterState
 from trainer.config import TrainerConfig, load_config
 from trainer.errors import ConfigError
@@ -149,12 +149,64 @@ def test_launch_options(platform, picks):
             args += ["--scenarios", "/s"]
         if "--image" not in picks and platform in ("kuberay", "dstack"):
             args += ["--image", "img:1"]
-        cli_contract(*args)
+        said = cli_contract(*args)
         outside = {p.name for p in Path(d).iterdir()} - {"out"}
         assert outside == set(), outside  # nothing written beside the target folder
         for script in out.glob("*") if out.exists() else []:
             text = script.read_text()
             assert "\x00" not in text
+        if not out.exists() and said.startswith("rlsim launch:"):  # refused by rlsim (not by
+            # click's usage box): one line, a value's control characters escaped
+            assert len(said.strip().splitlines()) == 1 and said.strip().isprintable(), said
+
+
+PARTS = ["", ".", "..", "proc", "etc", "usr", "lib", "tmp", "rlsim", "mnt", "x y", "\n", "\x1b"]
+SYSTEM = {"/", "/proc", "/sys", "/dev", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib",
+          "/lib32", "/lib64", "/libx32", "/run", "/var", "/tmp", "/opt", "/home", "/root",
+          "/srv", "/mnt", "/media"}
+TREES = ("/proc", "/sys", "/dev", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib")
+
+
+@FUZZ
+@given(st.lists(st.sampled_from(PARTS), max_size=5))
+def test_substrate_shared_dir(parts):
+    """Whatever folder --shared-dir names, the manifest never mounts the shared volume at the
+    root, at a system folder or inside /proc, /etc, /usr...: written normalised, or refused on
+    one line."""
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "out"
+        said = cli_contract("launch", "kuberay-substrate", "--out", str(out), "--nodes", "2",
+                            "--image", "img:1", "--shared-dir", "/" + "/".join(parts))
+        if not out.exists():
+            assert said.startswith("rlsim launch: --shared-dir"), said
+            assert len(said.strip().splitlines()) == 1 and said.strip().isprintable(), said
+            return
+        doc = yaml.safe_load((out / "rlsim-substrate-raycluster.yaml").read_text())
+        (mount,) = doc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0][
+            "volumeMounts"]
+        where = mount["mountPath"]
+        assert where not in SYSTEM and ".." not in where.split("/") and "//" not in where
+        assert not any(where.startswith(t + "/") for t in TREES), where
+
+
+@FUZZ
+@given(st.text(max_size=12))
+def test_cluster_names(name):
+    """A cluster name with anything in it: refused on one line that shows it escaped (no
+    newline, no escape sequence reaches the terminal), or taken."""
+    starts = [["cluster", "--name", name]] if name_problem(name) else []  # never a real start
+    for args in (*starts, ["status", name], ["down", name]):
+        with tempfile.TemporaryDirectory() as d:
+            os.environ["RLSIM_HOME"] = d
+            try:
+                result = CliRunner().invoke(cli.app, args)
+            finally:
+                del os.environ["RLSIM_HOME"]
+            assert result.exception is None or isinstance(result.exception, SystemExit), \
+                (args, repr(result.exception))
+            if result.exit_code == 2 and result.output.startswith("rlsim "):  # not click's
+                said = result.output.strip()
+                assert len(said.splitlines()) == 1 and said.isprintable(), (args, said)
 
 
 RECORD = st.fixed_dictionaries({
@@ -175,6 +227,34 @@ def test_report_records(summary):
         (root / "summary.json").write_text(json.dumps(summary, allow_nan=True))
         cli_contract("report", str(root))
         assert {p.name for p in Path(d).iterdir()} == {"report"}
+
+
+DOCTOR_NODE = st.fixed_dictionaries({
+    "index": st.one_of(st.integers(), st.sampled_from(ODD_TEXT)),
+    "address": st.sampled_from(["10.0.0.1", "", "\x1b[2J"]),
+    "reaches": st.sampled_from(["1/1", "", None]),
+    "hardware": st.one_of(VALUES, st.fixed_dictionaries({"gpus": st.lists(VALUES, max_size=3)}),
+                          st.fixed_dictionaries({"gpus": st.lists(st.dictionaries(
+                              st.sampled_from(["name", "memory_mib", "driver", "error"]),
+                              st.one_of(SCALARS, st.just("9" * 5000)), max_size=4),
+                              max_size=3)})),
+    "versions": VALUES})
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=200), VALUES.map(lambda v: json.dumps(v).encode()),
+                 st.fixed_dictionaries({"nodes": st.lists(DOCTOR_NODE, max_size=2)}).map(
+                     lambda v: json.dumps(v).encode())))
+def test_doctor_records(raw):
+    """Whatever doctor.json holds, rlsim report shows it or says it is damaged; every page is
+    written or none."""
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        (root / "summary.json").write_text(json.dumps([]))
+        (root / "doctor.json").write_bytes(raw)
+        said = cli_contract("report", str(root))
+        pages = {p.name for p in root.iterdir()} & {"report.html", "signoff.html", "junit.xml"}
+        assert pages == {"report.html", "signoff.html", "junit.xml"}, said
 
 
 @FUZZ
