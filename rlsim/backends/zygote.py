@@ -38,14 +38,20 @@ which the raylet starts through worker_setup's ``--rlsim-agent``): each agent im
 its own modules for 0.5 s of CPU, two a node, before its raylet could register. An agent takes
 its node and ports from its arguments, so Ray may be loaded here before the fork.
 
+Only its own user may ask (:mod:`rlsim.backends.zygote_guard`): its socket sits in a folder only
+that user can enter, a peer of another uid is refused, and a request is read beside the others,
+bounded in size, depth and time, so that no client can stop it or hold its one loop. Its pid,
+ready, lock and log files are written through :mod:`rlsim.files`, never through a link.
+
 Serves until killed: an agent zygote with its cluster's other processes, by its session labels;
-a shared one when the home's last cluster ends (:func:`end_shared`). Imports of
-rlsim: worker_setup's protocol limit, and the cgroup move, after the fork.
+a shared one when the home's last cluster ends (:func:`end_shared`). Imports of rlsim: the
+guard and the safe files (the standard library only) before the fork, the cgroup move after.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import json
 import os
@@ -56,7 +62,8 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim.backends.ray_internals.worker_setup import MAX_REQUEST
+from rlsim.backends import zygote_guard as guard
+from rlsim.files import FileRefused, read_text, write_file, write_problem
 
 # Never imported here: Ray's core library reads its configuration from the environment once,
 # when it loads (RAY_JOB_ID and the rest that the raylet sets per worker); loaded in this
@@ -108,21 +115,19 @@ def shared_path(run_dir, key: str) -> str:
 def start_shared(run_dir, key: str, modules: list[str], env: dict[str, str]) -> str:
     """The shared zygote ``key``'s socket, its server started with ``env`` unless one answers
     there already. Under a lock of its own, held until the new server listens: two clusters
-    starting at once start one."""
-    import fcntl
+    starting at once start one. ZygoteRefused when its lock is not a file of this user's."""
     import subprocess
 
     path = shared_path(run_dir, key)
     stem = os.path.splitext(path)[0]
-    with open(f"{stem}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with guard.locked(f"{stem}.lock"):
         if answers(path):
             return path
         with contextlib.suppress(FileNotFoundError):  # a dead one's: not ready
             os.unlink(ready_path(path))
         # started in the run directory: under -m its working directory is sys.path[0], and a
         # cluster's own folder there would be every later cluster's
-        with open(f"{stem}.log", "a") as log:
+        with guard.fresh_log(f"{stem}.log") as log:
             proc = subprocess.Popen([sys.executable, "-m", "rlsim.backends.zygote", path,
                                      ",".join(modules)], env=env, cwd=str(run_dir),
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -138,31 +143,49 @@ def end_shared(run_dir) -> list[int]:
     """End the shared zygotes of the home whose run directory is ``run_dir`` and remove their
     files; the pids killed. Called when no cluster of the home is left (under the home's
     lock): a zygote ended under a live cluster would cut its forked workers from their
-    clients."""
-    import fcntl
-
+    clients. A pid file is read only as this user's regular file (never through a link)."""
     from rlsim.host import procs
 
     killed = []
     for pidfile in sorted(Path(run_dir).glob("z-*.pid")):
         stem = str(pidfile)[:-len(".pid")]
-        with open(f"{stem}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # not while a launcher starts it
-            with contextlib.suppress(ValueError, OSError):
-                pid = int(pidfile.read_text())
-                # the pid is still this zygote's (a pid is reused after a process ends)
-                if f"{stem}.sock".encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-            for end in (".sock", ".ready", ".log", ".pid", ".lock"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(stem + end)
+        try:
+            with guard.locked(f"{stem}.lock"):  # not while a launcher starts it
+                killed += _end_one(stem)
+        except guard.ZygoteRefused:  # a lock no launcher of ours could take: nobody starts it
+            killed += _end_one(stem)
     procs.wait_gone(killed)  # a zombie counts as gone: its parent (a launcher) is gone too
     return killed
 
 
+def _end_one(stem: str) -> list[int]:
+    """Kill the shared zygote whose files are ``stem.*`` if its pid file names it, and remove
+    its files; the pid killed, if any."""
+    killed = []
+    with contextlib.suppress(ValueError, OSError):  # FileRefused: a link, a FIFO, a folder
+        pid = int(read_text(f"{stem}.pid", limit=32))
+        # the pid is still this zygote's (a pid is reused after a process ends)
+        if f"{stem}.sock".encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    folder, name = os.path.split(stem)
+    # the temp files of a pid or ready file it was writing when killed (rlsim.files.write_file)
+    leftovers = [os.path.join(folder, p.name) for p in Path(folder).glob(f".{name}.*.tmp")]
+    for end in (".sock", ".ready", ".log", ".log.1", ".pid", ".lock", f".d/{guard.SOCKET_NAME}"):
+        leftovers.append(stem + end)
+    for leftover in leftovers:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            os.unlink(leftover)
+    with contextlib.suppress(OSError):  # anything else in it is not the zygote's
+        os.rmdir(guard.socket_folder(f"{stem}.sock"))
+    return killed
+
+
 # ---- the server side ----------------------------------------------------------------------
-REQUEST_S = 10.0  # how long a client that connected may take to send its request
+# How long a client that connected may take to send its whole request (``--request-s``): a client
+# paused between its connect and its request (a frozen node) gets no worker, and starts its own
+# once it runs again; meanwhile the zygote serves the others
+REQUEST_S = 10.0
 
 
 def _hung_up(conn: socket.socket) -> bool:
@@ -173,26 +196,6 @@ def _hung_up(conn: socket.socket) -> bool:
         return False
     except OSError:
         return True
-
-
-def _receive(conn: socket.socket) -> tuple[dict, list[int]] | None:
-    """One request: its JSON and the three stream fds; None if the client went away."""
-    head, fds, _, _ = socket.recv_fds(conn, 4, 3)
-    size = int.from_bytes(head, "big") if len(head) == 4 else MAX_REQUEST + 1
-    data = b""
-    while size <= MAX_REQUEST and len(data) < size:
-        chunk = conn.recv(size - len(data))
-        if not chunk:
-            break
-        data += chunk
-    try:
-        if len(data) == size and len(fds) == 3:
-            return json.loads(data), fds
-    except ValueError:
-        pass
-    for fd in fds:  # cut short or malformed: none of its fds is kept
-        os.close(fd)
-    return None
 
 
 def _become_worker(request: dict, fds: list[int]) -> None:
@@ -297,16 +300,16 @@ def _import_package(package: str) -> list[str]:
 
 
 class Zygote:
-    """The server: accepts worker requests on ``path``, forks, reports each child's pid and
-    exit status to its client."""
+    """The server: accepts worker requests on ``path`` from its own user only, reads each
+    beside the others (whole within ``request_s``), forks, reports each child's pid and exit
+    status to its client. ZygoteRefused when ``path``'s folder is not safe to listen in."""
 
-    def __init__(self, path: str) -> None:
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        self.listener.bind(path)
-        self.listener.listen(64)
+    def __init__(self, path: str, request_s: float = REQUEST_S) -> None:
+        self.listener = guard.listen_private(path)
+        self.request_s = request_s
         self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        self.reading: dict[socket.socket, guard.Reader] = {}  # requests not whole yet
         self.children: dict[int, socket.socket] = {}  # pid -> its client's connection
         self.clients: dict[socket.socket, int] = {}
         self.wake: tuple[int, int] = (-1, -1)
@@ -329,47 +332,115 @@ class Zygote:
         return failed
 
     def serve(self) -> None:
+        """Serve until killed (in the main thread: a child's end wakes the loop by a signal)."""
         wake_r, wake_w = self.wake = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         self.selector.register(wake_r, selectors.EVENT_READ, "child")
         while True:
-            for key, _ in self.selector.select():
-                if key.data == "accept":
-                    self._accept()
-                elif key.data == "child":
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(wake_r, 512)
-                    self._reap()
-                else:
-                    self._client_event(key.fileobj)
+            self.step()
+
+    def step(self, timeout: float | None = None) -> None:
+        """One turn of the loop: what is ready is handled, then requests past their deadline
+        are refused. Waits ``timeout`` at most, and never past the nearest deadline."""
+        if self.reading:
+            left = max(0.0, min(r.deadline for r in self.reading.values()) - time.monotonic())
+            timeout = left if timeout is None else min(timeout, left)
+        for key, _ in self.selector.select(timeout):
+            if key.data == "accept":
+                self._accept()
+            elif key.data == "child":
+                with contextlib.suppress(BlockingIOError):
+                    os.read(key.fd, 512)
+                self._reap()
+            elif key.data == "request":
+                self._read(key.fileobj)
+            else:
+                self._client_event(key.fileobj)
+        now = time.monotonic()
+        for conn, reader in list(self.reading.items()):
+            if reader.deadline <= now:
+                self._refuse(conn, f"not whole within {self.request_s:g} s")
 
     def _accept(self) -> None:
-        conn, _ = self.listener.accept()
-        # a client paused between its connect and its request (a frozen node) holds up every
-        # other one's fork: it gets no worker, and starts its own once it runs again
-        conn.settimeout(REQUEST_S)
+        """A connection: its peer's uid checked (another's is refused and logged), then its
+        request read as it comes (:meth:`_read`), never blocking the loop."""
         try:
-            got = _receive(conn)
-        except (OSError, ValueError):
-            got = None
-        conn.settimeout(None)  # blocking again (a timeout would make the check below wait)
-        if got is not None and _hung_up(conn):  # its raylet or node went meanwhile
-            for fd in got[1]:
-                os.close(fd)
-            got = None
-        if got is None:
+            conn, _ = self.listener.accept()
+        except OSError as e:  # out of fds: the client is refused by the kernel, retries itself
+            _log(f"accept failed: {e}")
+            return
+        try:
+            pid = guard.check_peer(conn)
+        except guard.Refused as e:
+            _log(str(e))
             conn.close()
             return
-        request, fds = got
+        conn.setblocking(False)
+        self.reading[conn] = guard.Reader(pid, time.monotonic() + self.request_s)
+        self.selector.register(conn, selectors.EVENT_READ, "request")
+
+    def _read(self, conn: socket.socket) -> None:
+        """A connection whose request is being read became readable: read on, and fork once the
+        request is whole; a request that cannot be served is refused."""
+        reader = self.reading[conn]
+        try:
+            whole = reader.feed(conn)
+        except BlockingIOError:
+            return
+        except EOFError:  # asked nothing (answers): nothing to say
+            self._drop(conn)
+            return
+        except (guard.Refused, OSError) as e:
+            self._refuse(conn, str(e))
+            return
+        if not whole:
+            return
+        try:
+            request = guard.parse_request(bytes(reader.data[4:]))
+            _python_options(request["argv"])
+            if len(reader.fds) != 3:
+                raise guard.Refused(f"{len(reader.fds)} file descriptors sent, not the 3 "
+                                    "streams a worker takes")
+        except (guard.Refused, ValueError) as e:  # ValueError: argv Python would not run
+            self._refuse(conn, guard.brief(str(e), 200))
+            return
+        fds = reader.fds
+        reader.fds = []  # handed on: closed by the fork's parent and child
+        self._drop(conn, close=False)
+        conn.setblocking(True)  # for the answers below: two short lines
+        if _hung_up(conn):  # its raylet or node went meanwhile
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+            return
+        self._fork(conn, request, fds)
+
+    def _refuse(self, conn: socket.socket, why: str) -> None:
+        """Answer ``conn``'s client ``{"error": why}`` (never waiting on it), log it, close."""
+        _log(f"refused the request of pid {self.reading[conn].pid}: {why}")
+        with contextlib.suppress(OSError):
+            conn.send(json.dumps({"error": why}).encode() + b"\n", socket.MSG_DONTWAIT)
+        self._drop(conn)
+
+    def _drop(self, conn: socket.socket, close: bool = True) -> None:
+        """Forget the request being read on ``conn``: its fds closed, and ``conn`` unless
+        ``close`` is False (it is handed on)."""
+        self.reading.pop(conn).close_fds()
+        self.selector.unregister(conn)
+        if close:
+            conn.close()
+
+    def _fork(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
+        """Fork the worker ``request`` asks for, with the client's streams ``fds``; tell the
+        client its pid."""
         sys.stdout.flush()
         sys.stderr.flush()
         try:
             pid = os.fork()
         except OSError as e:  # no worker started: the client execs one itself
-            print(f"rlsim zygote: fork failed: {e}", file=sys.stderr)
+            _log(f"fork failed: {e}")
             for fd in fds:
                 os.close(fd)
             conn.close()
@@ -378,10 +449,13 @@ class Zygote:
             self.selector.close()
             self.listener.close()
             conn.close()
-            for other in list(self.clients):
+            for other in [*self.clients, *self.reading]:
                 other.close()
+            for reader in self.reading.values():
+                reader.close_fds()
             for fd in self.wake:
-                os.close(fd)
+                if fd >= 0:
+                    os.close(fd)
             _become_worker(request, fds)
         for fd in fds:
             os.close(fd)
@@ -395,7 +469,7 @@ class Zygote:
         """A client's connection became readable: it sends nothing more, so it went away (the
         raylet or a node kill ended it): its worker goes too."""
         with contextlib.suppress(OSError):
-            if conn.recv(1):
+            if conn.recv(4096, socket.MSG_DONTWAIT):
                 return
         pid = self.clients.pop(conn, None)
         self.selector.unregister(conn)
@@ -422,24 +496,42 @@ class Zygote:
             conn.close()
 
 
-def main(argv: list[str]) -> None:
+def _log(line: str) -> None:
+    """A line in the zygote's log (its stderr, which its starter points at ``NAME.log``)."""
+    print(f"rlsim zygote: {line}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    """``SOCKET MODULE[,MODULE...] [--agents] [--request-s=SECONDS]``: serve until killed; 2
+    when the socket's folder is not safe to listen in (said in the log, with the fix)."""
     path, modules = argv[0], [m for m in (argv[1] if len(argv) > 1 else "").split(",") if m]
-    zygote = Zygote(path)  # bound first: a worker that asks meanwhile waits for the imports
-    with open(os.path.splitext(path)[0] + ".pid", "w") as f:  # how its end finds it
-        f.write(str(os.getpid()))
+    options = argv[2:]
+    request_s = next((float(o.split("=", 1)[1]) for o in options
+                      if o.startswith("--request-s=")), REQUEST_S)
+    pidfile, ready = os.path.splitext(path)[0] + ".pid", ready_path(path)
+    try:
+        for target in (pidfile, ready):  # a link or a folder there: refused before listening
+            if problem := write_problem(target):
+                raise FileRefused(errno.EEXIST, problem)
+        # how its end finds it: written before it answers (a launcher that saw it answer
+        # may end it at once), then bound before its imports (a worker that asks waits)
+        write_file(pidfile, str(os.getpid()), 0o600)
+        zygote = Zygote(path, request_s)
+    except (guard.ZygoteRefused, FileRefused) as e:  # its workers start as Ray starts them
+        _log(f"not started: {e}")
+        return 2
     # --agents: this one forks the nodes' agents, which may have Ray loaded before the fork:
     # each takes its node and ports from its arguments, none from what Ray sets per worker
     started = time.monotonic()
-    failed = zygote.preload(modules, never=() if "--agents" in argv[2:] else NEVER_HERE)
+    failed = zygote.preload(modules, never=() if "--agents" in options else NEVER_HERE)
     if failed:
-        print(f"rlsim zygote: left to the workers: {', '.join(failed)}", file=sys.stderr)
+        _log(f"left to the workers: {', '.join(failed)}")
     # when the first fork could happen: a worker asking earlier waited this long at most
-    print(f"rlsim zygote: imported {len(modules) - len(failed)} modules in "
-          f"{time.monotonic() - started:.2f} s", file=sys.stderr, flush=True)
-    with open(ready_path(path), "w"):
-        pass
+    _log(f"imported {len(modules) - len(failed)} modules in {time.monotonic() - started:.2f} s")
+    write_file(ready, "", 0o600)
     zygote.serve()
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

@@ -88,6 +88,16 @@ def plan(argv: list[str], environ: dict[str, str]) -> tuple[list[str], dict[str,
     return [python, *rest], env
 
 
+def _answer(line: str) -> dict:
+    """A line of the zygote's answer: ``{"pid": N}``, ``{"status": N}`` or ``{"error": WHY}``
+    (:mod:`rlsim.backends.zygote_guard`); a line that is none of them, as an error."""
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        answer = None
+    return answer if isinstance(answer, dict) else {"error": f"not an answer: {line[:80]!r}"}
+
+
 def run_forked(path: str, argv: list[str], env: dict[str, str], *,
                forkserver: bool = False) -> int | None:
     """Run ``python argv...`` as a child of the zygote listening at ``path``, with this
@@ -122,6 +132,10 @@ def run_forked(path: str, argv: list[str], env: dict[str, str], *,
         reader = sock.makefile("r")
         first = reader.readline()
     except OSError:
+        first = ""
+    if first and "pid" not in (answer := _answer(first)):  # refused: nothing started
+        print(f"rlsim worker_setup: the zygote at {path} refused: {answer.get('error')}",
+              file=sys.stderr, flush=True)
         first = ""
     if not first:  # the zygote forked nothing (it failed to, or died): nothing started yet
         sock.close()
