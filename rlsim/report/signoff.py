@@ -49,31 +49,31 @@ DOCTOR_FIX = ("run `rlsim doctor --json > doctor.json` in this directory before 
               "to record the nodes")
 
 
-def _doctor(path: Path) -> tuple[_Record | None, str]:
-    """The doctor's record, or None and why not: absent, empty (a doctor that could not reach
-    the cluster wrote nothing), or damaged (``why`` then says "damaged": not JSON, nested past
+def _doctor(path: Path) -> tuple[_Record | None, str, bool]:
+    """The doctor's record, or None, why not and whether it is damaged: absent, empty (a
+    doctor that could not reach the cluster wrote nothing), or damaged (not JSON, nested past
     any record, not a doctor's record, a link, a FIFO, unreadable). The page says which instead
     of failing the run."""
     try:
         raw = read_file(path)
         if not raw.strip():
-            return None, f"{shown(path)} is empty (the doctor could not reach the cluster)"
+            return None, f"{shown(path)} is empty (the doctor could not reach the cluster)", False
         record = json.loads(raw)
         if not isinstance(record, dict):
             kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
             return None, (f"{shown(path)} is damaged: {kind.get(type(record), 'a number')} "
-                          "of JSON, where the doctor writes an object (nodes, findings)")
-        return _Record.model_validate(record), ""
+                          "of JSON, where the doctor writes an object (nodes, findings)"), True
+        return _Record.model_validate(record), "", False
     except FileNotFoundError:
-        return None, f"no {path.name} here"
+        return None, f"no {path.name} here", False
     except ValidationError as e:  # before ValueError, of which it is one
-        return None, f"{shown(path)} is damaged: {_first_error(e)}"
+        return None, f"{shown(path)} is damaged: {_first_error(e)}", True
     except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested past any record
         what = "nested too deep" if isinstance(e, RecursionError) else str(e)[:200]
-        return None, f"{shown(path)} is damaged: not JSON ({what})"
+        return None, f"{shown(path)} is damaged: not JSON ({what})", True
     except OSError as e:  # FileRefused (a link, a FIFO, a folder, too large) names the path
-        return None, f"damaged: {e}" if isinstance(e, FileRefused) else \
-            f"{shown(path)} is damaged: cannot be read ({e.strerror})"
+        why = str(e) if isinstance(e, FileRefused) else f"{shown(path)}: {e.strerror}"
+        return None, f"damaged: {why}", True
 
 
 def _first_error(e: ValidationError) -> str:
@@ -122,8 +122,8 @@ def pages(root: Path, summary: list[ScenarioResult],
           notes: list[str] | None = None) -> tuple[str, str]:
     """The text of ``signoff.html`` and of ``junit.xml``; writes nothing. Why the doctor's
     record is not shown, when it is there but damaged, is added to ``notes``."""
-    doctor, why = _doctor(root / "doctor.json")
-    if doctor is None and "damaged" in why and notes is not None:
+    doctor, why, damaged = _doctor(root / "doctor.json")
+    if damaged and notes is not None:
         notes.append(f"{why}; the sign-off page shows no nodes; fix: {DOCTOR_FIX}")
     passed = sum(s.ok for s in summary)
     body = [f"<h1>rlsim sign-off: {passed}/{len(summary)} scenarios passed</h1>"]

@@ -5,6 +5,7 @@ costs only that scenario's drawing: the page is written and says which file and 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -137,3 +138,10 @@ def test_no_page_is_rewritten_when_one_cannot_be_written(tmp_path):
     assert code == 2 and "signoff.html" in out and "cannot write the report there" in out, out
     assert (tmp_path / "report.html").read_text() == "the page of an earlier render"
     assert not (tmp_path / "junit.xml").exists()
+
+
+def test_a_doctor_record_that_is_a_fifo_is_damaged_not_waited_on(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps([GOOD]))
+    os.mkfifo(tmp_path / "doctor.json")
+    code, out = report(tmp_path)
+    assert code == 2 and "damaged:" in out and "a FIFO" in out and "fix: run" in out, out
