@@ -89,8 +89,8 @@ def trainer(seen: Seen, index_of: Callable[[str], int | None],
     for b in seen.bundles:
         if b["job"] in jobs:
             ip = where.get(b["node_id"], "")
-            found.append({**_entry("bundle", b["name"] or "unnamed", None, ip, index_of),
-                          "bundle": b["bundle"]})
+            group = b["name"] or f"placement group {b['group'][:8]}"
+            found.append({**_entry("bundle", group, None, ip, index_of), "bundle": b["bundle"]})
     for j in seen.jobs:
         if j["job"] in jobs:
             found.append(_entry("driver", "driver", j["pid"], j["ip"], index_of))

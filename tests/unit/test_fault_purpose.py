@@ -266,11 +266,11 @@ def test_the_footprint_counts_tasks_bundles_and_drivers_of_the_trainers_jobs_onl
     seen = c.look()
     # the Ray Jobs supervisor is an actor not rlsim's: counted, as it was; its job is Ray's own
     assert sorted((a["kind"], a["class"], a["node"]) for a in seen.footprint) == [
-        ("actor", "JobSupervisor", 0), ("bundle", "unnamed", 1), ("driver", "driver", 0),
+        ("actor", "JobSupervisor", 0), ("bundle", "placement group aa", 1), ("driver", "driver", 0),
         ("task", "chaos_task", 2), ("task", "chaos_task", 2), ("task", "chaos_task", 3)]
     assert seen.down == {} and seen.unread is None
     assert where_trainer_is(seen.footprint) == (
-        "node 0 (JobSupervisor, driver); node 1 (bundle of unnamed); node 2 (task chaos_task "
+        "node 0 (JobSupervisor, driver); node 1 (bundle of placement group aa); node 2 (task chaos_task "
         "x2); node 3 (task chaos_task)")
 
 
