@@ -11,15 +11,15 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
+import loopback
 import pytest
+from loopback import SETTINGS_FRAME
 
 from rlsim.doctor import gcs_silence, parse_address
 
 RLSIM = [str(Path(sys.executable).parent / "rlsim")]
-SETTINGS_FRAME = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -52,30 +52,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-@contextlib.contextmanager
-def _server(answer: bytes | None):
-    """A loopback listener that accepts and answers ``answer`` (None: says nothing); yields its
-    port and an event set at the first connection."""
-    lsock = socket.create_server(("127.0.0.1", 0))
-    connected = threading.Event()
-    held: list[socket.socket] = []
-
-    def serve() -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                conn, _ = lsock.accept()
-                held.append(conn)
-                connected.set()
-                if answer is not None:
-                    conn.sendall(answer)
-
-    threading.Thread(target=serve, daemon=True).start()
-    try:
-        yield lsock.getsockname()[1], connected
-    finally:
-        lsock.close()
-        for conn in held:
-            conn.close()
+_server = loopback.listener
 
 
 def test_a_closed_port_is_named_at_once():

@@ -270,8 +270,8 @@ def test_the_footprint_counts_tasks_bundles_and_drivers_of_the_trainers_jobs_onl
         ("task", "chaos_task", 2), ("task", "chaos_task", 2), ("task", "chaos_task", 3)]
     assert seen.down == {} and seen.unread is None
     assert where_trainer_is(seen.footprint) == (
-        "node 0 (JobSupervisor, driver); node 1 (bundle of placement group aa); node 2 (task chaos_task "
-        "x2); node 3 (task chaos_task)")
+        "node 0 (JobSupervisor, driver); node 1 (bundle of placement group aa); "
+        "node 2 (task chaos_task x2); node 3 (task chaos_task)")
 
 
 def test_with_a_worker_table_only_the_ranked_actors_jobs_count():

@@ -281,44 +281,6 @@ def test_ray_train_v2_default_read_from_ray(tmp_path, monkeypatch):
     assert train.v2_by_default() is True
 
 
-def test_probe_answers_are_kept_in_the_home_until_a_file_they_read_changes(tmp_path,
-                                                                             monkeypatch):
-    """Probing costs every rlsim process a quarter second: the answers are kept in the home and
-    read back while the install, its version, the probes and each file they read are unchanged."""
-    root = _fake_ray(tmp_path, "_private/node.py")
-    fake = ri.RaySurface(root, "9.9.9")
-    monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "home"))
-    (tmp_path / "home").mkdir(mode=0o700)
-    monkeypatch.setattr(ri, "surface", lambda: fake)
-    monkeypatch.delenv(ri.PLAIN_VAR, raising=False)
-
-    def answers() -> dict:
-        ri._installed_answers.cache_clear()
-        ri._installed.cache_clear()
-        return {c.name: ri.status(c.name).why for c in ri.CAPABILITIES}
-
-    try:
-        first = answers()
-        record_path = ri._record_path()
-        assert record_path.parent == tmp_path / "home"
-        record = json.loads(record_path.read_text())
-        assert "_private/node.py" in record["files"] and record["answers"]["node_start"]
-        record["answers"]["node_start"] = "read from the record"
-        # rewritten whole, its checksum with it (what rlsim itself writes): read back as kept
-        record["checksum"] = kept.checksum(record["key"], record["files"], record["answers"])
-        record_path.write_text(json.dumps(record))
-        assert answers()["node_start"] == "read from the record" and ri.record_note() is None
-        _edit(root / "_private/node.py", "def start_api_server(", "def start_api_server_(")
-        fresh = ri.RaySurface(root, "9.9.9")  # as the next process sees the install
-        monkeypatch.setattr(ri, "surface", lambda: fresh)
-        again = answers()
-        assert again["node_start"] == first["node_start"] != "read from the record"
-        assert "start_api_server" in again["no_api_server"]
-    finally:
-        ri._installed_answers.cache_clear()
-        ri._installed.cache_clear()
-
-
 @pytest.fixture
 def kept_record(tmp_path, monkeypatch):
     """A fake Ray whose probe answers are kept in a home of this test's: the record's path, and
@@ -339,6 +301,30 @@ def kept_record(tmp_path, monkeypatch):
     yield ri._record_path(), answers
     ri._installed_answers.cache_clear()
     ri._installed.cache_clear()
+
+
+def test_probe_answers_are_kept_in_the_home_until_a_file_they_read_changes(tmp_path,
+                                                                             monkeypatch,
+                                                                             kept_record):
+    """Probing costs every rlsim process a quarter second: the answers are kept in the home and
+    read back while the install, its version, the probes and each file they read are unchanged."""
+    record_path, answers = kept_record
+    first = answers()
+    assert record_path.parent == tmp_path / "home"
+    record = json.loads(record_path.read_text())
+    assert "_private/node.py" in record["files"] and record["answers"]["node_start"]
+    record["answers"]["node_start"] = "read from the record"
+    # rewritten whole, its checksum with it (what rlsim itself writes): read back as kept
+    record["checksum"] = kept.checksum(record["key"], record["files"], record["answers"])
+    record_path.write_text(json.dumps(record))
+    assert answers()["node_start"] == "read from the record" and ri.record_note() is None
+    root = tmp_path / "ray"
+    _edit(root / "_private/node.py", "def start_api_server(", "def start_api_server_(")
+    fresh = ri.RaySurface(root, "9.9.9")  # as the next process sees the install
+    monkeypatch.setattr(ri, "surface", lambda: fresh)
+    again = answers()
+    assert again["node_start"] == first["node_start"] != "read from the record"
+    assert "start_api_server" in again["no_api_server"]
 
 
 def _tamper(path: Path, how: str) -> None:

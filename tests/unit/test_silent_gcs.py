@@ -9,12 +9,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
+import loopback
 import pytest
 
 from rlsim.backends.ray_internals import gcs
@@ -22,33 +21,15 @@ from rlsim.host import state
 from rlsim.host.spec import ClusterSpec
 
 RLSIM = str(Path(sys.executable).parent / "rlsim")
-SETTINGS_FRAME = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
-ANSWERS = pytest.mark.parametrize("answer", [None, SETTINGS_FRAME],
+ANSWERS = pytest.mark.parametrize("answer", [None, loopback.SETTINGS_FRAME],
                                   ids=["silent", "greets-then-silent"])
 
 
 @contextlib.contextmanager
 def _silent_gcs(answer: bytes | None):
-    """A loopback listener that accepts every connection, writes ``answer`` (None: nothing) and
-    then never says anything more; yields its ``127.0.0.1:PORT``."""
-    lsock = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-
-    def serve() -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                conn, _ = lsock.accept()
-                held.append(conn)
-                if answer is not None:
-                    conn.sendall(answer)
-
-    threading.Thread(target=serve, daemon=True).start()
-    try:
-        yield f"127.0.0.1:{lsock.getsockname()[1]}"
-    finally:
-        lsock.close()
-        for conn in held:
-            conn.close()
+    """A loopback GCS that never answers (:mod:`loopback`); yields its ``127.0.0.1:PORT``."""
+    with loopback.listener(answer) as (port, _):
+        yield f"127.0.0.1:{port}"
 
 
 def _detached_state(home: Path, on: str) -> None:
