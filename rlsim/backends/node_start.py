@@ -307,7 +307,7 @@ def _start_zygote(st: ClusterState, name: str, var: str, modules: list[str],
                   agents: bool = False, shared: bool = False) -> None:
     """``shared``: the home's zygote for these modules (:func:`rlsim.backends.zygote.
     start_shared`), reached through links in the cluster's run directory."""
-    from rlsim.backends import zygote
+    from rlsim.backends import zygote, zygote_guard
 
     path = zygote.socket_path(st.root, name)
     os.environ[var] = path
@@ -329,7 +329,8 @@ def _start_zygote(st: ClusterState, name: str, var: str, modules: list[str],
             os.replace(f"{link}.{os.getpid()}", link)
         zygote.start_shared(st.root.parent, key, modules, env)
         return
-    with open(st.root / f"{name}.log", "a") as log:
+    # a new log, never opened through a link planted at its name (the last one kept as .1)
+    with zygote_guard.fresh_log(str(st.root / f"{name}.log")) as log:
         subprocess.Popen([sys.executable, "-m", "rlsim.backends.zygote", path, ",".join(modules),
                           *(["--agents"] if agents else [])],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -10,6 +9,7 @@ import typer
 
 from rlsim.commands.cluster import default, print_connect, start_cluster, table, to_spec
 from rlsim.commands.console import console, styled
+from rlsim.files import read_json_lines
 
 
 def _run_on_every_node(c) -> list[tuple[int, str, str]]:
@@ -80,8 +80,8 @@ def _train_tiny(c) -> bool:
         t0 = time.monotonic()
         out = subprocess.run(cmd, env={**os.environ, **c.driver_env()}, capture_output=True,
                              text=True, timeout=600)
-        rows = [json.loads(x) for x in Path(run_dir, "metrics.jsonl").read_text().splitlines()] \
-            if Path(run_dir, "metrics.jsonl").exists() else []
+        metrics = Path(run_dir, "metrics.jsonl")
+        rows = read_json_lines(metrics)[0] if metrics.exists() else []
     if out.returncode or not rows:
         console.print(styled(("trainer failed", "red"),
                              f"\n{out.stdout[-2000:]}{out.stderr[-2000:]}"))

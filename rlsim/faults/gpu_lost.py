@@ -24,7 +24,7 @@ from rlsim.backends.base import LosesGpus, SignalsProcesses
 from rlsim.contract import GPU_LOST_FILE
 from rlsim.faults.base import Fault
 from rlsim.fields import NodeTarget
-from rlsim.files import write_file
+from rlsim.files import read_json, write_file
 
 
 class GpuLost(Fault):
@@ -105,9 +105,11 @@ class GpuLost(Fault):
                 "alive": info.alive}
 
     def _mark(self, ledger, ip: str, add: bool) -> None:
-        try:
-            lost = json.loads(ledger.read_text())
+        try:  # the ledger as a record: a link, a FIFO or damage is no ledger
+            lost = read_json(ledger)
         except (OSError, ValueError):
+            lost = {}
+        if not isinstance(lost, dict):
             lost = {}
         if add:
             lost.setdefault(ip, []).append(self.params.gpu)
