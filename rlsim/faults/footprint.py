@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlsim.backends import ray_internals
+from rlsim.backends.ray_internals.gcs import RAY_OWN_NAMESPACES
 
 KINDS = ("actor", "task", "bundle", "driver")  # in the order they are said
 # Ray's own drivers (the dashboard's, Ray Jobs' supervisors) and rlsim's (its agents on a real
 # cluster, a substrate's host actors): never the trainer's
-NOT_THE_TRAINERS = ("_ray_internal", "SUPERVISOR_ACTOR_RAY_NAMESPACE", "rlsim")
+NOT_THE_TRAINERS = (*RAY_OWN_NAMESPACES, "rlsim")
 
 
 @dataclass

@@ -22,6 +22,10 @@ REMOVE_GROUP_METHOD = "/ray.rpc.PlacementGroupInfoGcsService/RemovePlacementGrou
 DRAIN_METHOD = "/ray.rpc.autoscaler.AutoscalerStateService/DrainNode"
 PRESTART_METHOD = "/ray.rpc.NodeManagerService/PrestartWorkers"
 TASK_EVENTS_METHOD = "/ray.rpc.TaskInfoGcsService/GetTaskEvents"
+# the namespaces of Ray's own jobs: the dashboard's drivers (``_ray_internal_dashboard``: Ray's
+# job_head leaves out every namespace starting ``_ray_internal``) and Ray Jobs' supervisor actors
+# (dashboard/modules/job/common.py); their work is never a user's (a test reads both in Ray)
+RAY_OWN_NAMESPACES = ("_ray_internal", "SUPERVISOR_ACTOR_RAY_NAMESPACE")
 # A plain task's states while it holds a worker of a node: leased there (its owner pushed it to a
 # worker the raylet granted), fetching its arguments there, or running. Before, it has no node;
 # after (FINISHED, FAILED), it holds none.
