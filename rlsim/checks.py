@@ -9,9 +9,11 @@ measured (seconds, steps) and the timeline lines that show it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -551,6 +553,10 @@ def _same_weights(run: Path, twin: Path, step: int, rtol: float = 0.0,
     or empty on either (an emptied export holds no weights to compare), fails naming it, as
     does an export that is missing or cannot be read."""
     rel = Path("checkpoints") / f"global_step_{step}" / "hf" / "model.safetensors"
+    with contextlib.suppress(OSError):  # a link is followed: never to the twin's own file
+        if os.path.samefile(run / rel, twin / rel):
+            return False, (f"the run's final HF export ({rel}) is the twin's own file: there is "
+                           "nothing of the run's to compare")
     exports = {}
     for side, root in (("run", run), ("twin", twin)):
         try:
@@ -594,10 +600,11 @@ def _safetensors(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
     """Each tensor of a safetensors file: its dtype, shape and bytes, read from the format's
     8-byte header length and JSON header (no torch: importing it cost `rlsim run` 1.3 s).
     FileNotFoundError when there is none; ValueError naming the file for one that is not read
-    (a link, a FIFO, over :data:`MAX_WEIGHTS`) or whose header does not describe its bytes
-    (offsets outside the data, a size that is not the shape's)."""
+    (a FIFO, over :data:`MAX_WEIGHTS`) or whose header does not describe its bytes (offsets
+    outside the data, a size that is not the shape's). A link is followed: the export is the
+    trainer's own, and frameworks link weights from a cache."""
     try:
-        data = read_file(path, MAX_WEIGHTS)
+        data = read_file(path, MAX_WEIGHTS, follow=True)
     except FileNotFoundError:
         raise
     except OSError as e:
@@ -935,6 +942,8 @@ def _reached(what: str, e: dict) -> tuple[bool, str]:
         kinds = {}
         for a in touched:
             kinds[a.get("kind") or "actor"] = kinds.get(a.get("kind") or "actor", 0) + 1
+    if not kinds:  # a count with nothing listed: a record made before kinds, of actors
+        kinds = {"actor": e["touched_count"]}
     nodes = sorted({a.get("node") for a in touched} - {None}, key=str)
     where = f" on node(s) {nodes}" if nodes else ""
     named = {k: ", ".join(sorted({str(a.get("class")) for a in touched

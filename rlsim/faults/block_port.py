@@ -3,6 +3,7 @@
 from pydantic import Field, field_validator
 
 from rlsim.faults.base import FirewallFault
+from rlsim.faults.footprint import processes
 from rlsim.fields import PORT_NAMES, NodeOrRole, NodeTarget
 
 
@@ -81,10 +82,11 @@ class BlockPort(FirewallFault):
         node = did["node"]
         sources = did["sources"] if did["sources"] is not None else \
             [i for i in range(self.ctx.cluster.spec.nodes) if i != node]
+        talking = processes(footprint)  # a bundle is a reservation: a blocked port cuts nothing
         if did["port"] == "gcs":
-            return [a for a in footprint if a["node"] in sources]
-        ends = {a["node"] for a in footprint} | {0}
-        return [a for a in footprint if a["node"] == node] if ends & set(sources) else []
+            return [a for a in talking if a["node"] in sources]
+        ends = {a["node"] for a in talking if a["node"] is not None} | {0}
+        return [a for a in talking if a["node"] == node] if ends & set(sources) else []
 
     def said(self, did):
         who = f"from node(s) {did['sources']}" if did["sources"] else "from every other node"

@@ -454,6 +454,28 @@ def test_a_reach_of_several_kinds_is_said_by_kind():
     assert v.message == "kill_node (faults[0]) reached 1 of the trainer's drivers on node(s) [2]"
 
 
+def test_a_count_with_nothing_listed_reads_as_actors_not_an_empty_list():
+    v = judged({"touched": [], "touched_count": 2})  # a record made before kinds were
+    assert v.ok and v.message == "kill_node (faults[0]) reached 2 of the trainer's actors", \
+        v.message
+
+
+def test_a_blocked_port_cuts_processes_not_reservations():
+    bundle = {"kind": "bundle", "class": "train", "pid": None, "ip": ADDRESSES[1], "node": 1,
+              "bundle": 0}
+    worker = {"kind": "actor", "class": "W", "pid": 3, "ip": ADDRESSES[2], "node": 2}
+    unplaced = {"kind": "actor", "class": "W", "pid": None, "ip": "", "node": None}
+    Block = FAULTS["block_port"]
+    block = Block(Block.Params.model_validate({"node": 0, "port": "gcs", "sources": [1]}),
+                  SimpleNamespace(cluster=SimpleNamespace(spec=ClusterSpec(nodes=3))))
+    gcs_cut = {"node": 0, "port": "gcs", "sources": [1]}
+    assert block.touched(gcs_cut, [bundle, worker, unplaced]) == []  # node 1 holds a bundle only
+    assert block.touched({**gcs_cut, "sources": [2]}, [bundle, worker]) == [worker]
+    # another port: the blocked node's processes, when another of the trainer's ends is a source
+    assert block.touched({"node": 1, "port": "object_manager", "sources": [2]},
+                         [bundle, worker, unplaced]) == []
+
+
 def test_the_reach_of_tasks_is_a_capability_probed_from_rays_files(tmp_path):
     """Where the installed Ray's protobufs lack what is read, the reach counts actors only, and
     the probe names the file and the message."""
