@@ -56,14 +56,36 @@ RUN_EVENT_TYPES = EVENT_TYPES | frozenset({
 })
 
 
+def _append_to(path: Path, drop_torn: bool = False):
+    """``path`` opened to append lines, where the last attempt, killed mid-line, may have left
+    one unfinished: ``drop_torn`` cuts it off (a metrics row never finished was never a row:
+    the judge reads every line of metrics.jsonl as one), else a newline ends it (the events'
+    readers skip a line that is no event), so that this attempt's first line is whole."""
+    with open(path, "ab+") as f:
+        size = f.seek(0, os.SEEK_END)
+        tail = b""
+        while size and b"\n" not in tail:  # the text after the last newline
+            start = max(0, size - len(tail) - 4096)
+            f.seek(start)
+            tail = f.read(size - start)
+            if start == 0:
+                break
+        torn = len(tail) - (tail.rfind(b"\n") + 1) if size else 0
+        if torn and drop_torn:
+            f.truncate(size - torn)
+        elif torn:
+            f.write(b"\n")
+    return path.open("a", buffering=1)
+
+
 class RunLog:
     """The run's two logs, ``events.jsonl`` and ``metrics.jsonl`` (and TensorBoard scalars)."""
 
     def __init__(self, run_dir: str | Path, tensorboard: bool = False) -> None:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._events = (self.dir / "events.jsonl").open("a", buffering=1)
-        self._metrics = (self.dir / "metrics.jsonl").open("a", buffering=1)
+        self._events = _append_to(self.dir / "events.jsonl")
+        self._metrics = _append_to(self.dir / "metrics.jsonl", drop_torn=True)
         self.attempt = 0
         self._lock = threading.Lock()
         self._tb = _tensorboard(self.dir) if tensorboard else None

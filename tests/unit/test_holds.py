@@ -4,6 +4,7 @@ it a trainer ran on while rlsim read the cluster and injected: Ray Train's contr
 4's checkpoint before the kill aimed at step 3 landed, and the run resumed from 4, not 2."""
 
 import threading
+import time
 
 import pytest
 
@@ -80,10 +81,16 @@ def test_a_released_hold_counts_against_the_budget(tmp_path, monkeypatch):
     monkeypatch.setenv(HOLD_VAR, "3")
     log = EventLog(tmp_path)
     t = _emit_in_thread(log, 3)
-    t.join(0.2)
+    deadline = time.monotonic() + 30
+    while log.holds.steps and time.monotonic() < deadline:  # its step taken: it holds
+        t.join(0.01)
+    assert log.holds.steps == [] and t.is_alive()
+    seen = time.monotonic()  # held since before now, until released after now + 0.05 s
+    while time.monotonic() - seen < 0.05:
+        t.join(0.01)
     released(tmp_path, 3).touch()
     t.join(30)
-    assert not t.is_alive() and 0 < log.holds.spent_s < events.HOLD_BUDGET_S
+    assert not t.is_alive() and 0.05 <= log.holds.spent_s < events.HOLD_BUDGET_S
 
 
 @pytest.mark.parametrize("raw, words", [
