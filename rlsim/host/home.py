@@ -109,9 +109,10 @@ def _check_ancestors(path: Path) -> None:
 
 
 # The system's own trees: a home there would put rlsim's state, tokens and node directories into
-# the system (and rlsim deletes inside its home)
+# the system (and rlsim deletes inside its home); a shared volume mounted there by a launcher
+# would hide the image's own files
 SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/usr", "/boot", "/bin", "/sbin", "/lib",
-                "/lib64", "/lib32")
+                "/lib64", "/lib32", "/libx32")
 # directories that hold other people's things: a home may be below them, never one of them
 SHARED_DIRS = ("/", "/var", "/tmp", "/home", "/root", "/run", "/opt", "/srv", "/mnt", "/media",
                "/var/tmp", "/var/lib", "/var/log", "/run/user")

@@ -8,6 +8,8 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rlsim.host.home import SHARED_DIRS, SYSTEM_TREES
+
 
 class Launch(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -81,13 +83,10 @@ class Launch(BaseModel):
         return slurm_seconds(self.time)
 
 
-# Folders of the system itself: a shared volume mounted at one (or inside the first twelve,
-# the system's own trees) hides the image's own files in a privileged pod or container, and runs
-# would write among them
-SYSTEM_DIRS = ("/proc", "/sys", "/dev", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib",
-               "/lib32", "/lib64", "/libx32", "/run", "/var", "/tmp", "/opt", "/home", "/root",
-               "/srv", "/mnt", "/media")
-SYSTEM_TREES = SYSTEM_DIRS[:12]
+# Folders of the system itself: a shared volume mounted at one (or inside one of the system's
+# own trees) hides the image's own files in a privileged pod or container, and runs would write
+# among them; the folders everybody shares are refused as they are for an rlsim home
+SYSTEM_DIRS = SYSTEM_TREES + SHARED_DIRS
 
 
 def mount_point(path: str) -> str:
