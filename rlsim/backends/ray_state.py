@@ -74,7 +74,15 @@ def launch_view(gcs_address: str, token_path: str) -> list[dict]:
 
 
 def _listens(address: str, timeout: float = 2.0) -> bool:
-    """Whether something accepts TCP connections at ``host:port``."""
+    """Whether something accepts TCP connections at ``host:port``.
+
+    Deliberately the kernel's accept alone, not :func:`rlsim.backends.ray_internals.gcs.no_answer`
+    (a greeting, then a request with a deadline): this is polled by every wait on an rlsim
+    cluster's nodes (local, docker, substrate ``nodes()``, a node launcher's view), and a False
+    here is read as "nobody alive", i.e. a dead head. On a loaded 2-core machine a busy GCS can
+    miss a seconds' deadline while it is alive; the kernel accepts for it regardless. A paused
+    head (SIGSTOP: it accepts and answers nothing) is seen by the local and docker backends
+    before they ask."""
     import socket
 
     host, _, port = address.rpartition(":")

@@ -319,14 +319,17 @@ def address_problem(address: str) -> str | None:
     """Why no Ray cluster can be joined at ``address`` (not HOST:PORT, no GCS answers there
     within seconds, or it refuses this process's token), or None. Ray's own connect retries a
     silent address for minutes and a refused token for about 20 s."""
+    from rlsim.backends.ray_internals.gcs import no_answer as gcs_no_answer
     from rlsim.backends.ray_internals.gcs import refusal as gcs_refusal
-    from rlsim.reach import gcs_silence, parse_address
+    from rlsim.reach import parse_address
 
     try:
         host, port = parse_address(address)
     except ValueError as e:
         return str(e)
-    if silence := gcs_silence(host, port):
+    # a greeting heard and a request answered: a GCS that greets and answers nothing held Ray's
+    # own connect for minutes
+    if silence := gcs_no_answer(host, port):
         return (f"--backend real: no Ray cluster answers at {address} ({silence}); fix: give "
                 "the head's GCS address (HOST:PORT) with --ray-address")
     if refusal := gcs_refusal(host, port):

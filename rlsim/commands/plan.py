@@ -43,15 +43,18 @@ def _layout(framework: str, args: list[str], nodes: list[NodeCapacity],
 def live_nodes(address: str) -> list[NodeCapacity]:
     """The alive nodes with GPUs of the Ray cluster at ``address``, each with its free GPUs and
     CPUs (read from its GCS, no driver)."""
+    from rlsim.backends.ray_internals.gcs import no_answer as gcs_no_answer
     from rlsim.backends.ray_state import reader
-    from rlsim.doctor import gcs_silence, parse_address
     from rlsim.host.home import auth_token_path
+    from rlsim.reach import parse_address
 
     try:
         host, port = parse_address(address)
     except ValueError as e:
         raise PlanInputError(str(e)) from None
-    if silence := gcs_silence(host, port):
+    # asked before Ray's reader connects, which waits minutes on a GCS that greets and then
+    # answers nothing
+    if silence := gcs_no_answer(host, port):
         raise PlanInputError(f"no Ray cluster answers at {address} ({silence}); fix: give the "
                              "head's GCS address (HOST:PORT)")
     token = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(auth_token_path())

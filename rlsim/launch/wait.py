@@ -29,8 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus-per-node", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600)
     args = ap.parse_args(argv)
+    from rlsim.backends.ray_internals.gcs import no_answer as gcs_no_answer
     from rlsim.backends.ray_internals.gcs import refusal as gcs_refusal
-    from rlsim.reach import gcs_silence, parse_address
+    from rlsim.reach import parse_address
 
     try:
         host, port = parse_address(args.address)
@@ -41,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
 
     deadline, last = time.monotonic() + args.timeout, ""
     while True:
-        # ask the GCS first: Ray's own connect to a head not up yet retries for minutes
-        silence = None if ray.is_initialized() else gcs_silence(host, port, 2.0)
+        # ask the GCS first (a greeting, then one request): Ray's own connect to a head not up
+        # yet, or to one that greets and answers nothing, waits for minutes
+        silence = None if ray.is_initialized() else gcs_no_answer(host, port, 2.0)
         if silence:
             ok, line = False, f"no Ray head answers at {args.address} yet ({silence})"
         elif not ray.is_initialized() and (refusal := gcs_refusal(host, port, 2.0)):

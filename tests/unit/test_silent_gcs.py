@@ -1,5 +1,7 @@
-"""A substrate whose GCS takes connections but never answers: `rlsim status` (and `rlsim down`)
-of a detached cluster there answer in seconds with one line naming the address, where they
+"""A GCS that takes connections but never answers: every front end that is about to hand an
+address to Ray's own connect answers in seconds with one line naming the address and what the
+GCS did not do (`rlsim status`, `rlsim down` and `rlsim doctor` of a detached substrate cluster
+there, `rlsim run --backend real`, `rlsim plan --ray-address`, the launchers' wait), where they
 waited past 60 s in Ray's own connect. The GCS is a loopback listener this test opens: it
 accepts and says nothing, or greets like gRPC (an HTTP/2 SETTINGS frame) and then answers no
 request. A hang fails at the subprocess's 30 s bound; no wall time is asserted."""
@@ -97,3 +99,52 @@ def test_doctor_of_a_cluster_on_a_silent_substrate_says_so_in_one_line(tmp_path,
     assert out.stderr.startswith(f"rlsim doctor: cluster 'away': --on {on}: nothing answers "
                                  "there"), out.stderr
     assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1, out.stderr
+
+
+# what gcs.no_answer says of each listener (3 s: the front ends' own bound; the wait's is 2 s)
+NOT_DONE = {None: "no answer within {t} s",
+            loopback.SETTINGS_FRAME: "it took the connection but answered no request within {t} s"}
+
+
+def _said(out: subprocess.CompletedProcess) -> str:
+    return " ".join((out.stdout + out.stderr).split())
+
+
+@ANSWERS
+def test_backend_real_names_a_silent_gcs_before_joining(tmp_path, answer):
+    """It heard the greeting and then waited in Ray's own connect (greets-then-silent)."""
+    with _silent_gcs(answer) as at:
+        out = _rlsim(tmp_path, "run", "scenarios/too_few_gpus.yaml", "--backend", "real",
+                     "--ray-address", at, "--report", str(tmp_path / "report"))
+    assert out.returncode == 2, out.stdout + out.stderr
+    said = _said(out)
+    assert f"--backend real: no Ray cluster answers at {at} ({NOT_DONE[answer].format(t=3)})" \
+        in said and "fix:" in said, said
+    assert "Traceback" not in said
+
+
+@ANSWERS
+def test_plan_names_a_silent_gcs_before_reading_it(tmp_path, answer):
+    """It heard the greeting and then waited in Ray's reader of the GCS (greets-then-silent)."""
+    with _silent_gcs(answer) as at:
+        out = _rlsim(tmp_path, "plan", "openrlhf", "--ray-address", at, "--",
+                     "python3", "-m", "openrlhf.cli.train_ppo_ray")
+    assert out.returncode == 2, out.stdout + out.stderr
+    said = _said(out)
+    assert said.startswith(f"rlsim plan: no Ray cluster answers at {at} "
+                           f"({NOT_DONE[answer].format(t=3)}); fix:"), said
+
+
+@ANSWERS
+def test_the_launchers_wait_names_a_silent_gcs_and_gives_up_at_its_bound(tmp_path, answer):
+    """It heard the greeting and then waited in ``ray.init`` past its own --timeout
+    (greets-then-silent)."""
+    with _silent_gcs(answer) as at:
+        out = subprocess.run([sys.executable, "-m", "rlsim.launch.wait", "--address", at,
+                              "--nodes", "1", "--timeout", "1"], capture_output=True,
+                             text=True, timeout=30, env={**os.environ,
+                                                         "RLSIM_HOME": str(tmp_path)})
+    assert out.returncode == 1, out.stdout + out.stderr
+    line = f"no Ray head answers at {at} yet ({NOT_DONE[answer].format(t=2)})"
+    assert f"rlsim wait: {line}" in out.stdout, out.stdout
+    assert out.stderr.startswith(f"rlsim wait: gave up after 1 s: {line}. Fix:"), out.stderr

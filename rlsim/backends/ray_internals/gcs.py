@@ -444,7 +444,12 @@ def auth_in_force(gcs_address: str, timeout_s: float = 3.0) -> str:
 def no_answer(host: str, port: int, timeout_s: float = 3.0) -> str | None:
     """Why no Ray GCS answers at ``host:port``, in words, within about twice ``timeout_s``; None
     where one does: its greeting heard (:func:`rlsim.reach.gcs_silence`), then a request answered
-    (:func:`unanswered`). Asked before Ray's own connect, which waits minutes on either."""
+    (:func:`unanswered`). Asked before Ray's own connect, which waits minutes on either.
+
+    The one question every front end asks before it hands an address to Ray (``rlsim status``,
+    ``down`` and ``doctor``, ``--backend real``, ``rlsim plan --ray-address``, the launchers'
+    wait); each says the address and these words in one line. Not for polls during a run
+    (:func:`rlsim.backends.ray_state._listens` says why)."""
     from rlsim.reach import gcs_silence
 
     return gcs_silence(host, port, timeout_s) or unanswered(host, port, timeout_s)
