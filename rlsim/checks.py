@@ -202,6 +202,8 @@ def completes(o: Outcome, p) -> Verdict:
         msg = "the trainer completed" + (": it exited 0 (it logs no end of its own: its exit "
                                          "code is the verdict)" if end.get("from") == "exit"
                                          else "")
+    elif stalled := o.rlsim("trainer_stalled"):
+        msg = stalled_said(stalled[-1])
     elif o.returncode == 0 and not o.trainer():
         msg = ("the trainer exited 0 but wrote no rlsim events (run_end missing): a program "
                "that writes none is judged by its exit code with `adapter: plain`")
@@ -210,6 +212,27 @@ def completes(o: Outcome, p) -> Verdict:
                f"{end['status'] if end else 'missing'}){': ' + said if said else ''}")
     tail = [] if ok else [f"output | {line}" for line in _tail(o.output)]
     return Verdict("completes", ok, msg, evidence=_interesting(o) + tail)
+
+
+def stalled_said(e: dict) -> str:
+    """A ``trainer_stalled`` event (the progress watchdog ended the run) in words: after which
+    fault, how long silent, what of the trainer Ray held on dead nodes, its last line."""
+    bound = e.get("bound_s")
+    words = [f"the trainer stalled after {e.get('fault', 'a fault')}: no progress for "
+             f"{e.get('seconds', '?')} s (trainer.progress_watchdog_s: {bound}), so the run was "
+             "ended"]
+    if e.get("unread"):
+        words.append(f"what it waits on could not be read ({e['unread']})")
+    if e.get("on_dead_nodes"):
+        words.append(f"Ray still held of it on dead nodes: {e['on_dead_nodes']}")
+    if e.get("unplaced"):
+        words.append(f"waiting for a place: {e['unplaced']}")
+    if isinstance(e.get("down"), dict) and e["down"] and not e.get("on_dead_nodes"):
+        words.append(f"nodes down: {', '.join(f'{n} ({why})' for n, why in e['down'].items())}")
+    last = [line for line in e.get("last_lines") or [] if isinstance(line, str)]
+    if last:
+        words.append(f"its last line: {' '.join(last[-1].split())[:200]}")
+    return "; ".join(words)
 
 
 def _tail(output: str, lines: int = 8) -> list[str]:

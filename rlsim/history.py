@@ -19,10 +19,10 @@ from typing import Any, Protocol
 from rlsim.files import read_file, write_file
 
 # the event types the runner records for every adapter (source rlsim): Ray's own (its node and
-# actor deaths), and a fault that could not be injected (a story whose refusal is the point
-# counts it with an ``event`` check)
+# actor deaths), a fault that could not be injected (a story whose refusal is the point counts
+# it with an ``event`` check), and a trainer the progress watchdog ended (rlsim.scenario.watchdog)
 RAY_EVENTS = frozenset({"ray_node_dead", "ray_actor_died"})  # rlsim.scenario.watch's
-HARNESS_EVENTS = RAY_EVENTS | {"fault_error"}
+HARNESS_EVENTS = RAY_EVENTS | {"fault_error", "trainer_stalled"}
 MAX_HISTORY = 256 << 20  # a timeline or event log read back whole (a day of a chatty trainer)
 
 

@@ -18,6 +18,7 @@ from rlsim.events import released
 from rlsim.faults import FAULTS, Fault, FaultContext
 from rlsim.faults.base import where_trainer_is
 from rlsim.faults.footprint import Look, kinds
+from rlsim.faults.footprint import where as said_where
 from rlsim.files import write_file
 from rlsim.history import Recorder
 from rlsim.scenario.schema import FaultEntry
@@ -75,6 +76,9 @@ class Nemesis:
         # the nodes this run's faults took out of service and nothing brought back yet: index ->
         # (what took it, the fault); a fault that ends such faults fired there is a remedy
         self.down: dict[int, tuple[str, Fault]] = {}
+        # when the last disruptive fault (not a remedy) fired, monotonic: the progress
+        # watchdog's clock (rlsim.scenario.watchdog)
+        self.disrupted_at: float | None = None
 
     def setup(self) -> None:
         """Each fault's preparation, before the trainer starts (raises: the scenario fails), and
@@ -139,6 +143,8 @@ class Nemesis:
                    _reach(fault, did, look, unseen) if fault.disruptive else {}),
                 **({"may_miss": True} if entry.may_miss else {})})
         self._note_down(i, fault, did)
+        if fault.disruptive and not remedy:
+            self.disrupted_at = time.monotonic()
         if fault.disruptive and not remedy and fault.held_until_healed() and not fault.touched(
                 did, look.footprint):
             self.reaching[i] = (fault, did)  # rules, a throttle: the trainer may start under it
@@ -182,6 +188,23 @@ class Nemesis:
             return got[0]
         self.ctx.forget_reader()  # the thread may still hold it: a new one next time
         return Look([]), f"the GCS did not answer within {FOOTPRINT_WAIT_S:g} s"
+
+    def waits_on(self) -> dict:
+        """What of the trainer Ray holds now, for a trainer that stalled after a fault: its
+        actors, tasks, bundles and drivers on nodes that are down (``on_dead_nodes``, in words),
+        those on no node (being placed or restarting: ``unplaced``), the nodes down and why; or
+        why it could not be read (``unread``)."""
+        look, unseen = self._look()
+        if unseen is not None:
+            return {"unread": unseen}
+        down = {**look.down, **{n: why for n, (why, _) in self.down.items()}}
+        dead = [a for a in look.footprint if a.get("node") in down]
+        unplaced = [a for a in look.footprint if a.get("node") is None]
+        return {"down": {str(n): why for n, why in sorted(down.items())},
+                "on_dead_nodes": said_where(dead), "unplaced": said_where(unplaced),
+                "alive": said_where([a for a in look.footprint
+                                          if a not in dead and a not in unplaced]),
+                **({"unread": look.unread} if look.unread else {})}
 
     def _look_again(self) -> None:
         """The held faults that reached none of the trainer when they fired, against its

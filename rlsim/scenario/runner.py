@@ -10,6 +10,7 @@ events, by time) is what the checks (:mod:`rlsim.checks`) judge.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import random
@@ -34,6 +35,7 @@ from rlsim.scenario.nemesis import Nemesis
 from rlsim.scenario.pool import Pool, preload_modules, twin_inputs, twin_key, warm
 from rlsim.scenario.schema import Scenario
 from rlsim.scenario.watch import WatchProcess
+from rlsim.scenario.watchdog import Watchdog
 
 _names = itertools.count()
 
@@ -357,6 +359,7 @@ def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -
         if sc.watches_ray and isinstance(cluster, StartsClusters) else None
     deadline = time.monotonic() + sc.trainer.timeout_s
     relaunches = sc.trainer.relaunch.max if sc.trainer.relaunch else 0
+    dog = Watchdog(sc.trainer.progress_watchdog_s)
     outcome.started = time.time()
     if sc.trainer.prepare and not _prepare(sc, cluster, outcome, log, deadline):
         return
@@ -365,9 +368,10 @@ def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -
             if attempt:
                 log.emit("relaunch", attempt=attempt, returncode=outcome.returncode)
             proc, output = _launch(sc, cluster, run_dir, attempt, log, nemesis.hold_steps())
+            dog.launch(time.monotonic())
             try:
                 timed_out = _follow(proc, tail, watch, nemesis, log, on_progress, outcome,
-                                    deadline)
+                                    deadline, dog, output)
             finally:
                 if proc.poll() is None:
                     proc.kill()
@@ -434,27 +438,61 @@ def _launch(sc, cluster, run_dir: Path, attempt: int, log: Recorder, holds: tupl
 
 
 def _follow(proc, tail, watch, nemesis: Nemesis, log: Recorder, on_progress, outcome,
-            deadline: float) -> bool:
+            deadline: float, dog: Watchdog, output: Path) -> bool:
     """Until the launch exits: new events into the timeline, due faults fired. True when the
-    run's time is up (the launch is then killed, and not relaunched)."""
+    run's time is up, or the trainer stalled after a fault (:mod:`rlsim.scenario.watchdog`):
+    the launch is then killed, and not relaunched."""
+    sc = outcome.scenario
+    # what counts as progress: the trainer's events; for one whose steps are not seen, its output
+    chatty = "step_end" not in ADAPTERS[sc.trainer.adapter].observes
+    said = 0
     while True:
+        now = time.monotonic()
         for e in tail.poll():
             log.trainer(e)
+            dog.sign(now)
             if e["type"] == "placement":
                 nemesis.ctx.workers = e["workers"]
             if on_progress:
                 on_progress(e)
+        if chatty and (size := _size(output)) > said:
+            said = size
+            dog.sign(now)
         for e in watch.poll() if watch is not None else []:
             log.emit(**e)
         seen = tail.events + (watch.events if watch is not None else [])
         nemesis.tick(seen, time.time() - outcome.started)
         nemesis.release(outcome.run_dir)
+        if nemesis.disrupted_at is not None and nemesis.disrupted_at != dog.fault_at:
+            dog.fault(nemesis.disrupted_at)
         if proc.poll() is not None:
             return False
         if time.monotonic() > deadline:
-            log.emit("trainer_timeout", seconds=outcome.scenario.trainer.timeout_s)
+            log.emit("trainer_timeout", seconds=sc.trainer.timeout_s)
+            return True
+        if (silent := dog.silent_s(time.monotonic())) is not None:
+            _stalled(silent, nemesis, log, output)
             return True
         time.sleep(0.1)
+
+
+def _size(path: Path) -> int:
+    with contextlib.suppress(OSError):
+        return path.stat().st_size
+    return 0
+
+
+def _stalled(silent: float, nemesis: Nemesis, log: Recorder, output: Path) -> None:
+    """Say that the trainer stalled after a fault: how long, after which fault, its last output
+    lines and what of it Ray holds on dead nodes (the run then ends, as at its timeout)."""
+    last = next((e for e in reversed(log.outcome.timeline) if e["type"] == "fault_injected"
+                 and e.get("disruptive") and not e.get("remedy")), {})
+    text = read_file(output, MAX_HISTORY).decode(errors="replace") if output.exists() else ""
+    lines = [line[:300] for line in text.splitlines() if line.strip()][-8:]
+    log.emit("trainer_stalled", seconds=round(silent, 1),
+             bound_s=log.outcome.scenario.trainer.progress_watchdog_s,
+             fault=f"{last.get('fault', '?')} (faults[{last.get('index', '?')}])",
+             last_lines=lines, **nemesis.waits_on())
 
 
 def config_refusal(outcome: Outcome) -> dict | None:

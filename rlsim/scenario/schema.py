@@ -40,6 +40,7 @@ from rlsim.fields import DAY, ROLE_NAME, Refers, Strict, World, first_error, pro
 from rlsim.history import HARNESS_EVENTS, RAY_EVENTS
 from rlsim.host.spec import ClusterShape, HealthChecks, per_node_problem
 from rlsim.reach import substrate_problem
+from rlsim.scenario.watchdog import DEFAULT_S as WATCHDOG_S
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -162,6 +163,12 @@ class TrainerSection(Strict):
                                       "as a scheduler would")
     timeout_s: float = Field(300, ge=MIN_RUN_S, le=7 * DAY, description="the whole run, faults and "
                              "relaunches included")
+    progress_watchdog_s: float | None = Field(
+        WATCHDOG_S, ge=5, le=DAY, description="after a disruptive fault, the longest the trainer "
+        "may show no progress (no event; for a plain program, no output) before the run is "
+        "ended as stalled, naming what it waits on; the clock starts at the fault or the "
+        "launch's last event, once the launch has logged one. null: no watchdog (then only "
+        "timeout_s ends a hang)")
     marks: dict[str, str] = Field(
         default_factory=dict, description="event name -> pattern searched in each line of the "
         "program's output (adapter plain): the first matching line of a launch is an event of "
