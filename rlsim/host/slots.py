@@ -18,8 +18,9 @@ before its cluster listens. Other users may write into it, so nothing in it is t
 
 - the folder itself only when root or the caller owns it (its owner may delete or swap anything
   in it: made by one user, it serves that user alone, and root makes it for all, :func:`fix`),
-  is a directory (never a link) and has mode 1777; it is opened once, and every read, write and
-  removal is made relative to that descriptor, so a swap of the path changes nothing;
+  is a directory (never a link) and has mode 1777 (it is made so before it has its name,
+  :func:`_make`); it is opened once, and every read, write and removal is made relative to that
+  descriptor, so a swap of the path changes nothing;
 - the lock is a ``flock`` on that directory (no file another user could make a FIFO or hold),
   polled up to :data:`LOCK_WAIT_S`, then refused naming the holder (``/proc/locks``);
 - a claim counts only when it is a regular file owned by the uid its name gives, under
@@ -37,13 +38,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
-import pwd
 import re
 import stat
-import time
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +50,7 @@ from typing import NamedTuple
 
 from rlsim.host import listeners
 from rlsim.host.layout import ADDRESS_PREFIX, MAX_SLOTS, SLOT_PORTS, slot_base
+from rlsim.host.locks import Held, hold_exclusive, process_uid, user_name
 from rlsim.host.spec import SESSION_RE
 
 CLAIMS = Path("/tmp/rlsim-slots")
@@ -82,14 +82,6 @@ class Holder(NamedTuple):
         return f"{self.who}: {self.what}"
 
 
-def user_name(uid: int) -> str:
-    """The login name of ``uid``, or ``uid N`` when it has none."""
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except (KeyError, OverflowError):
-        return f"uid {uid}"
-
-
 def _refuse(problem: str) -> SlotError:
     return SlotError(f"{CLAIMS} (every user's rlsim slot claims) {problem}. Fix: {fix()}")
 
@@ -108,32 +100,113 @@ def _verify(fd: int) -> None:
 
 
 def open_dir() -> int:
-    """A descriptor of :data:`CLAIMS` (created mode 1777 if missing), verified by the rules in
-    the module's docstring. The caller closes it; never reopen the path within one operation."""
-    mask = os.umask(0)  # born 1777: another start must never see it half made (mode 700)
+    """A descriptor of :data:`CLAIMS` (made mode 1777 if missing, :func:`_make`), verified by
+    the rules in the module's docstring. The caller closes it; never reopen the path within one
+    operation. Never touches the process's umask."""
     try:
-        os.mkdir(CLAIMS, 0o1777)
-        made = True
-    except FileExistsError:
-        made = False
-    except OSError as e:
-        raise _refuse(f"cannot be made ({e.strerror})") from e
-    finally:
-        os.umask(mask)
+        fd = _open()
+    except FileNotFoundError:
+        _make()
+        try:
+            fd = _open()
+        except FileNotFoundError as e:  # removed as soon as it was made
+            raise _refuse(f"cannot be opened ({e.strerror})") from e
     try:
-        fd = os.open(CLAIMS, DIR_FLAGS)
-    except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise _refuse("is not a directory (a link or a file)") from e
-        raise _refuse(f"cannot be opened ({e.strerror})") from e
-    try:
-        if made and os.fstat(fd).st_uid == os.geteuid():
-            os.fchmod(fd, 0o1777)  # where a file system drops the sticky bit at mkdir
         _verify(fd)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _open() -> int:
+    """:data:`CLAIMS` opened as a folder, never through a link; FileNotFoundError when missing,
+    else :class:`SlotError` when it cannot be."""
+    try:
+        return os.open(CLAIMS, DIR_FLAGS)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _refuse("is not a directory (a link or a file)") from e
+        raise _refuse(f"cannot be opened ({e.strerror})") from e
+
+
+def _make() -> None:
+    """Put a folder of mode 1777 at :data:`CLAIMS`, unless another start puts one there first.
+
+    Why not ``mkdir`` in place: the umask cuts its mode (1755), and another start that opens it
+    before the chmod refuses it (seen about once in ten runs of six starts at once); and the
+    umask is the whole process's, so setting it to 0 around the ``mkdir`` would make any file
+    another thread creates meanwhile writable by all. So the folder is made under a fresh name
+    beside it, given its mode, then renamed into place with ``RENAME_NOREPLACE``: it appears
+    whole or not at all, and never replaces the one another start just put there (a plain
+    rename replaces an empty folder: the two starts would lock two different folders). Where
+    the kernel, its file system or libc lack that rename, it is made in place after all."""
+    try:
+        made = tempfile.mkdtemp(prefix=f"{CLAIMS.name}.tmp-{os.getpid()}-", dir=CLAIMS.parent)
+    except OSError as e:
+        raise _refuse(f"cannot be made ({e.strerror})") from e
+    moved = None
+    try:
+        fd = os.open(made, DIR_FLAGS)
+        try:
+            os.fchmod(fd, 0o1777)
+        finally:
+            os.close(fd)
+        moved = _rename_noreplace(made, str(CLAIMS))  # False: another start's is there
+    except OSError as e:
+        raise _refuse(f"cannot be made ({e.strerror})") from e
+    finally:
+        if not moved:
+            with contextlib.suppress(OSError):
+                os.rmdir(made)
+    if moved is None:
+        _make_in_place()
+
+
+def _make_in_place() -> None:
+    """``mkdir`` at :data:`CLAIMS`, then its mode set to 1777 (a start that opens it in between
+    may refuse it): where :func:`_rename_noreplace` is not to be had."""
+    try:
+        os.mkdir(CLAIMS, 0o1777)
+    except FileExistsError:
+        return
+    except OSError as e:
+        raise _refuse(f"cannot be made ({e.strerror})") from e
+    with contextlib.suppress(OSError):
+        fd = os.open(CLAIMS, DIR_FLAGS)
+        try:
+            if os.fstat(fd).st_uid == os.geteuid():
+                os.fchmod(fd, 0o1777)
+        finally:
+            os.close(fd)
+
+
+RENAME_NOREPLACE = 1  # linux/fs.h
+AT_FDCWD = -100
+
+
+def _rename_noreplace(src: str, dst: str) -> bool | None:
+    """Rename ``src`` to ``dst`` unless ``dst`` exists (``renameat2``, atomic): True when
+    renamed, False when ``dst`` exists, None where the kernel, the file system or libc offer no
+    such rename. OSError for anything else."""
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2  # glibc 2.28 and later
+    except (OSError, AttributeError):
+        return None
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]
+    if renameat2(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), RENAME_NOREPLACE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.EEXIST:
+        return False
+    if err in (errno.ENOSYS, errno.EINVAL):  # no such call; a file system without the flag
+        return None
+    raise OSError(err, os.strerror(err), dst)
 
 
 @contextlib.contextmanager
@@ -154,57 +227,16 @@ def claims_dir() -> Path:
 @contextlib.contextmanager
 def lock() -> Iterator[None]:
     """Hold the machine-wide claims lock: an exclusive ``flock`` on the claims directory, polled
-    for :data:`LOCK_WAIT_S` seconds; past that, :class:`SlotError` names who holds it."""
+    for :data:`LOCK_WAIT_S` seconds (:func:`rlsim.host.locks.hold_exclusive`); past that,
+    :class:`SlotError` names who holds it."""
     with _dir() as fd:
-        deadline = time.monotonic() + LOCK_WAIT_S
-        pause = 0.005
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise SlotError(
-                        f"{CLAIMS} has been locked for over {LOCK_WAIT_S:g} s by "
-                        f"{lock_holder(os.fstat(fd))}; rlsim holds it for under a second while "
-                        "it picks a slot. Fix: end that process, or wait for it and retry"
-                        ) from None
-                time.sleep(pause)  # a poll, not a blocking wait: a held lock must not hang us
-                pause = min(pause * 2, 0.1)
+        try:
+            hold_exclusive(fd, LOCK_WAIT_S)
+        except Held as e:
+            raise SlotError(f"{CLAIMS} has been locked for over {LOCK_WAIT_S:g} s by {e.holder}; "
+                            "rlsim holds it for under a second while it picks a slot. Fix: end "
+                            "that process, or wait for it and retry") from None
         yield
-
-
-def lock_holder(st: os.stat_result) -> str:
-    """Who holds a lock on the file ``st`` describes, as ``/proc/locks`` tells it."""
-    dev = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
-    try:
-        with open(listeners.PROC / "locks", errors="replace") as f:
-            lines = f.read(1 << 20).splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 6 or parts[1] == "->":  # "->": a waiter, not a holder
-            continue
-        with contextlib.suppress(ValueError):
-            maj, mnr, ino = parts[5].split(":")
-            if (int(maj, 16), int(mnr, 16), int(ino)) == dev:
-                return _process(int(parts[4]))
-    return "a process /proc/locks does not show (another PID namespace?)"
-
-
-def _process(pid: int) -> str:
-    """``pid N (user: command)``, as far as /proc shows it."""
-    uid = _process_uid(pid)
-    try:
-        with open(listeners.PROC / str(pid) / "cmdline", "rb") as f:
-            cmd = f.read(120).replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        cmd = ""
-    if uid is None:
-        return f"pid {pid}"
-    cmd = "".join(c if c.isprintable() else "?" for c in cmd)
-    return f"pid {pid} ({user_name(uid)}: {cmd or '?'})"
 
 
 def start_time(pid: int) -> int | None:
@@ -215,20 +247,6 @@ def start_time(pid: int) -> int | None:
         return int(stat_line.rsplit(")", 1)[-1].split()[19])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _process_uid(pid: int) -> int | None:
-    """The effective uid of ``pid`` (from its status: /proc/PID itself is root's once a process
-    changed its uid), None when /proc does not show it."""
-    try:
-        with open(listeners.PROC / str(pid) / "status", "rb") as f:
-            status = f.read(1 << 16)
-    except OSError:
-        return None
-    for line in status.splitlines():
-        if line.startswith(b"Uid:") and len(fields := line.split()) > 2:
-            return int(fields[2])
-    return None
 
 
 @dataclass(frozen=True)
@@ -243,7 +261,7 @@ class Claim:
     def owner_alive(self) -> bool:
         """The process it names runs (the same start time) and is the claim owner's."""
         return (self.pid is not None and start_time(self.pid) == self.started
-                and _process_uid(self.pid) == self.uid)
+                and process_uid(self.pid) == self.uid)
 
     @property
     def holder(self) -> Holder:

@@ -15,6 +15,7 @@ import os
 import pwd
 import select
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -119,16 +120,73 @@ def test_a_folder_another_user_made_first_is_refused_naming_them(claims):
 
 
 def test_the_folder_is_1777_from_the_moment_it_exists(claims, monkeypatch):
-    """Another start that finds it half made (mode 700, before a chmod) refuses it: seen about
-    once in ten runs of six starts at once."""
-    real, born = os.mkdir, []
+    """At every step of its making, a start that looks finds it whole (mode 1777) or not there:
+    one that found it half made (mode 700 or 1755, before a chmod) refused it, about once in
+    ten runs of six starts at once."""
+    seen = []
 
-    def mkdir(path, mode=0o777):
-        real(path, mode)
-        born.append(os.stat(path).st_mode & 0o7777)
-    monkeypatch.setattr(os, "mkdir", mkdir)
+    def then_look(step):
+        def looked(*args, **kwargs):
+            try:
+                return step(*args, **kwargs)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    seen.append(stat.S_IMODE(os.stat(claims).st_mode))
+        return looked
+    for name in ("mkdir", "chmod", "fchmod", "rmdir"):
+        monkeypatch.setattr(os, name, then_look(getattr(os, name)))
+    monkeypatch.setattr(slots, "_rename_noreplace", then_look(slots._rename_noreplace))
     slots.claims_dir()
-    assert born == [0o1777]
+    assert seen and set(seen) == {0o1777}, [oct(m) for m in seen]
+
+
+def test_making_the_folder_never_touches_the_umask(claims, monkeypatch):
+    """The umask is the whole process's: set to 0 for a moment (as every lock, pick, claim and
+    release did), a file another thread creates then is writable by all."""
+    set_to = []
+    real = os.umask
+    monkeypatch.setattr(os, "umask", lambda mask: set_to.append(mask) or real(mask))
+    slots.claims_dir()  # made here
+    with slots.lock():
+        slots.busy()
+        slots.claim(_free_slot(), "mine-0000bbbb", os.getpid())
+    slots.release("mine-0000bbbb")
+    assert set_to == []
+    assert stat.S_IMODE(os.stat(claims).st_mode) == 0o1777
+
+
+def test_a_start_that_loses_the_race_to_make_the_folder_uses_the_winners(claims, monkeypatch):
+    """Another start makes the folder (empty, as it is until a claim) while this one makes its
+    own: this one's is dropped, never renamed over the winner's (the two would then lock two
+    different folders and could pick one slot)."""
+    real, winner = os.fchmod, []
+
+    def fchmod(fd, mode):
+        real(fd, mode)
+        if not winner:  # this start's folder has its mode; the other start is faster
+            os.mkdir(claims)
+            os.chmod(claims, 0o1777)
+            winner.append(os.open(claims, os.O_RDONLY | os.O_DIRECTORY))
+    monkeypatch.setattr(os, "fchmod", fchmod)
+    try:
+        fd = slots.open_dir()
+        try:
+            assert os.path.samestat(os.fstat(fd), os.fstat(winner[0]))
+        finally:
+            os.close(fd)
+    finally:
+        for fd in winner:
+            os.close(fd)
+    assert os.listdir(claims.parent) == [claims.name]  # its own folder removed
+
+
+def test_without_a_rename_that_never_replaces_the_folder_is_made_in_place(claims, monkeypatch):
+    """A libc or file system without ``RENAME_NOREPLACE``: ``mkdir`` then ``fchmod``, no
+    folder of its own left beside."""
+    monkeypatch.setattr(slots, "_rename_noreplace", lambda src, dst: None)
+    slots.claims_dir()
+    assert stat.S_IMODE(os.stat(claims).st_mode) == 0o1777
+    assert os.listdir(claims.parent) == [claims.name]
 
 
 def _swap_on_first_call(monkeypatch, claims: Path, victim: Path) -> None:
