@@ -306,35 +306,55 @@ def start_zygotes(st: ClusterState, machine: str = "") -> None:
 def _start_zygote(st: ClusterState, name: str, var: str, modules: list[str],
                   agents: bool = False, shared: bool = False) -> None:
     """``shared``: the home's zygote for these modules (:func:`rlsim.backends.zygote.
-    start_shared`), reached through links in the cluster's run directory."""
+    start_shared`), reached through links in the cluster's run directory. A zygote that cannot
+    be started (a lock or log file it refuses, one held or stuck past its bound) is said in a
+    line on this launcher's stderr, and the workers start as Ray starts them (none answers at
+    ``var``'s path): slower, never a failed cluster start."""
     from rlsim.backends import zygote, zygote_guard
 
     path = zygote.socket_path(st.root, name)
     os.environ[var] = path
     if zygote.answers(path):
         return
-    if shared:
-        env = _shared_zygote_env(st)
-        # the v1 groups a forked worker's node groups nest under (hybrid hosts) are read from
-        # the zygote's own: launchers in other v1 groups get another zygote
-        v1 = [str(cgroups.v1_base(c)) for c in ("memory", "cpu")]
-        key = hashlib.sha256(json.dumps([sys.executable, modules, sorted(env.items()), v1])
-                             .encode()).hexdigest()[:12]
-        env[procs.ZYGOTE_HOME_VAR] = home_id()
-        target = zygote.shared_path(st.root.parent, key)
-        for link, to in ((path, target), (zygote.ready_path(path), zygote.ready_path(target))):
-            if os.path.islink(link) and os.readlink(link) == to:
-                continue
-            os.symlink(to, f"{link}.{os.getpid()}")  # in place at once: a worker finds one
-            os.replace(f"{link}.{os.getpid()}", link)
-        zygote.start_shared(st.root.parent, key, modules, env)
-        return
-    # a new log, never opened through a link planted at its name (the last one kept as .1)
-    with zygote_guard.fresh_log(str(st.root / f"{name}.log")) as log:
-        subprocess.Popen([sys.executable, "-m", "rlsim.backends.zygote", path, ",".join(modules),
-                          *(["--agents"] if agents else [])],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                         start_new_session=True)
+    try:
+        if shared:
+            _start_shared_zygote(st, path, modules)
+            return
+        # a new log, never opened through a link planted at its name (the last one kept as .1)
+        with zygote_guard.fresh_log(str(st.root / f"{name}.log")) as log:
+            subprocess.Popen([sys.executable, "-m", "rlsim.backends.zygote", path,
+                              ",".join(modules), *(["--agents"] if agents else [])],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                             start_new_session=True)
+    except (zygote_guard.ZygoteRefused, OSError) as e:  # TimeoutError included
+        print(f"rlsim: no {name} for cluster {st.spec.name!r}, its workers start without one: "
+              f"{zygote_guard.brief(str(e), 400)}", file=sys.stderr, flush=True)
+
+
+def _start_shared_zygote(st: ClusterState, path: str, modules: list[str]) -> None:
+    """Start (or find) the home's zygote for ``modules`` and link ``path`` to it."""
+    from rlsim.backends import zygote
+
+    env = _shared_zygote_env(st)
+    key = shared_zygote_key(env, modules)
+    env[procs.ZYGOTE_HOME_VAR] = home_id()
+    target = zygote.shared_path(st.root.parent, key)
+    for link, to in ((path, target), (zygote.ready_path(path), zygote.ready_path(target))):
+        if os.path.islink(link) and os.readlink(link) == to:
+            continue
+        os.symlink(to, f"{link}.{os.getpid()}")  # in place at once: a worker finds one
+        os.replace(f"{link}.{os.getpid()}", link)
+    zygote.start_shared(st.root.parent, key, modules, env)
+
+
+def shared_zygote_key(env: dict[str, str], modules: list[str]) -> str:
+    """The key of the home's zygote that preloads ``modules`` in ``env``
+    (:func:`_shared_zygote_env`): launchers that differ in any of these get one each. The v1
+    groups a forked worker's node groups nest under (hybrid hosts) are read from the zygote's
+    own: launchers in other v1 groups get another zygote."""
+    v1 = [str(cgroups.v1_base(c)) for c in ("memory", "cpu")]
+    return hashlib.sha256(json.dumps([sys.executable, modules, sorted(env.items()), v1])
+                          .encode()).hexdigest()[:12]
 
 
 def _shared_zygote_env(st: ClusterState) -> dict[str, str]:

@@ -45,7 +45,8 @@ ready, lock and log files are written through :mod:`rlsim.files`, never through 
 
 Serves until killed: an agent zygote with its cluster's other processes, by its session labels;
 a shared one when the home's last cluster ends (:func:`end_shared`). Imports of rlsim: the
-guard and the safe files (the standard library only) before the fork, the cgroup move after.
+guard, the safe files and the bounded lock (the standard library only) before the fork, the
+cgroup move after.
 """
 
 from __future__ import annotations
@@ -112,15 +113,28 @@ def shared_path(run_dir, key: str) -> str:
     return os.path.join(str(run_dir), f"z-{key}.sock")
 
 
+# How long a new shared zygote may take to listen. It binds before its imports (torch's come
+# after), once Python and the guard are loaded: 0.06-0.18 s measured on two cores under a load
+# of 9.5. Past this it is stuck (stopped, say), holding the lock every other start waits on.
+BIND_S = 30.0
+# How long a start, or the home's end, waits for that lock: past the longest a start holds it,
+# and under the launcher's own bound (a node's ready_timeout_s, 60 s unless set), so that a
+# lock held for ever leaves the workers to start without the zygote, not the launcher killed
+LOCK_WAIT_S = BIND_S + 10.0
+
+
 def start_shared(run_dir, key: str, modules: list[str], env: dict[str, str]) -> str:
     """The shared zygote ``key``'s socket, its server started with ``env`` unless one answers
     there already. Under a lock of its own, held until the new server listens: two clusters
-    starting at once start one. ZygoteRefused when its lock is not a file of this user's."""
+    starting at once start one. ZygoteRefused when its lock is not a file of this user's or
+    stays held past :data:`LOCK_WAIT_S`; TimeoutError, naming its log, when the new server
+    neither listens nor exits within :data:`BIND_S` (it is killed); OSError when its log
+    cannot be made."""
     import subprocess
 
     path = shared_path(run_dir, key)
     stem = os.path.splitext(path)[0]
-    with guard.locked(f"{stem}.lock"):
+    with guard.locked(f"{stem}.lock", LOCK_WAIT_S):
         if answers(path):
             return path
         with contextlib.suppress(FileNotFoundError):  # a dead one's: not ready
@@ -132,11 +146,23 @@ def start_shared(run_dir, key: str, modules: list[str], env: dict[str, str]) -> 
                                      ",".join(modules)], env=env, cwd=str(run_dir),
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     start_new_session=True)
-        # it binds, and writes its pid file, before its imports (a fraction of a second); one
-        # that exits first leaves its workers to start as Ray starts them (none answers)
-        while proc.poll() is None and not answers(path):
-            time.sleep(0.01)
+        _wait_bound(proc, path, f"{stem}.log")
     return path
+
+
+def _wait_bound(proc, path: str, log: str) -> None:
+    """Wait until the zygote ``proc`` listens at ``path`` or exits (its workers then start as
+    Ray starts them: none answers); past :data:`BIND_S`, kill it and raise TimeoutError naming
+    its ``log``."""
+    deadline = time.monotonic() + BIND_S
+    while proc.poll() is None and not answers(path):
+        if time.monotonic() >= deadline:
+            proc.kill()
+            proc.wait()
+            raise TimeoutError(f"the shared zygote (pid {proc.pid}) did not listen at "
+                               f"{guard.brief(path, 200)} within {BIND_S:g} s and was killed; "
+                               f"its log: {guard.brief(log, 200)}")
+        time.sleep(0.01)  # a poll: it says nothing when it binds
 
 
 def end_shared(run_dir) -> list[int]:
@@ -150,10 +176,10 @@ def end_shared(run_dir) -> list[int]:
     for pidfile in sorted(Path(run_dir).glob("z-*.pid")):
         stem = str(pidfile)[:-len(".pid")]
         try:
-            with guard.locked(f"{stem}.lock"):  # not while a launcher starts it
+            with guard.locked(f"{stem}.lock", LOCK_WAIT_S):  # not while a launcher starts it
                 killed += _end_one(stem)
-        except guard.ZygoteRefused:  # a lock no launcher of ours could take: nobody starts it
-            killed += _end_one(stem)
+        except guard.ZygoteRefused:  # a lock no launcher of ours could take or held past any
+            killed += _end_one(stem)  # start's bound: nobody of ours starts it
     procs.wait_gone(killed)  # a zombie counts as gone: its parent (a launcher) is gone too
     return killed
 

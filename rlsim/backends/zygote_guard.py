@@ -16,15 +16,16 @@ root. So only that user may ask, whatever the umask and whatever the folders abo
   forked), and of the one shape the worker set-up sends. A refused request is answered with
   ``{"error": WHY}`` and closed; the client then starts its worker itself.
 - Its lock and log files are opened never through a link, nor as a FIFO (:func:`locked`,
-  :func:`fresh_log`); its pid and ready files are written by :func:`rlsim.files.write_file`.
+  :func:`fresh_log`); its lock is made mode 0600 and waited on with a bound, then refused
+  naming its holder; its pid and ready files are written by :func:`rlsim.files.write_file`.
 
-The standard library and :mod:`rlsim.files` only: imported by the zygote before its fork.
+The standard library, :mod:`rlsim.files` and :mod:`rlsim.host.locks` only: imported by the
+zygote before its fork.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import socket
@@ -33,6 +34,7 @@ import struct
 
 from rlsim.backends.ray_internals.worker_setup import MAX_REQUEST
 from rlsim.files import new_file, shown
+from rlsim.host.locks import Held, hold_exclusive
 
 FOLDER_MODE = 0o700  # the socket's folder: its owner alone may enter
 SOCKET_MODE = 0o600
@@ -43,8 +45,8 @@ FIX = "remove it (the zygote makes it again, mode 700)"
 
 
 class ZygoteRefused(RuntimeError):
-    """The zygote cannot listen safely at a path; the message names the path, what is wrong
-    and the fix."""
+    """The zygote cannot listen safely at a path, or its lock cannot be had; the message names
+    the path, what is wrong and the fix."""
 
 
 class Refused(ValueError):
@@ -130,10 +132,13 @@ def _link(path: str, target: str) -> None:
 
 
 @contextlib.contextmanager
-def locked(path: str):
+def locked(path: str, wait_s: float):
     """Hold an exclusive ``flock`` on the lock file ``path``: created mode 0600 if missing,
     never opened through a link nor as a FIFO (which would block the opener), and used only
-    when it is a regular file of this user's; ZygoteRefused naming it and the fix otherwise."""
+    when it is a regular file of this user's (then made mode 0600: older rlsims made it 0644,
+    and anyone who can open it can hold a shared lock on it); ZygoteRefused naming it and the
+    fix otherwise. Waits ``wait_s`` seconds at most for the lock, never blocking
+    (:func:`rlsim.host.locks.hold_exclusive`), then ZygoteRefused naming its holder."""
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, 0o600)
@@ -146,7 +151,14 @@ def locked(path: str):
             raise ZygoteRefused(f"{shown(path)}, where the zygote locks, is not a file of uid "
                                 f"{os.geteuid()}'s (uid {st.st_uid}, mode "
                                 f"{stat.S_IMODE(st.st_mode):o}): remove it")
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held by a launcher of this user's for a moment
+        os.fchmod(fd, 0o600)  # nobody else opens it from now on
+        try:
+            hold_exclusive(fd, wait_s)
+        except Held as e:
+            raise ZygoteRefused(
+                f"{shown(path)}, the shared zygote's lock, has been held for over {wait_s:g} s "
+                f"by {e.holder}; rlsim holds it only while it starts the zygote. Fix: end that "
+                "process, then retry") from None
         yield
     finally:
         os.close(fd)

@@ -506,3 +506,124 @@ def test_after_the_fuzzing_the_zygote_still_forks(fuzzed):
     live, folder = fuzzed
     assert_forks(live.path, folder)
     assert live.proc.poll() is None
+
+
+# ---- the shared zygote's start: every wait bounded, every failure the plain path ------------
+
+def _in_thread(call) -> tuple[bool, object]:
+    """``call()`` run in a thread given 60 s: (whether it ended, what it returned or raised)."""
+    out: list = []
+
+    def run():
+        try:
+            out.append(call())
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            out.append(e)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    return not thread.is_alive(), out[0] if out else None
+
+
+def test_a_shared_lock_on_an_old_lock_file_is_waited_on_with_a_bound_naming_its_holder(
+        tmp_path, monkeypatch):
+    """Older rlsims made the lock 0644: anyone could open it and hold a shared lock, and the
+    start (and the home's end, under the home's lock) waited for ever. Now it is made 0600,
+    the wait has a bound, and the refusal names the holder."""
+    stem = os.path.splitext(zygote.shared_path(tmp_path, "k"))[0]
+    lock = f"{stem}.lock"
+    os.close(os.open(lock, os.O_CREAT | os.O_WRONLY, 0o644))
+    os.chmod(lock, 0o644)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys\n"
+                               f"fd = os.open({lock!r}, os.O_RDONLY)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_SH)\nprint('held', flush=True)\n"
+                               "sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    monkeypatch.setattr(zygote, "LOCK_WAIT_S", 0.3, raising=False)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        ended, said = _in_thread(lambda: zygote.start_shared(tmp_path, "k", [], dict(os.environ)))
+        assert ended, "start_shared hung on a lock another process holds"
+        assert isinstance(said, zygote_guard.ZygoteRefused), said
+        assert f"by pid {holder.pid} (" in str(said) and "Fix: end that process" in str(said)
+        assert stat.S_IMODE(os.stat(lock).st_mode) == 0o600
+        Path(f"{stem}.pid").write_text("1")  # as the home's end finds it
+        ended, killed = _in_thread(lambda: zygote.end_shared(tmp_path))
+        assert ended and killed == [], killed
+    finally:
+        holder.kill()
+        holder.wait()
+        _kill_started_with(str(tmp_path))  # a zygote a start that waited on had started
+
+
+def _kill_started_with(text: str) -> None:
+    """Kill the processes whose command line holds ``text`` (a test's own, by pid)."""
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            if text.encode() in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), 9)
+
+
+def test_a_zygote_stuck_before_it_listens_is_killed_and_its_log_named(tmp_path, monkeypatch):
+    """A zygote stopped before it binds held the lock for ever, and every start of the home
+    waited on it: now it is killed past its bound, the lock freed."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os, signal\n"
+                                           "os.kill(os.getpid(), signal.SIGSTOP)\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    monkeypatch.setattr(zygote, "BIND_S", 0.5, raising=False)
+    try:
+        ended, said = _in_thread(lambda: zygote.start_shared(tmp_path, "k", [], env))
+        assert ended, "start_shared waited for ever on a zygote that never listens"
+        assert isinstance(said, TimeoutError), said
+        assert str(tmp_path / "z-k.log") in str(said) and "killed" in str(said), said
+        pid = int(str(said).split("(pid ")[1].split(")")[0])
+        assert not os.path.exists(f"/proc/{pid}")  # killed and reaped
+        with zygote_guard.locked(str(tmp_path / "z-k.lock"), 0):
+            pass  # free at once
+    finally:
+        _kill_started_with(str(tmp_path))
+
+
+def test_a_zygote_that_cannot_start_leaves_the_workers_to_start_without_it(tmp_path,
+                                                                           monkeypatch, capsys):
+    """A log it cannot move aside (a folder at .log.1): the launcher says so in a line and goes
+    on (the workers start as Ray starts them); it died with a traceback."""
+    from types import SimpleNamespace
+
+    from rlsim.backends import node_start
+    from rlsim.backends.ray_internals.worker_setup import ZYGOTE_VAR
+
+    monkeypatch.delenv(ZYGOTE_VAR, raising=False)
+    (tmp_path / "zygote.log").write_text("the last zygote's")
+    (tmp_path / "zygote.log.1").mkdir()
+    st = SimpleNamespace(root=tmp_path, spec=SimpleNamespace(name="c"))
+    node_start._start_zygote(st, "zygote", ZYGOTE_VAR, ["colorsys"])
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and said[0].startswith("rlsim: no zygote for cluster 'c'"), said
+    assert "zygote.log" in said[0]
+    assert not zygote.answers(os.environ[ZYGOTE_VAR])  # the plain path: none answers
+
+
+def test_a_shared_zygote_refused_leaves_the_workers_to_start_without_it(tmp_path, monkeypatch,
+                                                                        capsys):
+    """The home's zygote refused (a link at its lock): one line, and the launcher goes on."""
+    from rlsim.backends import node_start
+    from rlsim.backends.ray_internals.worker_setup import ZYGOTE_VAR
+    from rlsim.host import state
+    from rlsim.host.spec import ClusterSpec
+
+    monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(ZYGOTE_VAR, "")  # restored after: the launcher sets it
+    st = state.reserve(ClusterSpec(name="c"), "local", detached=False)
+    st.root.mkdir(parents=True, exist_ok=True)
+    key = node_start.shared_zygote_key(node_start._shared_zygote_env(st), ["colorsys"])
+    stem = os.path.splitext(zygote.shared_path(st.root.parent, key))[0]
+    Path(f"{stem}.lock").symlink_to(tmp_path / "elsewhere")
+    node_start._start_zygote(st, "zygote", ZYGOTE_VAR, ["colorsys"], shared=True)
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and "no zygote for cluster 'c'" in said[0], said
+    assert "zygote's lock" in said[0] and "remove it" in said[0], said
+    assert not zygote.answers(os.environ[ZYGOTE_VAR])
+    assert not (tmp_path / "elsewhere").exists()
