@@ -326,9 +326,9 @@ def test_an_actor_not_placed_yet_is_on_no_node():
 
 
 def test_the_gcs_reader_reads_held_tasks_from_the_gcss_task_events():
-    """The GCS's reply, as Ray's protobufs: a running task and a leased one count; a finished
-    one, an actor's method and a task not yet given a node do not. The request asks the GCS for
-    the tasks neither finished nor failed."""
+    """The GCS's reply, as Ray's protobufs: a running task and a leased one count, a task
+    waiting for a node is listed on none; a finished one and an actor's method are not. The
+    request asks the GCS for the tasks neither finished nor failed."""
     pytest.importorskip("ray")
     from ray.core.generated import common_pb2, gcs_pb2
     from ray.core.generated import gcs_service_pb2 as rpc
@@ -356,7 +356,8 @@ def test_the_gcs_reader_reads_held_tasks_from_the_gcss_task_events():
     got = reader.held_tasks()
     assert [(t["name"], t["state"], t["pid"], t["job"], t["node_id"]) for t in got] == [
         ("running", "RUNNING", 9, "01000000", "02" * 28),
-        ("leased", "SUBMITTED_TO_WORKER", 9, "01000000", "02" * 28)]
+        ("leased", "SUBMITTED_TO_WORKER", 9, "01000000", "02" * 28),
+        ("waiting", "PENDING_NODE_ASSIGNMENT", 9, "01000000", "")]  # on no node: unplaced
     method, request = asked[0]
     assert method == gcs_module.TASK_EVENTS_METHOD and request.filters.exclude_driver
     assert sorted((f.state, f.predicate) for f in request.filters.state_filters) == [

@@ -32,6 +32,9 @@ RAY_OWN_NAMESPACES = ("_ray_internal", "SUPERVISOR_ACTOR_RAY_NAMESPACE")
 HELD_TASK_STATES = frozenset({"SUBMITTED_TO_WORKER", "PENDING_ARGS_FETCH",
                               "PENDING_OBJ_STORE_MEM_AVAIL", "GETTING_AND_PINNING_ARGS",
                               "RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT"})
+# A plain task's states while it waits for a node (a retry of one whose node died, one whose
+# resources no node has): listed on no node, what a stalled trainer may be waiting on
+WAITING_TASK_STATES = frozenset({"PENDING_NODE_ASSIGNMENT", "PENDING_ARGS_AVAIL"})
 TASK_EVENTS_LIMIT = 10_000  # the GCS keeps up to 100,000 by default; the held ones are few
 TASK_EVENTS_TIMEOUT_S = 2.0  # inside the nemesis's 3 s bound on a fault's reach
 
@@ -162,7 +165,8 @@ class GcsReader:
 
     def held_tasks(self) -> list[dict] | None:
         """The plain tasks (not actors' methods, not drivers) that hold a worker of a node now,
-        leased there or running (:data:`HELD_TASK_STATES`), from the GCS's task events, as
+        leased there or running (:data:`HELD_TASK_STATES`), and those waiting for a node
+        (:data:`WAITING_TASK_STATES`, ``node_id`` empty), from the GCS's task events, as
         ``{"name", "job", "node_id", "pid", "state", "attempt"}``. Workers report their events
         about once a second, so a task leased in the last second may not be listed yet. None
         where this Ray cannot say (trainer_reach)."""
@@ -186,13 +190,15 @@ class GcsReader:
         found = []
         for t in reply.events_by_task:
             update: gcs_pb2.TaskStateUpdate = t.state_updates
-            if t.task_info.type != normal or not update.node_id or not update.state_ts_ns:
+            if t.task_info.type != normal or not update.state_ts_ns:
                 continue
             state = common_pb2.TaskStatus.Name(max(update.state_ts_ns.items(),
                                                    key=lambda kv: kv[1])[0])
-            if state in HELD_TASK_STATES:
+            held = state in HELD_TASK_STATES and update.node_id
+            if held or state in WAITING_TASK_STATES:
                 found.append({"name": t.task_info.name or t.task_info.func_or_class_name,
-                              "job": t.job_id.hex(), "node_id": update.node_id.hex(),
+                              "job": t.job_id.hex(),
+                              "node_id": update.node_id.hex() if held else "",
                               "pid": update.worker_pid or None, "state": state,
                               "attempt": t.attempt_number})
         return found
