@@ -94,9 +94,11 @@ def _stale_body() -> str:
     return json.dumps({"pid": int(gone), "started": 1, "session": "s"})
 
 
-def _free_slot() -> int:
-    """A slot where nothing listens on this machine now."""
-    return next(s for s in range(MAX_SLOTS) if not slots.listeners_in(s))
+def _free_slot(highest: bool = False) -> int:
+    """A slot where nothing listens on this machine now; ``highest``: the last such, the one
+    the clusters other tests start meanwhile take last (they take the lowest free)."""
+    order = range(MAX_SLOTS - 1, -1, -1) if highest else range(MAX_SLOTS)
+    return next(s for s in order if not slots.listeners_in(s))
 
 
 def _sessions(held: dict) -> dict[int, str]:
@@ -345,7 +347,9 @@ def test_claims_another_user_forges_hold_nothing_and_are_never_removed(claims):
 def test_another_users_live_claim_names_them_and_the_refusal_is_one_line(
         claims, tmp_path, monkeypatch):
     monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "home"))
-    slot = _free_slot()
+    # a cluster another test starts in the slot meanwhile would be named instead of the claim
+    # (a gate saw 'something listening: 127.77.0.10:20000' in slot 0)
+    slot = _free_slot(highest=True)
     slots.claims_dir()
     with as_other(lambda: slots.claim(slot, "theirs-0000dddd", os.getpid())):
         with slots.lock():
