@@ -223,6 +223,10 @@ def stalled_said(e: dict) -> str:
              "ended"]
     if e.get("unread"):
         words.append(f"what it waits on could not be read ({e['unread']})")
+    if e.get("died"):
+        words.append(f"its actors that died since: {e['died']}")
+    if e.get("alive"):
+        words.append(f"alive and waiting: {e['alive']}")
     if e.get("on_dead_nodes"):
         words.append(f"Ray still held of it on dead nodes: {e['on_dead_nodes']}")
     if e.get("unplaced"):

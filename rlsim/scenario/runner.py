@@ -27,6 +27,7 @@ from rlsim.backends.base import ClusterStartError, HoldsGpuMemory, StartsCluster
 from rlsim.checks import CHECKS
 from rlsim.events import ATTEMPT_VAR, HOLD_VAR, RUN_DIR_VAR
 from rlsim.faults import FAULTS, FaultContext
+from rlsim.faults.footprint import where as said_where
 from rlsim.files import new_file, read_file, write_file
 from rlsim.history import MAX_HISTORY, Outcome, Recorder
 from rlsim.host.spec import ClusterSpec
@@ -489,10 +490,13 @@ def _stalled(silent: float, nemesis: Nemesis, log: Recorder, output: Path) -> No
                  and e.get("disruptive") and not e.get("remedy")), {})
     text = read_file(output, MAX_HISTORY).decode(errors="replace") if output.exists() else ""
     lines = [line[:300] for line in text.splitlines() if line.strip()][-8:]
+    died = [{"kind": "actor", "class": e.get("class"), "node": e.get("node")}
+            for e in log.outcome.timeline if e["type"] == "ray_actor_died"
+            and e.get("ts", 0) >= last.get("ts", 0)]
     log.emit("trainer_stalled", seconds=round(silent, 1),
              bound_s=log.outcome.scenario.trainer.progress_watchdog_s,
              fault=f"{last.get('fault', '?')} (faults[{last.get('index', '?')}])",
-             last_lines=lines, **nemesis.waits_on())
+             last_lines=lines, died=said_where(died), **nemesis.waits_on())
 
 
 def config_refusal(outcome: Outcome) -> dict | None:

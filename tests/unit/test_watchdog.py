@@ -78,12 +78,15 @@ def test_completes_names_the_stall_and_what_it_waits_on():
                "bound_s": 45, "fault": "restart_node (faults[0])",
                "last_lines": ["step 3", "pending: 0, running: 2, finished: 0, failure: 6"],
                "down": {"1": "restart_node (faults[0])"},
-               "on_dead_nodes": "node 1 (vLLMHttpServer x2)", "unplaced": None}
+               "on_dead_nodes": "node 1 (vLLMHttpServer x2)", "unplaced": None,
+               "died": "node 1 (AgentLoopWorkerTQ, WorkerDict x2)",
+               "alive": "node 0 (TaskRunnerV1)"}
     o = Outcome(SimpleNamespace(name="s"), Path("."), [stalled], returncode=-9)
     v = completes(o, Completes())
     assert not v.ok
     assert v.message == (
         "the trainer stalled after restart_node (faults[0]): no progress for 45.3 s "
-        "(trainer.progress_watchdog_s: 45), so the run was ended; Ray still held of it on dead "
-        "nodes: node 1 (vLLMHttpServer x2); its last line: pending: 0, running: 2, finished: 0, "
-        "failure: 6"), v.message
+        "(trainer.progress_watchdog_s: 45), so the run was ended; its actors that died since: "
+        "node 1 (AgentLoopWorkerTQ, WorkerDict x2); alive and waiting: node 0 (TaskRunnerV1); "
+        "Ray still held of it on dead nodes: node 1 (vLLMHttpServer x2); its last line: "
+        "pending: 0, running: 2, finished: 0, failure: 6"), v.message
