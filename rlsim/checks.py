@@ -37,7 +37,7 @@ from rlsim.fields import (
     regex,
     search,
 )
-from rlsim.files import Damaged, read_file, read_json_lines, shown
+from rlsim.files import Damaged, read_file, read_json_lines, shown, why_not_read
 from rlsim.history import HARNESS_EVENTS, MAX_HISTORY, Outcome, is_number, read_events
 from rlsim.registry import Registry
 from rlsim.result import Verdict
@@ -644,9 +644,8 @@ def _safetensors(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
         body = data[8 + size:]
         return {name: _tensor(t, body) for name, t in header.items() if name != "__metadata__"}
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as e:
-        why = "nested too deep" if isinstance(e, RecursionError) else str(e)[:120]
-        raise ValueError(f"{shown(path)} is not a safetensors file ({why}): the weights cannot "
-                         "be compared") from None
+        raise ValueError(f"{shown(path)} is not a safetensors file ({why_not_read(e)}): the "
+                         "weights cannot be compared") from None
 
 
 MAX_WEIGHTS = 1 << 30  # a final export read whole (as the twins' store keeps it)

@@ -140,7 +140,7 @@ def read_json(path: str | Path, limit: int = MAX_READ, follow: bool = False):
     try:
         return json.loads(raw)
     except (ValueError, RecursionError) as e:
-        raise Damaged(f"{shown(path)} is not JSON ({_why(e)})") from None
+        raise Damaged(f"{shown(path)} is not JSON ({why_not_read(e)})") from None
 
 
 def read_json_lines(path: str | Path, limit: int = MAX_READ) -> tuple[list, bool]:
@@ -160,7 +160,7 @@ def read_json_lines(path: str | Path, limit: int = MAX_READ) -> tuple[list, bool
             if n == len(lines):  # the text after the last newline: a line never finished
                 torn = True
                 continue
-            raise Damaged(f"{shown(path)} line {n} is not JSON ({_why(e)})") from None
+            raise Damaged(f"{shown(path)} line {n} is not JSON ({why_not_read(e)})") from None
     return values, torn
 
 
@@ -220,7 +220,9 @@ def shown(path: str | Path) -> str:
         c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _why(e: Exception) -> str:
+def why_not_read(e: Exception) -> str:
+    """What a parser's error says of a record, in a few words: a RecursionError (JSON nested
+    past what the parser goes) as "nested too deep", else its message, cut short."""
     return "nested too deep" if isinstance(e, RecursionError) else str(e)[:120]
 
 

@@ -19,7 +19,7 @@ from xml.etree import ElementTree as ET
 from pydantic import BaseModel, ValidationError
 
 from rlsim.checks import FIGURES
-from rlsim.files import FileRefused, read_file, shown, write_file
+from rlsim.files import FileRefused, read_file, shown, why_not_read, write_file
 from rlsim.result import ScenarioResult, figure_text, read_results
 
 
@@ -69,8 +69,7 @@ def _doctor(path: Path) -> tuple[_Record | None, str, bool]:
     except ValidationError as e:  # before ValueError, of which it is one
         return None, f"{shown(path)} is damaged: {_first_error(e)}", True
     except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested past any record
-        what = "nested too deep" if isinstance(e, RecursionError) else str(e)[:200]
-        return None, f"{shown(path)} is damaged: not JSON ({what})", True
+        return None, f"{shown(path)} is damaged: not JSON ({why_not_read(e)})", True
     except OSError as e:  # FileRefused (a link, a FIFO, a folder, too large) names the path
         why = str(e) if isinstance(e, FileRefused) else f"{shown(path)}: {e.strerror}"
         return None, f"damaged: {why}", True
