@@ -333,17 +333,15 @@ def _start_zygote(st: ClusterState, name: str, var: str, modules: list[str],
 
 def _start_shared_zygote(st: ClusterState, path: str, modules: list[str]) -> None:
     """Start (or find) the home's zygote for ``modules`` and link ``path`` to it."""
-    from rlsim.backends import zygote
+    from rlsim.backends import zygote, zygote_guard
 
     env = _shared_zygote_env(st)
     key = shared_zygote_key(env, modules)
     env[procs.ZYGOTE_HOME_VAR] = home_id()
     target = zygote.shared_path(st.root.parent, key)
     for link, to in ((path, target), (zygote.ready_path(path), zygote.ready_path(target))):
-        if os.path.islink(link) and os.readlink(link) == to:
-            continue
-        os.symlink(to, f"{link}.{os.getpid()}")  # in place at once: a worker finds one
-        os.replace(f"{link}.{os.getpid()}", link)
+        if not (os.path.islink(link) and os.readlink(link) == to):
+            zygote_guard.link(link, to)  # in place at once: a worker finds one
     zygote.start_shared(st.root.parent, key, modules, env)
 
 

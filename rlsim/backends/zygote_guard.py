@@ -82,7 +82,7 @@ def listen_private(path: str, backlog: int = 64) -> socket.socket:
         os.close(fd)
     listener.listen(backlog)
     try:
-        _link(path, os.path.join(os.path.basename(folder), SOCKET_NAME))
+        link(path, os.path.join(os.path.basename(folder), SOCKET_NAME))
     except BaseException:
         listener.close()
         raise
@@ -117,7 +117,7 @@ def _private_folder(folder: str) -> int:
     return fd
 
 
-def _link(path: str, target: str) -> None:
+def link(path: str, target: str) -> None:
     """``path`` made a link to ``target`` at once (a new link renamed over it)."""
     new = f"{path}.{os.getpid()}.new"
     with contextlib.suppress(FileNotFoundError):
