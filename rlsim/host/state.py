@@ -57,6 +57,9 @@ class ClusterState(BaseModel):
                                       "machine restored from a snapshot); None in states written "
                                       "before it was recorded")
     detached: bool = False
+    origin: str = Field("", max_length=400, description="what started it: the pytest test when "
+                        "one did (PYTEST_CURRENT_TEST), else the command line; said when it is "
+                        "found abandoned")
     created: float = Field(default_factory=time.time)
     cgroups: bool = Field(False, description="node i lives in cgroup "
                           "rlsim/<home id>.<session>/n<i>")
@@ -329,6 +332,7 @@ def reserve(spec: ClusterSpec, backend: str, detached: bool) -> ClusterState:
             owner_pid=os.getpid(),
             owner_started=slots.start_time(os.getpid()),
             detached=detached,
+            origin=_origin(),
         )
         run_dir()
         for slot in state.layout.slots:
@@ -339,6 +343,14 @@ def reserve(spec: ClusterSpec, backend: str, detached: bool) -> ClusterState:
             slots.release(state.session)
             raise
         return state
+
+
+def _origin() -> str:
+    """What is starting a cluster now, for :attr:`ClusterState.origin`."""
+    import sys
+
+    test = os.environ.get("PYTEST_CURRENT_TEST")
+    return (f"pytest {test}" if test else " ".join(sys.argv))[:400]
 
 
 def abandoned() -> list[ClusterState]:
