@@ -151,7 +151,7 @@ def test_making_the_folder_never_touches_the_umask(claims, monkeypatch):
     slots.claims_dir()  # made here
     with slots.lock():
         slots.busy()
-        slots.claim(_free_slot(), "mine-0000bbbb", os.getpid())
+        slots.claim(_free_slot(highest=True), "mine-0000bbbb", os.getpid())
     slots.release("mine-0000bbbb")
     assert set_to == []
     assert stat.S_IMODE(os.stat(claims).st_mode) == 0o1777
@@ -207,7 +207,7 @@ def _swap_on_first_call(monkeypatch, claims: Path, victim: Path) -> None:
 
 def test_a_swap_of_the_folder_mid_pick_deletes_nothing_where_the_link_points(
         claims, tmp_path, monkeypatch):
-    slot = _free_slot()
+    slot = _free_slot(highest=True)
     name = f"{slot}.{os.geteuid()}.gone-0000aaaa"
     slots.claims_dir()
     (claims / name).write_text(_stale_body())
@@ -228,7 +228,7 @@ def test_a_swap_of_the_folder_mid_claim_creates_nothing_where_the_link_points(
     victim.mkdir()
     _swap_on_first_call(monkeypatch, claims, victim)
     with contextlib.suppress(slots.SlotError):  # refused, or made in the folder it opened
-        slots.claim(_free_slot(), "c-0000aaaa", os.getpid())
+        slots.claim(_free_slot(highest=True), "c-0000aaaa", os.getpid())
     assert list(victim.iterdir()) == []
 
 
@@ -247,7 +247,7 @@ HOSTILE = {
 
 @pytest.mark.parametrize("body", HOSTILE.values(), ids=HOSTILE.keys())
 def test_any_claim_content_is_stale_never_a_traceback(claims, body):
-    slot = _free_slot()
+    slot = _free_slot(highest=True)
     path = slots.claims_dir() / f"{slot}.{os.geteuid()}.bad-0000aaaa"
     path.write_bytes(body if isinstance(body, bytes) else body.encode())
     with slots.lock():
@@ -257,7 +257,7 @@ def test_any_claim_content_is_stale_never_a_traceback(claims, body):
 
 @pytest.mark.parametrize("plant", ["folder", "fifo", "link", "odd name"])
 def test_any_claim_entry_is_passed_over_never_a_traceback(claims, tmp_path, plant):
-    slot = _free_slot()
+    slot = _free_slot(highest=True)
     path = slots.claims_dir() / f"{slot}.{os.geteuid()}.odd-0000aaaa"
     if plant == "folder":
         path.mkdir()
@@ -364,7 +364,7 @@ def test_another_users_live_claim_names_them_and_the_refusal_is_one_line(
 
 @needs_root
 def test_another_users_stale_claims_are_read_a_few_a_slot(claims, monkeypatch):
-    slot = _free_slot()
+    slot = _free_slot(highest=True)
     d = slots.claims_dir()
     body = _stale_body()
     for i in range(3 * slots.FOREIGN_READS):
@@ -418,7 +418,7 @@ def test_fuzz_whatever_is_planted_a_pick_holds_nothing_and_touches_nothing_outsi
         with slots.lock():
             assert _sessions(slots.busy()) == {}
         slots.release("f-0000aaaa")
-        slot = _free_slot()
+        slot = _free_slot(highest=True)
         slots.claim(slot, "mine-0000aaaa", os.getpid())
         with slots.lock():
             assert _sessions(slots.busy()) == {
