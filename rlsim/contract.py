@@ -2,7 +2,8 @@
 the event types by which a trainer says it noticed a fault.
 
 The standard library only. The reference trainer imports this module (and :mod:`rlsim.events`,
-:mod:`rlsim.reach`), as a trainer of your own may; it imports nothing else of rlsim. rlsim's
+:mod:`rlsim.reach`, :mod:`rlsim.standin.gloo`), as a trainer of your own may; it imports nothing
+else of rlsim. rlsim's
 backends import nothing of the trainer at all: a backend hosts any workload.
 """
 
@@ -20,6 +21,11 @@ GPU_LOST_FILE = "faults/gpus_lost.json"
 # its GPUs as the CPU there, even on a host with real GPUs, whose ordinals Ray's numbering of the
 # fake ones would otherwise reach. Nodes given real devices (``cluster.cuda_devices``) lack it.
 FAKE_GPUS_VAR = "RLSIM_FAKE_GPUS"
+
+# Set (to 1) beside FAKE_GPUS_VAR where the node has rlsim's device stand-in (cluster.cuda_standin,
+# rlsim.standin): torch there sees the fake GPUs as CUDA devices whose memory is the host's, so a
+# trainer may place its tensors on ``cuda`` as on a real GPU node.
+STANDIN_VAR = "RLSIM_CUDA_STANDIN"
 
 
 

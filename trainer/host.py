@@ -33,7 +33,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from rlsim.contract import FAKE_GPUS_VAR, GPU_LOST_FILE, distinct_devices
+from rlsim.contract import FAKE_GPUS_VAR, GPU_LOST_FILE, STANDIN_VAR, distinct_devices
+from rlsim.standin.gloo import bound_to as _gloo_bound_to
 from trainer import memory
 from trainer.checkpoint import listing as ckpt_listing
 from trainer.config import TrainerConfig
@@ -72,8 +73,11 @@ def _gpu_ids() -> str:
 def _device() -> torch.device:
     """This worker's device: its GPU where Ray gave it a real one (always local index 0, as Ray
     sets the worker's own CUDA_VISIBLE_DEVICES), else the CPU standing for a fake GPU (also on
-    a host with real GPUs, where the node says its GPUs are fake: FAKE_GPUS_VAR)."""
-    real = torch.cuda.is_available() and os.environ.get(FAKE_GPUS_VAR) != "1"
+    a host with real GPUs, where the node says its GPUs are fake: FAKE_GPUS_VAR). Where the
+    node has rlsim's device stand-in (STANDIN_VAR), the fake GPU is a CUDA device whose memory
+    is the host's: the same numbers as the CPU, reached through torch's CUDA paths."""
+    standin = os.environ.get(STANDIN_VAR) == "1"
+    real = torch.cuda.is_available() and (os.environ.get(FAKE_GPUS_VAR) != "1" or standin)
     return torch.device("cuda", 0) if real else torch.device("cpu")
 
 
@@ -102,39 +106,6 @@ def choose_backend(devices: list[str]) -> tuple[str, str]:
                             "on one device")
         seen[d] = rank
     return "nccl", "every rank on a GPU of its own"
-
-
-@contextlib.contextmanager
-def _gloo_bound_to(ip: str):
-    """Make ``init_process_group('gloo')`` bind its device to ``ip`` instead of the hostname's
-    address (torch exposes no argument for it; GLOO_SOCKET_IFNAME only takes an interface)."""
-    from torch.distributed import distributed_c10d as c10d
-
-    real = c10d.ProcessGroupGloo
-
-    class _Bound(type):  # called like the class; isinstance() still sees the real class
-        def __call__(cls, store, rank, size, timeout, **options):
-            # torch passes more options as it grows (2.14: enable_reconfigure); each is a field
-            # of the options object, and one that is not fails here rather than being dropped
-            opts = real._Options()
-            opts._timeout = timeout
-            for name, value in options.items():
-                if not hasattr(opts, name):
-                    raise TypeError(f"ProcessGroupGloo option {name!r}: torch "
-                                    f"{torch.__version__}'s gloo options have no such field")
-                setattr(opts, name, value)
-            opts._devices = [real.create_device(hostname=ip)]
-            return real(store, rank, size, opts)
-
-        def __instancecheck__(cls, obj) -> bool:
-            return isinstance(obj, real)
-
-    bound = _Bound("ProcessGroupGloo", (), {})
-    c10d.ProcessGroupGloo = bound
-    try:
-        yield
-    finally:
-        c10d.ProcessGroupGloo = real
 
 
 def _record_crashes(run_dir: str):
@@ -308,7 +279,7 @@ class Host:
 
     def check_memory(self) -> None:
         """The fake-GPU ledger for this worker's GPUs (real GPUs raise real CUDA OOMs)."""
-        if torch.cuda.is_available():
+        if os.environ.get(FAKE_GPUS_VAR) != "1":
             return
         reserve = (self.cfg.memory.reserve_gb + memory.external_reserve_gb(
             self.cfg.run_dir, self.ip)) * memory.GIB

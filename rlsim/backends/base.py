@@ -90,6 +90,20 @@ def needs_containers(shape: ClusterShape, node_local: bool,
     return None
 
 
+def standin_refusal(shape: ClusterShape, local: bool) -> Unsupported | None:
+    """Why the device stand-in (``cuda_standin``) cannot run here: only the local backend's
+    nodes start with it, and never where a real GPU is visible."""
+    if not getattr(shape, "cuda_standin", False):
+        return None
+    if not local:
+        return Unsupported("cluster.cuda_standin (torch sees the fake GPUs as CUDA devices) runs "
+                           "on --backend local: only its nodes start with the stand-in")
+    from rlsim.standin import real_gpu_problem
+
+    problem = real_gpu_problem()
+    return Unsupported(f"cluster.cuda_standin: {problem}") if problem else None
+
+
 @runtime_checkable
 class Backend(Protocol):
     """A running cluster: what the runner, the doctor and every fault may use on any backend.

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from rlsim.backends import ray_internals
-from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported
+from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, standin_refusal
 from rlsim.backends.docker_engine import (
     LABEL,
     docker_client,
@@ -136,6 +136,8 @@ class DockerCluster(StartedCluster):
 
     @classmethod
     def refusal(cls, shape: ClusterShape, node_local: bool) -> Unsupported | None:
+        if refused := standin_refusal(shape, False):
+            return refused
         if shape.gcs_ft != "none":
             return Unsupported("cluster.gcs_ft (a Redis-backed GCS the head restarts from) runs "
                                "on --backend local")

@@ -18,7 +18,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rlsim.backends import redis_store
-from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, needs_containers
+from rlsim.backends.base import (
+    ClusterStartError,
+    NodeInfo,
+    Unsupported,
+    needs_containers,
+    standin_refusal,
+)
 from rlsim.backends.disks_here import DisksHere
 from rlsim.backends.node_verbs import NodeVerbs
 from rlsim.backends.ray_state import alive_nodes, by_address
@@ -82,6 +88,8 @@ class LocalCluster(NodeVerbs, DisksHere, StartedCluster):
 
     @classmethod
     def refusal(cls, shape: ClusterShape, node_local: bool) -> Unsupported | None:
+        if refused := standin_refusal(shape, True):
+            return refused
         if refused := needs_containers(shape, node_local):
             return refused
         if shape.gcs_ft == "redis" and (problem := redis_store.problem()):

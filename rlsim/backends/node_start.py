@@ -24,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+from rlsim import standin
 from rlsim.backends import ray_internals as ri
 from rlsim.backends import redis_store
 from rlsim.backends.ray_internals import launch
@@ -132,6 +133,23 @@ def gpu_env(cuda_devices: str | None, gpus: int) -> dict[str, str]:
     return {FAKE_GPUS_VAR: "1"}
 
 
+def _standin_env(st: ClusterState, index: int, gpus: int, shape, addresses) -> None:
+    """Set (or clear) in this launcher's environment what node ``index``'s processes need for the
+    device stand-in (:mod:`rlsim.standin`): only on a node whose GPUs are fake, of a cluster that
+    asked for it."""
+    clean = standin.without(dict(os.environ))
+    for key in (*standin.NODE_VARS, "PYTHONPATH"):
+        os.environ.pop(key, None)
+    if "PYTHONPATH" in clean:
+        os.environ["PYTHONPATH"] = clean["PYTHONPATH"]
+    if st.spec.cuda_standin and gpus and not shape.cuda_devices:
+        ledger = st.root / standin.LEDGER_DIR
+        ledger.mkdir(exist_ok=True)
+        address = addresses[index] if addresses else st.layout.nodes[index].address
+        os.environ.update(standin.node_env(gpus, shape.gpu_memory_gb, shape.accelerator,
+                                           address, ledger, clean.get("PYTHONPATH")))
+
+
 # Ray's Node() reads this process's environment and its processes are born in this process's
 # cgroups: one node at a time may be set up and spawned. A node start holds the lock except while
 # it waits for its raylet to register, most of a node's start (the raylet waits for its two
@@ -153,7 +171,9 @@ def start_node(st: ClusterState, index: int, addresses: list[str] | None = None)
         # the host that happens to have the ordinal Ray gives them
         os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         os.environ.pop(FAKE_GPUS_VAR, None)
-        os.environ.update(gpu_env(shape.cuda_devices, st.gpus_left.get(index, shape.gpus)))
+        gpus = st.gpus_left.get(index, shape.gpus)
+        os.environ.update(gpu_env(shape.cuda_devices, gpus))
+        _standin_env(st, index, gpus, shape, addresses)
         if st.cgroups:
             cgroups.NodeGroup(st.session, index).enter()
         st.node_dir(index).mkdir(parents=True, exist_ok=True)
@@ -362,7 +382,10 @@ def _shared_zygote_env(st: ClusterState) -> dict[str, str]:
     set otherwise gets a zygote of its own."""
     own = {procs.SESSION_VAR, procs.HOME_VAR, procs.NODE_VAR, ZYGOTE_VAR, AGENT_ZYGOTE_VAR,
            *cluster_env(st)} - {"PATH"}
-    return {k: v for k, v in os.environ.items() if k not in own and not k.startswith("PYTEST_")}
+    # the device stand-in is put in force in each worker it forks (rlsim.standin.activate),
+    # never in the zygote: clusters with and without it share one
+    return standin.without({k: v for k, v in os.environ.items()
+                            if k not in own and not k.startswith("PYTEST_")})
 
 
 if __name__ == "__main__":

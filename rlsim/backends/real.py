@@ -43,6 +43,7 @@ from rlsim.backends.base import (
     NodeInfo,
     Unsupported,
     needs_containers,
+    standin_refusal,
 )
 from rlsim.contract import HEAD_RESOURCE, distinct_devices
 from rlsim.host.spec import ClusterShape, ClusterSpec
@@ -374,6 +375,8 @@ class RealCluster:
 
     @classmethod
     def refusal(cls, shape: ClusterShape, node_local: bool) -> Unsupported | None:
+        if refused := standin_refusal(shape, False):
+            return refused
         if refused := needs_containers(shape, node_local):
             return refused
         if shape.gcs_ft != "none":

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from rlsim import standin
 from rlsim.backends import ray_internals, ray_state
 from rlsim.backends.base import PROBE_MODULE, ClusterStartError, NodeInfo
 from rlsim.backends.reaper import reap_abandoned
@@ -31,6 +32,7 @@ from rlsim.host.links import LinkShape
 from rlsim.host.spec import ClusterSpec
 from rlsim.host.state import ClusterState
 from rlsim.host.talk import Talk
+from rlsim.standin.ledger import RESERVE_NAME
 
 PROBE_TIMEOUT_S = 60  # one doctor phase on one node: its answer, or the node is a finding
 
@@ -127,8 +129,18 @@ class StartedCluster:
         return f"{self.addresses[0]}:{self._st.layout.gcs_port}"
 
     def driver_env(self) -> dict[str, str]:
-        """What a driver needs in its environment to join this cluster."""
-        return {"RAY_ADDRESS": self.address, **ray_internals.connect_env(str(auth_token_path()))}
+        """What a driver needs in its environment to join this cluster (and, where the cluster
+        has the device stand-in, to see the head's fake GPUs as CUDA devices, as a driver on a
+        real head node sees its GPUs)."""
+        env = {"RAY_ADDRESS": self.address, **ray_internals.connect_env(str(auth_token_path()))}
+        head = self._st.spec.node_shapes()[0]
+        gpus = self._st.gpus_left.get(0, head.gpus)
+        if self._st.spec.cuda_standin and gpus and not head.cuda_devices:
+            env.update(standin.node_env(gpus, head.gpu_memory_gb, head.accelerator,
+                                        self._st.layout.nodes[0].address,
+                                        self._st.root / standin.LEDGER_DIR,
+                                        standin.without(dict(os.environ)).get("PYTHONPATH")))
+        return env
 
     def connect_hints(self) -> list[str]:
         """Lines ``rlsim cluster`` prints beside the connection settings: an unauthenticated
@@ -492,12 +504,28 @@ class StartedCluster:
         table = json.loads(read_file(path)) if path.exists() else {}
         table[address] = table.get(address, 0.0) + gb
         write_file(path, json.dumps(table))
+        self._standin_reserve(address, table[address])
         return [{"gpu": g, "gb": gb} for g in range(self._st.spec.node_shapes()[index].gpus)]
+
+    def _standin_reserve(self, address: str, gb: float | None) -> None:
+        """What a fault holds on the node at ``address`` (None: nothing), where the device
+        stand-in's processes read it (:mod:`rlsim.standin.ledger`)."""
+        if not self._st.spec.cuda_standin:
+            return
+        path = self._st.root / standin.LEDGER_DIR / RESERVE_NAME
+        table = json.loads(read_file(path)) if path.exists() else {}
+        if gb is None:
+            table.pop(address, None)
+        else:
+            table[address] = gb
+        path.parent.mkdir(exist_ok=True)
+        write_file(path, json.dumps(table))
 
     def release_gpu(self, index: int, run_dir: Path) -> int:
         """Give back every GiB held on node ``index``; how many GPUs had some. Safe twice."""
         path = run_dir / RESERVE_FILE
         table = json.loads(read_file(path)) if path.exists() else {}
+        self._standin_reserve(self.nodes()[index].address, None)
         if table.pop(self.nodes()[index].address, None) is None:
             return 0
         if table:

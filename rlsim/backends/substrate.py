@@ -39,6 +39,7 @@ from rlsim.backends.base import (
     NodeInfo,
     Unsupported,
     needs_containers,
+    standin_refusal,
 )
 from rlsim.backends.disks_here import DisksHere
 from rlsim.backends.node_start import ADDRESSES_VAR
@@ -76,6 +77,8 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
 
     @classmethod
     def refusal(cls, shape, node_local: bool) -> Unsupported | None:
+        if refused := standin_refusal(shape, False):
+            return refused
         return needs_containers(shape, node_local, "a substrate's nodes are processes on its "
                                 "machines; fix: drop cluster.on")
 

@@ -245,6 +245,9 @@ def _become_worker(request: dict, fds: list[int]) -> None:
             os.close(fd)
         os.environ.clear()
         os.environ.update(env)
+        if env.get("RLSIM_CUDA_STANDIN") == "1":  # a stand-in node's worker (rlsim.standin)
+            from rlsim.standin import activate
+            activate(env)
         os.chdir(request["cwd"])
         unbuffered, module, args = _python_options(request["argv"])
         if unbuffered:

@@ -89,7 +89,7 @@ _CLUSTER_OPTIONS = {"name": "--name", "nodes": "--nodes", "gpus_per_node": "--fa
                     "memory_gb": "--memory-gb", "accelerator": "--accelerator",
                     "resources": "--resources", "labels": "--label", "like": "--like",
                     "node": "--node", "ready_timeout_s": "--ready-timeout",
-                    "cuda_devices": "--cuda-devices"}
+                    "cuda_devices": "--cuda-devices", "cuda_standin": "--cuda-standin"}
 
 
 def _resources(text: str | None) -> dict:
@@ -170,6 +170,9 @@ def cluster(
         None, help="The host's real GPUs behind the nodes' GPUs, as CUDA_VISIBLE_DEVICES lists "
         "them (e.g. 0 or 0,1): a node's GPU j is device j mod their number, so one real GPU can "
         "stand behind every node's GPUs. Default: fake GPUs (the CPU)."),
+    cuda_standin: bool = typer.Option(
+        False, "--cuda-standin", help="torch in the nodes' processes sees their fake GPUs as CUDA "
+        "devices in host memory (the device stand-in): frameworks with no CPU path run."),
     resources: str | None = typer.Option(None, help="Custom resources each node advertises, "
                                          """as JSON: '{"ssd": 1}'."""),
     label: Annotated[list[str] | None, typer.Option(
@@ -206,7 +209,7 @@ def cluster(
                    "HOST:PORT, e.g. --on 10.0.0.1:6379", 2)
     given = {"gpus_per_node": fake_gpus, "gpu_memory_gb": gpu_memory_gb,
              "cpus_per_node": cpus_per_node, "memory_gb": memory_gb, "accelerator": accelerator,
-             "like": like, "cuda_devices": cuda_devices}
+             "like": like, "cuda_devices": cuda_devices, "cuda_standin": cuda_standin or None}
     spec = to_spec(
         "cluster", _CLUSTER_OPTIONS,
         name=name, nodes=nodes, resources=_resources(resources), labels=_labels(label or []),

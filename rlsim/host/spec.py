@@ -56,6 +56,12 @@ class ClusterShape(ShapeChecks):
                           "hands each worker its GPU's entry. Unset: fake GPUs, which a trainer "
                           "treats as the CPU (RLSIM_FAKE_GPUS) even on a host with real ones "
                           "(local backend)")
+    cuda_standin: bool = Field(
+        False, description="the device stand-in on every node whose GPUs are fake: torch in the "
+                           "node's Python processes sees the GPUs Ray gave the process as CUDA "
+                           "devices whose memory is the host's (docs/concepts/"
+                           "device-standin.md), so a framework with no CPU path runs unmodified; "
+                           "NCCL groups become gloo groups on the node's address")
     resources: dict[str, float] = Field(
         default_factory=dict, description="custom resources each node advertises, as "
                                           "`ray start --resources` gives them")
@@ -109,6 +115,11 @@ class ClusterShape(ShapeChecks):
                 n.gpus for n in self.node.values()):
             raise ValueError("cuda_devices needs GPUs: the real devices stand behind the nodes' "
                              "GPUs; give the nodes GPUs or drop cuda_devices")
+        if self.cuda_standin and not any(n.gpus and not n.cuda_devices
+                                         for n in self.node_shapes()):
+            raise ValueError("cuda_standin needs fake GPUs: it stands in for them on nodes that "
+                             "have GPUs and no cuda_devices; give the nodes GPUs (gpus_per_node) "
+                             "or drop cuda_standin")
         if self.accelerator is not None and self.gpus_per_node == 0:
             raise ValueError("an accelerator type needs GPUs: Ray reports one only on nodes that "
                              "have GPUs; give the nodes GPUs or drop the accelerator")

@@ -270,6 +270,7 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
         log.emit("cluster_ready", nodes=[n.address for n in cluster.nodes()], reused=reused,
                  **where)
         _ray_report(sc, cluster, log)
+        _standin_report(cluster, log)
         warm_up(sc, cluster, log)
         nemesis.setup()  # before the doctor: it examines the storage the trainer will use
         if not reused or any(name.startswith("doctor_") for name, _ in sc.checks()):
@@ -294,6 +295,16 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
                          kept=cluster in pool.idle.values())
                 log.write(out_dir / "timeline.jsonl")
     return outcome
+
+
+def _standin_report(cluster, log: Recorder) -> None:
+    """The ``cuda_standin`` event where the cluster has the device stand-in: on which nodes
+    torch saw the fake GPUs as CUDA devices, and where what it fakes is told."""
+    spec = getattr(cluster, "spec", None)
+    if spec is None or not getattr(spec, "cuda_standin", False):
+        return
+    nodes = [n.index for n in spec.node_shapes() if n.gpus and not n.cuda_devices]
+    log.emit("cuda_standin", nodes=nodes, fidelity="docs/concepts/device-standin.md")
 
 
 def _ray_report(sc, cluster, log: Recorder) -> None:

@@ -1,0 +1,109 @@
+"""The device stand-in: on a simulated node whose GPUs are fake, torch in the node's Python
+processes sees the GPUs Ray gave the process as CUDA devices whose memory is the host's, so a
+framework with no CPU path (``torch.cuda`` queries, ``.cuda()``, NCCL groups) runs unmodified.
+What it fakes and what it cannot: docs/concepts/device-standin.md.
+
+A cluster asks for it with ``cuda_standin: true`` (``rlsim cluster --cuda-standin``). Each node
+with fake GPUs then starts its processes with :func:`node_env`: :data:`VAR`, the node's view
+(GPUs, their size and type, its address, its ledger folder) and :data:`BOOT` first on
+PYTHONPATH, whose ``sitecustomize`` calls :func:`activate` as Python starts; a worker forked from
+a zygote calls it as it takes the worker's environment. :func:`activate` puts the stand-in in
+force when torch is imported (at once if it already is). Only the variables, rlsim's package
+and torch are needed in the process: no framework file is touched.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from rlsim.contract import STANDIN_VAR as VAR
+
+BOOT = Path(__file__).parent / "boot"
+LEDGER_DIR = "gpu-ledger"  # in a cluster's run directory: rlsim.standin.ledger's folder
+NODE_VARS = (VAR, "RLSIM_NODE_GPUS", "RLSIM_GPU_MEMORY_GB", "RLSIM_ACCELERATOR",
+             "RLSIM_NODE_ADDRESS", "RLSIM_GPU_LEDGER", "DS_ACCELERATOR")
+
+
+def node_env(gpus: int, memory_gb: float, accelerator: str | None, address: str,
+             ledger: Path, pythonpath: str | None) -> dict[str, str]:
+    """The variables a stand-in node's processes start with (``pythonpath``: the one they
+    would have had)."""
+    path = os.pathsep.join([str(BOOT), *([pythonpath] if pythonpath else [])])
+    return {VAR: "1", "RLSIM_NODE_GPUS": str(gpus), "RLSIM_GPU_MEMORY_GB": f"{memory_gb:g}",
+            "RLSIM_ACCELERATOR": accelerator or "", "RLSIM_NODE_ADDRESS": address,
+            "RLSIM_GPU_LEDGER": str(ledger), "PYTHONPATH": path,
+            # DeepSpeed picks its accelerator by what torch says: CUDA's would load CUDA kernels
+            "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")}
+
+
+def without(env: dict[str, str]) -> dict[str, str]:
+    """``env`` less the stand-in's variables and its PYTHONPATH entry."""
+    out = {k: v for k, v in env.items() if k not in NODE_VARS}
+    if "PYTHONPATH" in out:
+        kept = [p for p in out["PYTHONPATH"].split(os.pathsep) if p != str(BOOT)]
+        if kept:
+            out["PYTHONPATH"] = os.pathsep.join(kept)
+        else:
+            del out["PYTHONPATH"]
+    return out
+
+
+def real_gpu_problem() -> str | None:
+    """Why the stand-in must not start on this machine: a real NVIDIA GPU is visible (its
+    device files), where CUDA is the real thing and the stand-in would hide it."""
+    found = sorted(str(p) for p in Path("/dev").glob("nvidia[0-9]*"))
+    if found:
+        return (f"a real GPU is visible here ({', '.join(found[:3])}): the device stand-in "
+                "only stands in for fake GPUs; fix: drop cuda_standin, or give the nodes the "
+                "real devices with cuda_devices")
+    return None
+
+
+def install() -> bool:
+    """Put the stand-in in force in this process now (torch imported); False, with a line on
+    stderr, where torch sees a real CUDA device."""
+    import torch
+
+    if torch.backends.cuda.is_built() and torch._C._cuda_getDeviceCount() > 0:
+        print("rlsim device stand-in: not installed: torch sees a real CUDA device here",
+              file=sys.stderr)
+        return False
+    from rlsim.standin import cuda
+
+    cuda.install(cuda.View.from_env())
+    return True
+
+
+class _AfterTorch(importlib.abc.MetaPathFinder):
+    """Installs the stand-in as soon as ``torch`` has finished importing."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            install()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def activate(env=os.environ) -> None:
+    """Where ``env`` asks for the stand-in: in force now if torch is imported, else once it
+    is."""
+    if env.get(VAR) != "1":
+        return
+    if "torch" in sys.modules and hasattr(sys.modules["torch"], "cuda"):
+        install()
+    elif not any(isinstance(f, _AfterTorch) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterTorch())

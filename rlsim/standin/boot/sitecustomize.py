@@ -1,0 +1,30 @@
+"""Python's start-up hook on a device stand-in node (rlsim.standin): this folder is first on the
+node's PYTHONPATH. It arms the stand-in, then runs the sitecustomize this one hides, if any."""
+
+import os
+import sys
+
+
+def _arm() -> None:
+    try:
+        from rlsim.standin import activate
+    except ImportError:  # a Python without rlsim (another venv): nothing to stand in from
+        return
+    activate()
+
+
+def _next() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    saved, mine = sys.path[:], sys.modules.pop("sitecustomize", None)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    try:
+        import sitecustomize  # noqa: F401 - the hidden one runs as it is imported
+    except ImportError:
+        if mine is not None:
+            sys.modules["sitecustomize"] = mine
+    finally:
+        sys.path[:] = saved
+
+
+_arm()
+_next()
