@@ -202,6 +202,9 @@ def completes(o: Outcome, p) -> Verdict:
         msg = "the trainer completed" + (": it exited 0 (it logs no end of its own: its exit "
                                          "code is the verdict)" if end.get("from") == "exit"
                                          else "")
+        if stalled := o.rlsim("trainer_stalled"):
+            msg += (f", after {len(stalled)} relaunch(es) of a stalled launch "
+                    f"({stalled_said(stalled[-1])})")
     elif stalled := o.rlsim("trainer_stalled"):
         msg = stalled_said(stalled[-1])
     elif o.returncode == 0 and not o.trainer():
@@ -214,13 +217,20 @@ def completes(o: Outcome, p) -> Verdict:
     return Verdict("completes", ok, msg, evidence=_interesting(o) + tail)
 
 
+def _started_at(o: Outcome, attempt) -> float:
+    """When launch ``attempt`` started (0 where unknown)."""
+    return next((e["ts"] for e in o.rlsim("trainer_started") if e.get("attempt") == attempt),
+                0.0)
+
+
 def stalled_said(e: dict) -> str:
     """A ``trainer_stalled`` event (the progress watchdog ended the run) in words: after which
     fault, how long silent, what of the trainer Ray held on dead nodes, its last line."""
     bound = e.get("bound_s")
+    end = "the launch was killed and relaunched (relaunch.on_stall)" if e.get("relaunched") \
+        else "the run was ended"
     words = [f"the trainer stalled after {e.get('fault', 'a fault')}: no progress for "
-             f"{e.get('seconds', '?')} s (trainer.progress_watchdog_s: {bound}), so the run was "
-             "ended"]
+             f"{e.get('seconds', '?')} s (trainer.progress_watchdog_s: {bound}), so {end}"]
     if e.get("unread"):
         words.append(f"what it waits on could not be read ({e['unread']})")
     if e.get("died"):
@@ -408,14 +418,21 @@ def detected_within_s(o: Outcome, p) -> Verdict:
     if fault is None:
         return Verdict("detected_within_s", False, "no fault was injected",
                        evidence=_interesting(o))
-    # the first sign the trainer noticed: its own event, or its exit with an error
+    # the first sign the trainer noticed: its own event, or its exit with an error (not the
+    # exit of a launch the watchdog killed: the harness noticed that, not the trainer)
+    killed = {e.get("attempt") for e in o.rlsim("trainer_exited") if any(
+        s["ts"] <= e["ts"] and s["ts"] >= _started_at(o, e.get("attempt"))
+        for s in o.rlsim("trainer_stalled"))}
     signs = [e for e in o.trainer() if e["type"] in DETECTION_EVENTS] + \
-        [e for e in o.rlsim("trainer_exited") if e["returncode"]]
+        [e for e in o.rlsim("trainer_exited") if e["returncode"] and e.get("attempt") not in
+         killed]
     seen = sorted((e for e in signs if e["ts"] >= fault["ts"]), key=lambda e: e["ts"])
     if not seen:
+        stalled = o.rlsim("trainer_stalled")
         return Verdict("detected_within_s", False, f"the trainer never reported the "
                        f"{fault['fault']} (no worker_died, node_lost or error event, no failed "
-                       "exit)", evidence=_interesting(o))
+                       "exit)" + (f"; {stalled_said(stalled[0])}" if stalled else ""),
+                       evidence=_interesting(o))
     took = seen[0]["ts"] - fault["ts"]
     return Verdict("detected_within_s", took <= p.seconds,
                    f"{seen[0]['type']} {took:.2f} s after {fault['fault']} (limit {p.seconds} s)",

@@ -382,8 +382,8 @@ def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -
             proc, output = _launch(sc, cluster, run_dir, attempt, log, nemesis.hold_steps())
             dog.launch(time.monotonic())
             try:
-                timed_out = _follow(proc, tail, watch, nemesis, log, on_progress, outcome,
-                                    deadline, dog, output)
+                ended = _follow(proc, tail, watch, nemesis, log, on_progress, outcome,
+                                deadline, dog, output, attempt < relaunches)
             finally:
                 if proc.poll() is None:
                     proc.kill()
@@ -393,7 +393,8 @@ def _drive(sc, cluster, outcome, nemesis: Nemesis, log: Recorder, on_progress) -
                 for e in tail.poll() + tail.exited(attempt, proc.returncode):
                     log.trainer(e)
                 log.emit("trainer_exited", returncode=proc.returncode, attempt=attempt)
-            if timed_out or proc.returncode == 0:
+            if ended == "timeout" or proc.returncode == 0 or (ended == "stalled" and not (
+                    sc.trainer.relaunch and sc.trainer.relaunch.on_stall)):
                 break
     finally:
         if watch is not None:
@@ -450,10 +451,11 @@ def _launch(sc, cluster, run_dir: Path, attempt: int, log: Recorder, holds: tupl
 
 
 def _follow(proc, tail, watch, nemesis: Nemesis, log: Recorder, on_progress, outcome,
-            deadline: float, dog: Watchdog, output: Path) -> bool:
-    """Until the launch exits: new events into the timeline, due faults fired. True when the
-    run's time is up, or the trainer stalled after a fault (:mod:`rlsim.scenario.watchdog`):
-    the launch is then killed, and not relaunched."""
+            deadline: float, dog: Watchdog, output: Path, more: bool) -> str | None:
+    """Until the launch exits: new events into the timeline, due faults fired. ``timeout`` when
+    the run's time is up, ``stalled`` when the trainer stalled after a fault
+    (:mod:`rlsim.scenario.watchdog`; ``more``: a relaunch is left, which ``relaunch.on_stall``
+    takes): the launch is then killed. None when it exited."""
     sc = outcome.scenario
     # what counts as progress: the trainer's events; for one whose steps are not seen, its output
     chatty = "step_end" not in ADAPTERS[sc.trainer.adapter].observes
@@ -478,13 +480,14 @@ def _follow(proc, tail, watch, nemesis: Nemesis, log: Recorder, on_progress, out
         if nemesis.disrupted_at is not None and nemesis.disrupted_at != dog.fault_at:
             dog.fault(nemesis.disrupted_at)
         if proc.poll() is not None:
-            return False
+            return None
         if time.monotonic() > deadline:
             log.emit("trainer_timeout", seconds=sc.trainer.timeout_s)
-            return True
+            return "timeout"
         if (silent := dog.silent_s(time.monotonic())) is not None:
-            _stalled(silent, nemesis, log, output)
-            return True
+            _stalled(silent, nemesis, log, output,
+                     relaunch=more and bool(sc.trainer.relaunch and sc.trainer.relaunch.on_stall))
+            return "stalled"
         time.sleep(0.1)
 
 
@@ -494,9 +497,11 @@ def _size(path: Path) -> int:
     return 0
 
 
-def _stalled(silent: float, nemesis: Nemesis, log: Recorder, output: Path) -> None:
+def _stalled(silent: float, nemesis: Nemesis, log: Recorder, output: Path,
+             relaunch: bool) -> None:
     """Say that the trainer stalled after a fault: how long, after which fault, its last output
-    lines and what of it Ray holds on dead nodes (the run then ends, as at its timeout)."""
+    lines and what of it Ray holds on dead nodes, and whether the killed launch is relaunched
+    (``relaunch.on_stall``) or the run ends, as at its timeout."""
     last = next((e for e in reversed(log.outcome.timeline) if e["type"] == "fault_injected"
                  and e.get("disruptive") and not e.get("remedy")), {})
     text = read_file(output, MAX_HISTORY).decode(errors="replace") if output.exists() else ""
@@ -507,7 +512,8 @@ def _stalled(silent: float, nemesis: Nemesis, log: Recorder, output: Path) -> No
     log.emit("trainer_stalled", seconds=round(silent, 1),
              bound_s=log.outcome.scenario.trainer.progress_watchdog_s,
              fault=f"{last.get('fault', '?')} (faults[{last.get('index', '?')}])",
-             last_lines=lines, died=said_where(died), **nemesis.waits_on())
+             last_lines=lines, died=said_where(died), relaunched=relaunch,
+             **nemesis.waits_on())
 
 
 def config_refusal(outcome: Outcome) -> dict | None:

@@ -123,6 +123,9 @@ class ClusterSection(ClusterShape):
 
 class Relaunch(Strict):
     max: int = Field(ge=1, le=100, description="relaunches after the first launch")
+    on_stall: bool = Field(False, description="also relaunch a launch the progress watchdog "
+                           "ended (trainer.progress_watchdog_s), as a job supervisor kills a "
+                           "hung job and queues it again; without it a stall ends the run")
 
 
 class TrainerSection(Strict):

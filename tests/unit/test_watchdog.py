@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlsim.checks import Completes, completes
+from rlsim.checks import Completes, WithinS, completes, detected_within_s
 from rlsim.history import Outcome
 from rlsim.scenario.loader import read
 from rlsim.scenario.watchdog import DEFAULT_S, Watchdog
@@ -90,3 +90,30 @@ def test_completes_names_the_stall_and_what_it_waits_on():
         "node 1 (AgentLoopWorkerTQ, WorkerDict x2); alive and waiting: node 0 (TaskRunnerV1); "
         "Ray still held of it on dead nodes: node 1 (vLLMHttpServer x2); its last line: "
         "pending: 0, running: 2, finished: 0, failure: 6"), v.message
+
+
+def test_a_stall_relaunched_is_not_the_trainer_noticing_and_completes_says_it():
+    """relaunch.on_stall: the watchdog killed the first launch (exit -9) and the relaunch
+    completed. The kill is the harness's doing: detection is not timed from it; completes passes
+    and says the run went through a stall."""
+    def ev(ts, type_, **kw):
+        return {"ts": ts, "source": "rlsim", "type": type_, **kw}
+
+    timeline = [
+        ev(0.0, "trainer_started", attempt=0),
+        ev(10.0, "fault_injected", fault="restart_node", index=0, disruptive=True),
+        ev(40.5, "trainer_stalled", seconds=30.1, bound_s=30, fault="restart_node (faults[0])",
+           relaunched=True, last_lines=["pending: 0, running: 2"]),
+        ev(40.7, "trainer_exited", attempt=0, returncode=-9),
+        ev(41.0, "trainer_started", attempt=1),
+        ev(300.0, "trainer_exited", attempt=1, returncode=0),
+        {"ts": 299.0, "source": "trainer", "type": "run_end", "status": "completed"},
+    ]
+    o = Outcome(SimpleNamespace(name="s"), Path("."), timeline, returncode=0)
+    done = completes(o, Completes())
+    assert done.ok and "after 1 relaunch(es) of a stalled launch" in done.message, done.message
+    assert "so the launch was killed and relaunched (relaunch.on_stall)" in done.message
+    seen = detected_within_s(o, WithinS(seconds=60))
+    assert not seen.ok and seen.message.startswith(
+        "the trainer never reported the restart_node"), seen.message
+    assert "no progress for 30.1 s" in seen.message
