@@ -4,11 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # --verl: also verl itself, for the scenarios that run it (tagged verl and real_framework)
-VERL=0
+# --openrlhf: also OpenRLHF itself, for the scenarios that run it (tagged openrlhf, real_framework)
+VERL=0 OPENRLHF=0
 for arg in "$@"; do
   case "$arg" in
     --verl) VERL=1 ;;
-    *) echo "ci/setup.sh: unknown option $arg (known: --verl)" >&2; exit 2 ;;
+    --openrlhf) OPENRLHF=1 ;;
+    *) echo "ci/setup.sh: unknown option $arg (known: --verl, --openrlhf)" >&2; exit 2 ;;
   esac
 done
 
@@ -108,6 +110,22 @@ if [ "$VERL" = 1 ] && ! .venv/bin/python -c "import verl, transfer_queue" >/dev/
 fi
 if [ "$VERL" = 1 ]; then
   .venv/bin/python ci/vllm_name.py
+fi
+# OpenRLHF (only with --openrlhf), unmodified, its pins relaxed as a user on a CPU machine would:
+# the wheel with --no-deps (it pins ray 2.55.0, transformers 5.15.0, deepspeed 0.19.6 and
+# flash-attn, none of which resolves beside vLLM's CPU build here), then what it imports. It
+# imports flash-attn at start for pure-PyTorch helpers (openrlhf/models/ring_attn_utils.py:3), and
+# flash-attn has no CPU build: its own sdist installs its Python files alone with
+# FLASH_ATTENTION_SKIP_CUDA_BUILD (and FORCE_BUILD, or its setup looks for a prebuilt CUDA wheel
+# and fails on torch.version.cuda being None); the kernels' module is the device stand-in's.
+OPENRLHF_VERSION=0.11.2 FLASH_ATTN=2.8.3
+if [ "$OPENRLHF" = 1 ] && ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ('openrlhf', 'flash_attn', 'jsonlines', 'loralib')))"; then
+  install --no-deps "openrlhf==$OPENRLHF_VERSION" torchmetrics transformers-stream-generator 2>&1 | grep -v "^WARNING: Location" || true
+  install jsonlines loralib optree isort lightning-utilities pylatexenc torchdata sympy aiohttp \
+    "torch==2.13.0" "transformers==$TRANSFORMERS" 2>&1 | grep -v -e "^WARNING: Location" -e "^ *$" || true
+  FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE .venv/bin/pip install -q \
+    --no-deps --no-build-isolation "flash-attn==$FLASH_ATTN" 2>&1 | grep -v "^WARNING: Location" || true
+  installed=1
 fi
 # This project's own modules are compiled the same way (under 1 s when they are up to date), or
 # every process that imports rlsim compiles them again where bytecode is not written.

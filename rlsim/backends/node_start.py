@@ -133,16 +133,30 @@ def gpu_env(cuda_devices: str | None, gpus: int) -> dict[str, str]:
     return {FAKE_GPUS_VAR: "1"}
 
 
+_SET_FOR_NODES: set[str] = set()  # what _cluster_env set in this launcher's environment
+
+
+def _cluster_env(env: dict[str, str]) -> None:
+    """The cluster's own ``env`` (cluster.env) in this launcher's environment, which the node
+    about to start inherits; what an earlier start set and this one does not is removed."""
+    for key in _SET_FOR_NODES - set(env):
+        os.environ.pop(key, None)
+    _SET_FOR_NODES.clear()
+    _SET_FOR_NODES.update(env)
+    os.environ.update(env)
+
+
 def _standin_env(st: ClusterState, index: int, gpus: int, shape, addresses) -> None:
     """Set (or clear) in this launcher's environment what node ``index``'s processes need for the
-    device stand-in (:mod:`rlsim.standin`): only on a node whose GPUs are fake, of a cluster that
-    asked for it."""
+    device stand-in (:mod:`rlsim.standin`): on every node of a cluster that asked for it but those
+    given real devices (a node of no GPUs too: its processes import what the others do, and torch
+    there sees no CUDA device, as on a CPU node)."""
     clean = standin.without(dict(os.environ))
     for key in (*standin.NODE_VARS, "PYTHONPATH"):
         os.environ.pop(key, None)
     if "PYTHONPATH" in clean:
         os.environ["PYTHONPATH"] = clean["PYTHONPATH"]
-    if st.spec.cuda_standin and gpus and not shape.cuda_devices:
+    if st.spec.cuda_standin and not shape.cuda_devices:  # a node of no GPUs: torch sees none
         ledger = st.root / standin.LEDGER_DIR
         ledger.mkdir(exist_ok=True)
         address = addresses[index] if addresses else st.layout.nodes[index].address
@@ -174,6 +188,7 @@ def start_node(st: ClusterState, index: int, addresses: list[str] | None = None)
         gpus = st.gpus_left.get(index, shape.gpus)
         os.environ.update(gpu_env(shape.cuda_devices, gpus))
         _standin_env(st, index, gpus, shape, addresses)
+        _cluster_env(st.spec.env)
         if st.cgroups:
             cgroups.NodeGroup(st.session, index).enter()
         st.node_dir(index).mkdir(parents=True, exist_ok=True)

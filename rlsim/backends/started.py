@@ -132,10 +132,11 @@ class StartedCluster:
         """What a driver needs in its environment to join this cluster (and, where the cluster
         has the device stand-in, to see the head's fake GPUs as CUDA devices, as a driver on a
         real head node sees its GPUs)."""
-        env = {"RAY_ADDRESS": self.address, **ray_internals.connect_env(str(auth_token_path()))}
+        env = {**self._st.spec.env, "RAY_ADDRESS": self.address,
+               **ray_internals.connect_env(str(auth_token_path()))}
         head = self._st.spec.node_shapes()[0]
         gpus = self._st.gpus_left.get(0, head.gpus)
-        if self._st.spec.cuda_standin and gpus and not head.cuda_devices:
+        if self._st.spec.cuda_standin and not head.cuda_devices:
             env.update(standin.node_env(gpus, head.gpu_memory_gb, head.accelerator,
                                         self._st.layout.nodes[0].address,
                                         self._st.root / standin.LEDGER_DIR,

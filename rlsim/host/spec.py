@@ -56,6 +56,11 @@ class ClusterShape(ShapeChecks):
                           "hands each worker its GPU's entry. Unset: fake GPUs, which a trainer "
                           "treats as the CPU (RLSIM_FAKE_GPUS) even on a host with real ones "
                           "(local backend)")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="environment every node's processes start with (a Ray "
+                                          "worker inherits its raylet's): what a framework's "
+                                          "workers read that its driver does not pass on, e.g. "
+                                          "{VLLM_CPU_KVCACHE_SPACE: '1'}")
     cuda_standin: bool = Field(
         False, description="the device stand-in on every node whose GPUs are fake: torch in the "
                            "node's Python processes sees the GPUs Ray gave the process as CUDA "
@@ -103,6 +108,18 @@ class ClusterShape(ShapeChecks):
                 data["like"] in NODE_TYPES:  # (a list there is _like_ok's to name, no TypeError)
             data = {**NODE_TYPES[data["like"]].shape(), **data}
         return data
+
+    @field_validator("env")
+    @classmethod
+    def _env_ok(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"env: {key!r} is not a variable name (letters, digits and _, "
+                                 "not starting with a digit)")
+            if key.startswith("RLSIM_") or key in ("CUDA_VISIBLE_DEVICES", "PYTHONPATH"):
+                raise ValueError(f"env: {key} is set by rlsim on every node (its labels, the "
+                                 "nodes' GPUs, the device stand-in's start-up hook); fix: drop it")
+        return v
 
     @model_validator(mode="after")
     def _nodes_ok(self) -> ClusterShape:

@@ -303,7 +303,7 @@ def _standin_report(cluster, log: Recorder) -> None:
     spec = getattr(cluster, "spec", None)
     if spec is None or not getattr(spec, "cuda_standin", False):
         return
-    nodes = [n.index for n in spec.node_shapes() if n.gpus and not n.cuda_devices]
+    nodes = [n.index for n in spec.node_shapes() if not n.cuda_devices]
     log.emit("cuda_standin", nodes=nodes, fidelity="docs/concepts/device-standin.md")
 
 

@@ -78,32 +78,84 @@ def install() -> bool:
     return True
 
 
-class _AfterTorch(importlib.abc.MetaPathFinder):
-    """Installs the stand-in as soon as ``torch`` has finished importing."""
+def _vllm_communicator(module) -> None:
+    """vLLM's NCCL communicator answered by gloo (:class:`rlsim.standin.gloo.GlooCommunicator`),
+    bound to the node's address."""
+    from rlsim.standin import cuda, gloo
+
+    if not getattr(cuda.S, "installed", False):  # a real GPU here: vLLM's own stays
+        return
+
+    def communicator(group, device, library_path=None):
+        return gloo.GlooCommunicator(group, device, library_path,
+                                     ip=lambda: cuda.S.view.address)
+
+    module.PyNcclCommunicator = communicator
+
+
+def _vllm_weights_in_place(module) -> None:
+    """vLLM's CPU build keeps each linear layer's weight where a framework's weight push finds
+    it. It packs the weight for its own kernels once loaded and drops the parameter
+    (``dispatch_cpu_unquantized_gemm(layer, remove_weight=True)``), so ``model.load_weights``
+    of a pushed tensor, which frameworks call on a running engine (OpenRLHF's
+    ``WorkerWrap.update_weight``), raises ``'Parameter' object has no attribute
+    'weight_loader'``; with ``remove_weight=False`` the packed copy would go on serving the old
+    weights. On a GPU the parameter stays and is used in place: here every 2-D linear weight
+    stays and is multiplied by torch's ``linear`` (the CPU build's own fallback), slower than
+    the packed kernels, the same numbers as the weights pushed."""
+    from rlsim.standin import cuda
+
+    if not getattr(cuda.S, "installed", False):
+        return
+    packed = module.dispatch_cpu_unquantized_gemm
+
+    def in_place(layer, remove_weight: bool) -> None:
+        if layer.weight.is_meta or layer.weight.ndim != 2:
+            return packed(layer, remove_weight)
+        import torch.nn.functional as F
+
+        layer.cpu_linear = lambda x, weight, bias: F.linear(x, weight, bias)
+
+    module.dispatch_cpu_unquantized_gemm = in_place
+
+
+# what is put in force as each module finishes importing (torch first: the others need it)
+AFTER = {"torch": lambda module: install(),
+         "vllm.distributed.device_communicators.pynccl": _vllm_communicator,
+         "vllm.model_executor.layers.utils": _vllm_weights_in_place}
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs :data:`AFTER`'s hook of a module as soon as that module has finished importing."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        hook = AFTER.get(name)
+        if hook is None:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
+        sys.meta_path.remove(self)  # find the module's own spec without this finder
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None:
             return spec
         run = spec.loader.exec_module
 
         def exec_module(module):
             run(module)
-            install()
+            hook(module)
 
         spec.loader.exec_module = exec_module
         return spec
 
 
 def activate(env=os.environ) -> None:
-    """Where ``env`` asks for the stand-in: in force now if torch is imported, else once it
-    is."""
+    """Where ``env`` asks for the stand-in: in force now for what is imported already (torch,
+    vLLM's NCCL communicator), and for the rest as it is imported."""
     if env.get(VAR) != "1":
         return
-    if "torch" in sys.modules and hasattr(sys.modules["torch"], "cuda"):
-        install()
-    elif not any(isinstance(f, _AfterTorch) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterTorch())
+    for name, hook in AFTER.items():
+        if name in sys.modules and (name != "torch" or hasattr(sys.modules[name], "cuda")):
+            hook(sys.modules[name])
+    if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport())

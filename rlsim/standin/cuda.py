@@ -262,6 +262,14 @@ class _Properties:
         self.uuid = f"GPU-rlsim-{v.node}-{v.gpu_ids[index]}"
         self.L2_cache_size = 50 * 1024**2
         self.warp_size = 32
+        # what else torch's own _CudaDeviceProperties carries, which torch reads (inductor's
+        # cache key asks gcnArchName where torch.version.cuda is None, as on the CPU build)
+        self.gcnArchName = ""
+        self.pci_bus_id, self.pci_device_id, self.pci_domain_id = index, 0, 0
+        self.max_threads_per_multi_processor = 2048
+        self.regs_per_multiprocessor = 65536
+        self.shared_memory_per_block = 48 * 1024
+        self.shared_memory_per_multiprocessor = 228 * 1024
 
     def __repr__(self) -> str:
         return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, "

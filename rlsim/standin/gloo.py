@@ -102,4 +102,83 @@ def nccl_as_gloo(ip) -> None:
         module.init_process_group = wrap(c10d.init_process_group, 0)
         module.new_group = wrap(c10d.new_group, 3)
         module.barrier = gloo_barrier
-        module.is_nccl_available = lambda: True
+    # is_nccl_available() stays False: torch's own code asks it before it names ProcessGroupNCCL,
+    # which the CPU build does not have (inductor's cache, for one, then fails)
+
+
+class GlooCommunicator:
+    """vLLM's ``PyNcclCommunicator`` as the device stand-in gives it: the same calls
+    (``broadcast``, ``all_reduce``, ``send``, ``recv``, ``all_gather``, ``reduce_scatter``) on a
+    gloo group over the group's own store, its device bound to the node's address. Frameworks
+    make one between their trainer's rank 0 and the vLLM engines to push weights (OpenRLHF's
+    ``stateless_init_process_group``); vLLM's CPU build has no NCCL, so its own communicator
+    disables itself without a word and every push would load uninitialised memory as weights.
+
+    ``group``: a vLLM ``StatelessProcessGroup`` (its ``store``, ``rank``, ``world_size``) or a
+    torch process group; ``device`` is kept for what reads it (``.device``); ``ip``: the address
+    (or a function giving it) gloo binds to."""
+
+    def __init__(self, group, device, library_path=None, *, ip="127.0.0.1") -> None:
+        import datetime
+
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+
+        self.group, self.available, self.disabled = group, True, False
+        self.device = torch.device("cuda", device) if isinstance(device, int) else \
+            torch.device(device)
+        if hasattr(group, "store") and hasattr(group, "world_size"):
+            self.rank, self.world_size = group.rank, group.world_size
+            store = c10d.PrefixStore("rlsim-gloo", group.store)
+        else:
+            self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
+            store = c10d.PrefixStore("rlsim-gloo", c10d._get_default_store())
+        real = getattr(c10d.ProcessGroupGloo, "real", c10d.ProcessGroupGloo)
+        opts = real._Options()
+        opts._timeout = datetime.timedelta(minutes=30)
+        opts._devices = [real.create_device(hostname=ip() if callable(ip) else ip)]
+        self.pg = real(store, self.rank, self.world_size, opts)
+        import sys
+
+        print(f"rlsim device stand-in: vLLM's NCCL communicator made on gloo (rank {self.rank} "
+              f"of {self.world_size}, {opts._devices[0]})", file=sys.stderr, flush=True)
+
+    def broadcast(self, tensor, src: int, stream=None) -> None:
+        opts = dist_options("BroadcastOptions", rootRank=src)
+        self.pg.broadcast([tensor], opts).wait()
+
+    def all_reduce(self, tensor, op=None, stream=None, out_tensor=None):
+        import torch.distributed as dist
+
+        out = tensor if out_tensor is None else out_tensor.copy_(tensor)
+        opts = dist_options("AllreduceOptions", reduceOp=op or dist.ReduceOp.SUM)
+        self.pg.allreduce([out], opts).wait()
+        return out
+
+    def all_gather(self, output_tensor, input_tensor, stream=None) -> None:
+        parts = list(output_tensor.chunk(self.world_size))
+        self.pg.allgather([parts], [input_tensor]).wait()
+
+    def reduce_scatter(self, output_tensor, input_tensor, op=None, stream=None) -> None:
+        summed = self.all_reduce(input_tensor.clone(), op)
+        output_tensor.copy_(summed.chunk(self.world_size)[self.rank])
+
+    def send(self, tensor, dst: int, stream=None) -> None:
+        self.pg.send([tensor], dst, 0).wait()
+
+    def recv(self, tensor, src: int, stream=None) -> None:
+        self.pg.recv([tensor], src, 0).wait()
+
+    def group_start(self) -> None: ...
+    def group_end(self) -> None: ...
+    def destroy(self) -> None: ...
+
+
+def dist_options(name: str, **fields):
+    """A torch.distributed options object (``BroadcastOptions``...) with ``fields`` set."""
+    import torch.distributed as dist
+
+    opts = getattr(dist, name)()
+    for key, value in fields.items():
+        setattr(opts, key, value)
+    return opts

@@ -65,7 +65,7 @@ def tokenizer(texts: list[str], out: Path):
     return fast
 
 
-def model(tok, out: Path, seed: int) -> None:
+def model(tok, out: Path, seed: int, dtype: str = "float32") -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -74,8 +74,8 @@ def model(tok, out: Path, seed: int) -> None:
                       num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                       max_position_embeddings=512, tie_word_embeddings=True,
                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                      bos_token_id=tok.eos_token_id, torch_dtype="float32")
-    Qwen2ForCausalLM(cfg).save_pretrained(out, safe_serialization=True)
+                      bos_token_id=tok.eos_token_id, torch_dtype=dtype)
+    Qwen2ForCausalLM(cfg).to(getattr(torch, dtype)).save_pretrained(out, safe_serialization=True)
 
 
 def main(argv: list[str]) -> int:
