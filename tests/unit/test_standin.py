@@ -178,3 +178,48 @@ def test_the_boot_hook_runs_the_sitecustomize_it_hides(tmp_path):
                        "torch.cuda.device_count())")
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["1", "1"]
+
+
+VLLM_RANK = textwrap.dedent("""\
+    import json, os, sys, torch
+    from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
+    from vllm.distributed.utils import StatelessProcessGroup
+    rank = int(sys.argv[1])
+    pg = StatelessProcessGroup.create(host="127.0.0.1", port=int(os.environ["PORT"]), rank=rank,
+                                      world_size=2)
+    comm = PyNcclCommunicator(pg, device=torch.cuda.current_device())
+    weight = torch.arange(6.0, device="cuda") if rank == 0 else torch.empty(6, device="cuda")
+    comm.broadcast(weight, src=0, stream=torch.cuda.current_stream())
+    out = {"kind": type(comm).__name__, "disabled": comm.disabled, "got": weight.tolist()}
+    if rank == 1:  # a linear layer of vLLM's CPU build keeps its weight where a push lands
+        from vllm.model_executor.layers import utils
+        layer = torch.nn.Linear(3, 2, bias=False)
+        utils.dispatch_cpu_unquantized_gemm(layer, remove_weight=True)
+        x = torch.ones(1, 3)
+        before = utils.cpu_unquantized_gemm(layer, x, layer.weight).tolist()
+        layer.weight.data.copy_(torch.ones(2, 3))
+        out["gemm"] = [before, utils.cpu_unquantized_gemm(layer, x, layer.weight).tolist()]
+        out["kept"] = tuple(layer.weight.shape)
+    print(json.dumps(out))
+""")
+
+
+def test_vllms_nccl_communicator_is_gloo_and_its_linear_weights_stay(tmp_path):
+    """What OpenRLHF's weight push needs of vLLM's CPU build under the stand-in: its
+    PyNcclCommunicator (NCCL-less there, it disabled itself and a broadcast did nothing) moves
+    the tensor over gloo, and a linear layer's weight, updated in place, is the one used."""
+    pytest.importorskip("vllm")
+    env = {**os.environ, **standin.node_env(1, 1.0, "", "127.0.0.1", tmp_path, None)}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        env["PORT"] = str(s.getsockname()[1])
+    ranks = [subprocess.Popen([sys.executable, "-c", VLLM_RANK, str(r)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in (0, 1)]
+    outs = [r.communicate(timeout=300) for r in ranks]
+    for r, (out, err) in zip(ranks, outs, strict=True):
+        assert r.returncode == 0, err[-3000:]
+    first, second = (json.loads(out.splitlines()[-1]) for out, _ in outs)
+    assert first["kind"] == second["kind"] == "GlooCommunicator"
+    assert not first["disabled"] and second["got"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert second["kept"] == [2, 3] and second["gemm"][1] == [[3.0, 3.0]]
+    assert "made on gloo (rank 1 of 2" in outs[1][1]
