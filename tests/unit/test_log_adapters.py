@@ -153,6 +153,35 @@ def test_openrlhf_steps_checkpoints_and_the_resume_deepspeed_loads(tmp_path):
                                    "rollout/reward_mean": 0.3125}  # tensor(...) left out
 
 
+def test_openrlhf_as_a_real_run_of_openrlhf_0_11_2_printed_it(tmp_path):
+    """fixtures/formats/openrlhf/real-0.11.2: scenarios/openrlhf_real_actor_node_lost.yaml's run
+    (OpenRLHF 0.11.2 unmodified on fake GPUs through the device stand-in: the policy actor's node
+    rebooted as global_step4 was saved, the relaunch resumed from it), each launch's console lines
+    the adapter reads, as printed (Ray's prefix and colours, the sparkle), and its errors."""
+    real = FORMATS / "openrlhf" / "real-0.11.2"
+    ckpt = tmp_path / "ckpt"
+    src, out = source("openrlhf", tmp_path, ["{python}", "-m", "openrlhf.cli.train_ppo_ray",
+                                             f"--ckpt.path={ckpt}", "--ckpt.load_enable"])
+    actor = ckpt / "_actor"
+    actor.mkdir(parents=True)
+    events = []
+    for attempt, saves in ((0, (4,)), (1, (8, 12, 16))):
+        append(out, attempt, real / f"trainer-{attempt}.log", ckpt)
+        events += src.poll()
+        for step in saves:  # DeepSpeed writes the tag's files, then names it in `latest`
+            (actor / f"global_step{step}").mkdir()
+            (actor / "latest").write_text(f"global_step{step}")
+            events += src.poll()
+        events += src.exited(attempt, 1 - attempt)
+    steps = [e["step"] for e in events if e["type"] == "step_end"]
+    assert steps == list(range(1, 7)) + list(range(5, 17))
+    assert [e["from_step"] for e in events if e["type"] == "resume"] == [4]
+    assert [e["step"] for e in events if e["type"] == "checkpoint_saved"] == [4, 8, 12, 16]
+    assert any(e["type"] == "error" and e.get("kind") == "ActorDiedError" for e in events)
+    rewards = [e["metrics"]["rollout/reward_mean"] for e in events if e["type"] == "step_end"]
+    assert rewards[-1] > rewards[0] + 0.5  # as reward_improves reads it
+
+
 def test_nemo_rl_counts_steps_from_the_checkpoint_it_resumes_from(tmp_path):
     ckpt = tmp_path / "results"
     cmd = ["{python}", "examples/run_grpo_math.py", f"checkpointing.checkpoint_dir={ckpt}"]
