@@ -34,7 +34,7 @@ from pathlib import Path
 
 from rlsim.files import read_file, write_file
 from rlsim.host.home import home, private_dir
-from rlsim.host.state import pid_alive
+from rlsim.host.pids import pid_alive
 
 PREFIX = "rlm"  # namespaces rlm-<tag>-<i>, bridge rlm<tag>b, host ends of the veths rlm<tag>v<i>
 COMMENT = "rlsim-machines"

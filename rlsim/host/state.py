@@ -35,6 +35,7 @@ from rlsim.host.home import (
     write_private,
 )
 from rlsim.host.layout import MAX_SLOTS, ClusterLayout, lay_out, span
+from rlsim.host.pids import pid_alive
 from rlsim.host.spec import SESSION_RE, ClusterSpec, name_problem
 
 
@@ -245,17 +246,6 @@ def remove_run_dir(session: str) -> None:
     if os.path.islink(path) or path.resolve().parent != top.resolve():
         raise HomeError(f"{path} is not a directory inside {top}: {HOME_FIX}")
     shutil.rmtree(path, ignore_errors=True)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (another user's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def owner_alive(state: ClusterState) -> bool:

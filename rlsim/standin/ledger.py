@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rlsim.host.pids import pid_alive
+
 GIB = 1024**3
 MIB = 1024**2
 PUBLISH_STEP = 8 * MIB  # a peer's figure is at most this stale
@@ -74,7 +76,7 @@ class Ledger:
         total = 0
         for path in self.folder.glob(f"{self._stem(device)}.*"):
             pid = path.suffix[1:]
-            if not pid.isdigit() or int(pid) == os.getpid() or not _alive(int(pid)):
+            if not pid.isdigit() or int(pid) == os.getpid() or not pid_alive(int(pid)):
                 continue
             try:
                 total += int(path.read_text() or 0)
@@ -141,13 +143,3 @@ class Ledger:
 
 class OutOfMemory(Exception):
     """The ledger's refusal; the stand-in raises it as ``torch.OutOfMemoryError``."""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 from pathlib import Path
 
-from verl_task import INSTRUCTION, model, questions, tokenizer
+from verl_task import INSTRUCTION, model, questions, seeded, tokenizer
 
 REWARD = '''\
 """The reward OpenRLHF's engines call for each sample: the share of digits in the response."""
@@ -48,10 +47,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     if (args.out / ".done").exists():
         return 0
-    from faker import Faker
-
-    rng, faker = random.Random(args.seed), Faker()
-    Faker.seed(args.seed)
+    rng, faker = seeded(args.seed)
     items = questions(args.prompts, rng, faker)
     args.out.mkdir(parents=True, exist_ok=True)
     with (args.out / "prompts.jsonl").open("w") as f:

@@ -78,6 +78,14 @@ def model(tok, out: Path, seed: int, dtype: str = "float32") -> None:
     Qwen2ForCausalLM(cfg).to(getattr(torch, dtype)).save_pretrained(out, safe_serialization=True)
 
 
+def seeded(seed: int):
+    """The random source and the name maker of a task, both from ``seed``."""
+    from faker import Faker
+
+    Faker.seed(seed)
+    return random.Random(seed), Faker()
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
@@ -88,10 +96,8 @@ def main(argv: list[str]) -> int:
     if (args.out / ".done").exists():
         return 0
     import pandas as pd
-    from faker import Faker
 
-    rng, faker = random.Random(args.seed), Faker()
-    Faker.seed(args.seed)
+    rng, faker = seeded(args.seed)
     train, test = questions(args.train, rng, faker), questions(args.test, rng, faker)
     args.out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows(train, "train")).to_parquet(args.out / "train.parquet")
