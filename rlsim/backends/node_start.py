@@ -133,35 +133,33 @@ def gpu_env(cuda_devices: str | None, gpus: int) -> dict[str, str]:
     return {FAKE_GPUS_VAR: "1"}
 
 
-_SET_FOR_NODES: set[str] = set()  # what _cluster_env set in this launcher's environment
+# what this launcher's environment held before a node's own variables replaced them
+_BEFORE: dict[str, str | None] = {}
 
 
-def _cluster_env(env: dict[str, str]) -> None:
-    """The cluster's own ``env`` (cluster.env) in this launcher's environment, which the node
-    about to start inherits; what an earlier start set and this one does not is removed."""
-    for key in _SET_FOR_NODES - set(env):
-        os.environ.pop(key, None)
-    _SET_FOR_NODES.clear()
-    _SET_FOR_NODES.update(env)
-    os.environ.update(env)
-
-
-def _standin_env(st: ClusterState, index: int, gpus: int, shape, addresses) -> None:
-    """Set (or clear) in this launcher's environment what node ``index``'s processes need for the
-    device stand-in (:mod:`rlsim.standin`): on every node of a cluster that asked for it but those
-    given real devices (a node of no GPUs too: its processes import what the others do, and torch
-    there sees no CUDA device, as on a CPU node)."""
-    clean = standin.without(dict(os.environ))
-    for key in (*standin.NODE_VARS, "PYTHONPATH"):
-        os.environ.pop(key, None)
-    if "PYTHONPATH" in clean:
-        os.environ["PYTHONPATH"] = clean["PYTHONPATH"]
-    if st.spec.cuda_standin and not shape.cuda_devices:  # a node of no GPUs: torch sees none
+def _own_env(st: ClusterState, index: int, gpus: int, shape, addresses) -> None:
+    """Node ``index``'s own variables in this launcher's environment, which the node about to
+    start inherits, after putting back what an earlier node's replaced: the cluster's ``env``
+    (cluster.env), then, on a node of a cluster that asked for the device stand-in
+    (:mod:`rlsim.standin`), its variables (every node but those given real devices: a node of no
+    GPUs too, where torch sees no CUDA device, as on a CPU node)."""
+    for key, value in _BEFORE.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    _BEFORE.clear()
+    own = dict(st.spec.env)
+    if st.spec.cuda_standin and not shape.cuda_devices:
         ledger = st.root / standin.LEDGER_DIR
         ledger.mkdir(exist_ok=True)
         address = addresses[index] if addresses else st.layout.nodes[index].address
-        os.environ.update(standin.node_env(gpus, shape.gpu_memory_gb, shape.accelerator,
-                                           address, ledger, clean.get("PYTHONPATH")))
+        own.update(standin.deepspeed_env({**os.environ, **own}))
+        own.update(standin.node_env(gpus, shape.gpu_memory_gb, shape.accelerator, address,
+                                    ledger, os.environ.get("PYTHONPATH")))
+    for key, value in own.items():
+        _BEFORE[key] = os.environ.get(key)
+        os.environ[key] = value
 
 
 # Ray's Node() reads this process's environment and its processes are born in this process's
@@ -187,8 +185,7 @@ def start_node(st: ClusterState, index: int, addresses: list[str] | None = None)
         os.environ.pop(FAKE_GPUS_VAR, None)
         gpus = st.gpus_left.get(index, shape.gpus)
         os.environ.update(gpu_env(shape.cuda_devices, gpus))
-        _standin_env(st, index, gpus, shape, addresses)
-        _cluster_env(st.spec.env)
+        _own_env(st, index, gpus, shape, addresses)
         if st.cgroups:
             cgroups.NodeGroup(st.session, index).enter()
         st.node_dir(index).mkdir(parents=True, exist_ok=True)

@@ -137,6 +137,7 @@ class StartedCluster:
         head = self._st.spec.node_shapes()[0]
         gpus = self._st.gpus_left.get(0, head.gpus)
         if self._st.spec.cuda_standin and not head.cuda_devices:
+            env.update(standin.deepspeed_env({**os.environ, **self._st.spec.env}))
             env.update(standin.node_env(gpus, head.gpu_memory_gb, head.accelerator,
                                         self._st.layout.nodes[0].address,
                                         self._st.root / standin.LEDGER_DIR,

@@ -216,6 +216,10 @@ def cluster(
         node=_nodes(node or []), ready_timeout_s=ready_timeout, health=HealthChecks(),
         **{k: v for k, v in given.items() if v is not None},
     )
+    from rlsim.backends.base import standin_refusal
+
+    if refused := standin_refusal(spec, local=backend == DEFAULT and on is None):
+        raise fail(f"rlsim cluster: --cuda-standin: {refused}", 2)
     c = start_cluster(spec, detach, backend, on)
     try:  # a Ctrl-C from here on stops it, even one landing before the wait (seen once)
         console.print(table(c, c.ready_nodes))

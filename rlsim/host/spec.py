@@ -132,6 +132,10 @@ class ClusterShape(ShapeChecks):
                 n.gpus for n in self.node.values()):
             raise ValueError("cuda_devices needs GPUs: the real devices stand behind the nodes' "
                              "GPUs; give the nodes GPUs or drop cuda_devices")
+        if self.cuda_standin and any(n.cuda_devices for n in self.node_shapes()):
+            raise ValueError("cuda_standin with cuda_devices: the stand-in refuses to start where "
+                             "a real GPU is visible, and real devices need one; fix: drop one of "
+                             "them")
         if self.cuda_standin and not any(n.gpus and not n.cuda_devices
                                          for n in self.node_shapes()):
             raise ValueError("cuda_standin needs fake GPUs: it stands in for them on nodes that "

@@ -18,6 +18,7 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+import threading
 from pathlib import Path
 
 from rlsim.contract import STANDIN_VAR as VAR
@@ -25,7 +26,7 @@ from rlsim.contract import STANDIN_VAR as VAR
 BOOT = Path(__file__).parent / "boot"
 LEDGER_DIR = "gpu-ledger"  # in a cluster's run directory: rlsim.standin.ledger's folder
 NODE_VARS = (VAR, "RLSIM_NODE_GPUS", "RLSIM_GPU_MEMORY_GB", "RLSIM_ACCELERATOR",
-             "RLSIM_NODE_ADDRESS", "RLSIM_GPU_LEDGER", "DS_ACCELERATOR")
+             "RLSIM_NODE_ADDRESS", "RLSIM_GPU_LEDGER")
 
 
 def node_env(gpus: int, memory_gb: float, accelerator: str | None, address: str,
@@ -35,9 +36,13 @@ def node_env(gpus: int, memory_gb: float, accelerator: str | None, address: str,
     path = os.pathsep.join([str(BOOT), *([pythonpath] if pythonpath else [])])
     return {VAR: "1", "RLSIM_NODE_GPUS": str(gpus), "RLSIM_GPU_MEMORY_GB": f"{memory_gb:g}",
             "RLSIM_ACCELERATOR": accelerator or "", "RLSIM_NODE_ADDRESS": address,
-            "RLSIM_GPU_LEDGER": str(ledger), "PYTHONPATH": path,
-            # DeepSpeed picks its accelerator by what torch says: CUDA's would load CUDA kernels
-            "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")}
+            "RLSIM_GPU_LEDGER": str(ledger), "PYTHONPATH": path}
+
+
+def deepspeed_env(env) -> dict[str, str]:
+    """DeepSpeed's accelerator on a stand-in node: the CPU's, unless ``env`` names one.
+    DeepSpeed picks its accelerator by what torch says, and CUDA's would build CUDA kernels."""
+    return {} if env.get("DS_ACCELERATOR") else {"DS_ACCELERATOR": "cpu"}
 
 
 def without(env: dict[str, str]) -> dict[str, str]:
@@ -125,25 +130,37 @@ AFTER = {"torch": lambda module: install(),
          "vllm.model_executor.layers.utils": _vllm_weights_in_place}
 
 
+def _run_hook(name: str, module) -> None:
+    """:data:`AFTER`'s hook of ``name``; one that fails is said on stderr, never in the way of
+    the import (a vLLM without what a hook changes imports as it is)."""
+    try:
+        AFTER[name](module)
+    except Exception as e:  # noqa: BLE001 - the framework's import must go on
+        print(f"rlsim device stand-in: not applied to {name}: {type(e).__name__}: {e}",
+              file=sys.stderr)
+
+
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Runs :data:`AFTER`'s hook of a module as soon as that module has finished importing."""
 
+    def __init__(self) -> None:
+        self._finding = threading.local()  # the name this thread is looking up without us
+
     def find_spec(self, name, path=None, target=None):
-        hook = AFTER.get(name)
-        if hook is None:
+        if name not in AFTER or getattr(self._finding, "name", None) == name:
             return None
-        sys.meta_path.remove(self)  # find the module's own spec without this finder
+        self._finding.name = name  # the module's own spec, this finder passing
         try:
             spec = importlib.util.find_spec(name)
         finally:
-            sys.meta_path.insert(0, self)
+            self._finding.name = None
         if spec is None or spec.loader is None:
             return spec
         run = spec.loader.exec_module
 
         def exec_module(module):
             run(module)
-            hook(module)
+            _run_hook(name, module)
 
         spec.loader.exec_module = exec_module
         return spec
@@ -151,11 +168,15 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 def activate(env=os.environ) -> None:
     """Where ``env`` asks for the stand-in: in force now for what is imported already (torch,
-    vLLM's NCCL communicator), and for the rest as it is imported."""
+    vLLM's NCCL communicator), and for the rest as it is imported. The boot folder goes last on
+    ``sys.path`` where it is not there (a worker forked from a zygote started without it), for
+    the modules it answers for (``flash_attn_2_cuda``)."""
     if env.get(VAR) != "1":
         return
-    for name, hook in AFTER.items():
+    if str(BOOT) not in sys.path:
+        sys.path.append(str(BOOT))
+    for name in AFTER:
         if name in sys.modules and (name != "torch" or hasattr(sys.modules[name], "cuda")):
-            hook(sys.modules[name])
+            _run_hook(name, sys.modules[name])
     if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterImport())

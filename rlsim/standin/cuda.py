@@ -68,11 +68,36 @@ class View:
 class _State:
     view: View
     ledger: Ledger
+    visible: str | None = None  # the CUDA_VISIBLE_DEVICES the view was read with
     current = threading.local()  # torch.cuda.set_device is per thread, as CUDA's is
-    made: dict[int, int] = {}  # storage data_ptr -> device index, for storages on a fake GPU
+    made: dict[int, list] = {}  # a storage's C object -> [fake GPU index, bytes], while alive
+    lock = threading.RLock()
 
 
 S = _State()
+
+
+def view() -> View:
+    """This process's view of its node, read again when CUDA_VISIBLE_DEVICES changes: Ray sets
+    it for an actor given GPUs after the worker process started, and warm workers import torch
+    (and so this stand-in) before that."""
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if seen != S.visible:
+        with S.lock:
+            if seen != S.visible:
+                _use(View.from_env())
+    return S.view
+
+
+def ledger() -> Ledger:
+    view()
+    return S.ledger
+
+
+def _use(v: View) -> None:
+    S.view, S.visible = v, os.environ.get("CUDA_VISIBLE_DEVICES")
+    S.ledger = Ledger(v.gpu_ids, int(v.memory_gb * GIB), v.ledger_dir, v.node, v.address)
+    S.made.clear()
 
 
 # ---- placement ----------------------------------------------------------------------------------
@@ -91,67 +116,124 @@ def _index(device) -> int | None:
 
 
 def _check(index: int) -> int:
-    if not 0 <= index < len(S.view.gpu_ids):
+    if not 0 <= index < len(view().gpu_ids):
         raise RuntimeError(f"CUDA error: invalid device ordinal (device {index}: this process "
-                           f"sees {len(S.view.gpu_ids)} fake GPU(s) of node {S.view.node}, "
-                           f"CUDA_VISIBLE_DEVICES={','.join(S.view.gpu_ids)!r}) [rlsim device "
+                           f"sees {len(view().gpu_ids)} fake GPU(s) of node {view().node}, "
+                           f"CUDA_VISIBLE_DEVICES={','.join(view().gpu_ids)!r}) [rlsim device "
                            "stand-in]")
     return index
 
 
 def _charge(t, index: int):
-    """Count ``t``'s storage on fake GPU ``index`` until it is freed; ``t`` back."""
+    """Count ``t``'s storage on fake GPU ``index`` until it is freed; ``t`` back. Storages are
+    known by their C object (stable through ``resize_``), each with the bytes it holds."""
     if not isinstance(t, torch.Tensor):
         return t
     storage = t.untyped_storage()
-    ptr = storage.data_ptr()
-    if ptr in S.made or not storage.nbytes():
-        return t
-    try:
-        S.ledger.charge(index, storage.nbytes())
-    except OutOfMemory as e:
-        raise torch.OutOfMemoryError(str(e)) from None
-    S.made[ptr] = index
-    weakref.finalize(storage, _freed, ptr, index, storage.nbytes())
+    key, nbytes = storage._cdata, storage.nbytes()
+    with S.lock:
+        if key in S.made or not nbytes:
+            return t
+        try:
+            ledger().charge(index, nbytes)
+        except OutOfMemory as e:
+            raise torch.OutOfMemoryError(str(e)) from None
+        S.made[key] = [index, nbytes]
+    weakref.finalize(storage, _freed, key)
     return t
 
 
-def _freed(ptr: int, index: int, nbytes: int) -> None:
-    S.made.pop(ptr, None)
-    S.ledger.release(index, nbytes)
+def _freed(key: int) -> None:
+    with S.lock:
+        entry = S.made.pop(key, None)
+        if entry is not None:
+            ledger().release(*entry)
 
 
-def on_fake_gpu(t: torch.Tensor) -> bool:
-    return t.untyped_storage().data_ptr() in S.made
+def _resized(real):
+    """``UntypedStorage.resize_`` that keeps the ledger right: FSDP frees a parameter's memory
+    with ``storage.resize_(0)`` and gets it back by resizing again."""
+
+    def resize_(self, size):
+        with S.lock:
+            entry = S.made.get(self._cdata)
+            if entry is not None and size > entry[1]:
+                try:
+                    ledger().charge(entry[0], size - entry[1])
+                except OutOfMemory as e:
+                    raise torch.OutOfMemoryError(str(e)) from None
+            elif entry is not None:
+                ledger().release(entry[0], entry[1] - size)
+            if entry is not None:
+                entry[1] = size
+        return real(self, size)
+
+    return resize_
 
 
-def _to_cuda(t: torch.Tensor, index: int, dtype=None, non_blocking=False, memory_format=None):
-    if on_fake_gpu(t) and (dtype is None or dtype == t.dtype):
+def _storage_cuda(self, device=None, non_blocking=False):
+    """``UntypedStorage.cuda`` (and ``.to`` a CUDA device): a host copy, counted on the fake GPU
+    (what ``torch.load(map_location="cuda")`` restores each storage through)."""
+    index = current_device() if device is None else \
+        device if isinstance(device, int) else _index(device)
+    if index is None or index < 0:
+        index = current_device()
+    if (entry := S.made.get(self._cdata)) is not None and entry[0] == index:
+        return self
+    copy = self.clone()
+    _charge(torch.empty(0, dtype=torch.uint8).set_(copy), _check(index))
+    return copy
+
+
+def on_fake_gpu(t: torch.Tensor) -> int | None:
+    """The fake GPU ``t``'s storage is on, or None."""
+    entry = S.made.get(t.untyped_storage()._cdata)
+    return None if entry is None else entry[0]
+
+
+def _to_cuda(t: torch.Tensor, index: int, dtype=None, memory_format=None, copy=False):
+    if on_fake_gpu(t) == index and (dtype is None or dtype == t.dtype) and not copy and \
+            memory_format in (None, torch.preserve_format):
         return t
     kwargs = {"memory_format": memory_format} if memory_format is not None else {}
     return _charge(t.to(CPU, dtype=dtype, copy=True, **kwargs), _check(index))
 
 
-def _to_cpu(t: torch.Tensor, dtype=None, memory_format=None):
+def _to_cpu(t: torch.Tensor, dtype=None, memory_format=None, copy=False):
     kwargs = {"memory_format": memory_format} if memory_format is not None else {}
-    copy = on_fake_gpu(t)
+    copy = copy or on_fake_gpu(t) is not None
     return t.to(CPU, dtype=dtype, copy=copy, **kwargs) if copy or dtype is not None or kwargs \
         else t
 
 
 def _parse_to(args, kwargs):
-    """``Tensor.to``'s arguments: (device or None, dtype, non_blocking, memory_format, copy),
-    with an ordinal read as a CUDA device (torch's own parser asks for an accelerator)."""
-    args = list(args)
-    if args and isinstance(args[0], int) and not isinstance(args[0], bool):
-        args[0] = f"cuda:{args[0]}"
-    if isinstance(kwargs.get("device"), int):
-        kwargs = {**kwargs, "device": f"cuda:{kwargs['device']}"}
+    """``Tensor.to``'s arguments: (device or None, dtype, memory_format, copy), in each of its
+    forms (``to(device, dtype, non_blocking, copy)``, ``to(dtype, non_blocking, copy)``,
+    ``to(other, non_blocking, copy)``); an ordinal is a CUDA device (torch's own parser asks for
+    an accelerator), and a tensor on a fake GPU stands for that GPU."""
+    args, kwargs = list(args), dict(kwargs)
     copy = kwargs.pop("copy", False)
-    if len(args) >= 4 or (args and isinstance(args[0], torch.Tensor) and len(args) >= 3):
-        copy = args.pop()  # the positional copy flag
-    device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args, **kwargs)
-    return device, dtype, non_blocking, memory_format, copy
+    first = args[0] if args else None
+    # where the positional copy flag sits: after non_blocking
+    at = 2 if isinstance(first, (torch.dtype, torch.Tensor)) else 3
+    if len(args) > at:
+        copy = args.pop(at)
+    if isinstance(first, torch.Tensor) and (index := on_fake_gpu(first)) is not None:
+        args[0] = torch.device("cuda", index)
+        kwargs.setdefault("dtype", first.dtype)
+    elif isinstance(first, int) and not isinstance(first, bool):
+        args[0] = f"cuda:{first}"
+    if isinstance(kwargs.get("device"), int) and not isinstance(kwargs["device"], bool):
+        kwargs["device"] = f"cuda:{kwargs['device']}"
+    device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+    return device, dtype, memory_format, copy
+
+
+# conversions of a tensor that stay on its device (a cast of a model on a GPU stays there)
+_SAME_DEVICE = {torch.Tensor.half, torch.Tensor.float, torch.Tensor.bfloat16, torch.Tensor.double,
+                torch.Tensor.clone, torch.Tensor.contiguous, torch.Tensor.type}
+# functions that may return their input's own memory, where a move to a GPU would copy it
+_MAY_ALIAS = {torch.as_tensor, torch.asarray}
 
 
 class _Placement(TorchFunctionMode):
@@ -166,28 +248,41 @@ class _Placement(TorchFunctionMode):
             return _to_cuda(t, current_device() if device is None else _index(device),
                             memory_format=kwargs.get("memory_format"))
         if func is torch.Tensor.to:
-            device, dtype, _, memory_format, copy = _parse_to(args[1:], dict(kwargs))
+            device, dtype, memory_format, copy = _parse_to(args[1:], kwargs)
             t = args[0]
             if device is not None and device.type == "cuda":
-                return _to_cuda(t, _index(device), dtype, memory_format=memory_format)
+                return _to_cuda(t, _index(device), dtype, memory_format, copy)
             if device is not None and device.type == "cpu":
-                out = _to_cpu(t, dtype, memory_format)
-                return out.clone() if copy and out is t else out
-            return func(*args, **kwargs)
+                return _to_cpu(t, dtype, memory_format, copy)
+            return self._same_device(func, args, kwargs)
         if func is torch.Tensor.cpu:
             return _to_cpu(args[0], memory_format=kwargs.get("memory_format"))
         if func is torch.Tensor.pin_memory:
             return args[0]  # host memory already; nothing to pin it for
         if func is torch.Tensor.is_pinned:
             return False
+        if func in _SAME_DEVICE:
+            return self._same_device(func, args, kwargs)
+        if kwargs.get("pin_memory"):
+            kwargs = {k: v for k, v in kwargs.items() if k != "pin_memory"}
         index = _index(kwargs["device"]) if "device" in kwargs else None
         if index is None:
             return func(*args, **kwargs)
         kwargs = {**kwargs, "device": CPU}
-        kwargs.pop("pin_memory", None)
         with torch._C.DisableTorchFunction():
             out = func(*args, **kwargs)
+        if func in _MAY_ALIAS and isinstance(out, torch.Tensor) and args and \
+                not isinstance(args[0], (list, tuple, int, float, bool)):
+            out = out.clone()  # the input's memory (a tensor, a numpy array) is not the GPU's
         return _charge(out, _check(index))
+
+    @staticmethod
+    def _same_device(func, args, kwargs):
+        out = func(*args, **kwargs)
+        index = on_fake_gpu(args[0]) if isinstance(args[0], torch.Tensor) else None
+        if index is not None and isinstance(out, torch.Tensor) and out is not args[0]:
+            _charge(out, index)
+        return out
 
 
 _MODE = _Placement()
@@ -201,13 +296,14 @@ def enter_mode() -> None:
 
 
 def _threads_enter_mode() -> None:
-    real = threading.Thread.run
+    """Every thread ``threading`` starts enters the mode first, whatever its ``run``."""
+    real = threading.Thread._bootstrap_inner
 
-    def run(self):
+    def bootstrap(self):
         enter_mode()
         return real(self)
 
-    threading.Thread.run = run
+    threading.Thread._bootstrap_inner = bootstrap
 
 
 def _dispatcher_net() -> None:
@@ -253,7 +349,7 @@ def _device_arg(device=None) -> int:
 
 class _Properties:
     def __init__(self, index: int) -> None:
-        v = S.view
+        v = view()
         self.name = f"NVIDIA {v.accelerator}" if v.accelerator else "rlsim fake GPU"
         self.total_memory = int(v.memory_gb * GIB)
         self.major, self.minor = CAPABILITY.get(v.accelerator, (9, 0))
@@ -342,16 +438,32 @@ def _graph(cuda_graph, *a, **k):
     yield cuda_graph
 
 
-@contextlib.contextmanager
-def _device_context(device):
-    before = current_device()
-    if device is not None and (index := _index(device) if not isinstance(device, int)
-                               else device) is not None and index >= 0:
-        set_device(index)
-    try:
-        yield
-    finally:
-        S.current.device = before
+class _DeviceContext:
+    """``torch.cuda.device``: a class, as torch's own code checks ``isinstance(x,
+    torch.cuda.device)`` (``torch.load(map_location="cuda")`` does)."""
+
+    def __init__(self, device) -> None:
+        index = device if isinstance(device, int) else _index(device)
+        self.idx = index if index is not None else -1
+        self.prev_idx = -1
+
+    def __enter__(self):
+        self.prev_idx = current_device()
+        if self.idx >= 0:
+            set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        S.current.device = self.prev_idx
+        return False
+
+
+class _DeviceOf(_DeviceContext):
+    """``torch.cuda.device_of(obj)``: the device of a tensor on a fake GPU, else none."""
+
+    def __init__(self, obj) -> None:
+        index = on_fake_gpu(obj) if isinstance(obj, torch.Tensor) else None
+        super().__init__(-1 if index is None else index)
 
 
 def _noop(*a, **k) -> None:
@@ -360,7 +472,7 @@ def _noop(*a, **k) -> None:
 
 def _stats(device=None) -> dict:
     d = _device_arg(device)
-    held, peak = S.ledger.held[d], S.ledger.peak[d]
+    held, peak = ledger().held[d], ledger().peak[d]
     out = {}
     for kind in ("allocated_bytes", "reserved_bytes", "active_bytes"):
         out[f"{kind}.all.current"], out[f"{kind}.all.peak"] = held, peak
@@ -380,26 +492,25 @@ def _answers() -> dict:
         return torch.get_rng_state()
 
     return {
-        "is_available": lambda: bool(S.view.gpu_ids), "is_initialized": lambda: True,
+        "is_available": lambda: bool(view().gpu_ids), "is_initialized": lambda: True,
         "_lazy_init": _noop, "init": _noop, "_is_in_bad_fork": lambda: False,
-        "device_count": lambda: len(S.view.gpu_ids), "current_device": current_device,
-        "set_device": set_device, "device": _device_context, "device_of": lambda t:
-            _device_context(current_device()),
+        "device_count": lambda: len(view().gpu_ids), "current_device": current_device,
+        "set_device": set_device, "device": _DeviceContext, "device_of": _DeviceOf,
         "get_device_properties": lambda device=None: _Properties(_device_arg(device)),
         "get_device_name": lambda device=None: _Properties(_device_arg(device)).name,
         "get_device_capability": lambda device=None: (
             (p := _Properties(_device_arg(device))).major, p.minor),
         "get_arch_list": lambda: ["sm_80", "sm_90"], "is_bf16_supported": lambda *a, **k: True,
         "synchronize": _noop, "empty_cache": _noop, "ipc_collect": _noop,
-        "mem_get_info": lambda device=None: (S.ledger.free(_device_arg(device)),
-                                             S.ledger.capacity),
-        "memory_allocated": lambda device=None: S.ledger.held[_device_arg(device)],
-        "memory_reserved": lambda device=None: S.ledger.held[_device_arg(device)],
-        "max_memory_allocated": lambda device=None: S.ledger.peak[_device_arg(device)],
-        "max_memory_reserved": lambda device=None: S.ledger.peak[_device_arg(device)],
-        "reset_peak_memory_stats": lambda device=None: S.ledger.reset_peak(
+        "mem_get_info": lambda device=None: (ledger().free(_device_arg(device)),
+                                             ledger().capacity),
+        "memory_allocated": lambda device=None: ledger().held[_device_arg(device)],
+        "memory_reserved": lambda device=None: ledger().held[_device_arg(device)],
+        "max_memory_allocated": lambda device=None: ledger().peak[_device_arg(device)],
+        "max_memory_reserved": lambda device=None: ledger().peak[_device_arg(device)],
+        "reset_peak_memory_stats": lambda device=None: ledger().reset_peak(
             _device_arg(device)),
-        "reset_max_memory_allocated": lambda device=None: S.ledger.reset_peak(
+        "reset_max_memory_allocated": lambda device=None: ledger().reset_peak(
             _device_arg(device)),
         "reset_accumulated_memory_stats": _noop, "memory_stats": _stats,
         "memory_summary": lambda device=None, abbreviated=False: str(_stats(device)),
@@ -409,7 +520,7 @@ def _answers() -> dict:
         "is_current_stream_capturing": lambda: False, "CUDAGraph": _Graph, "graph": _graph,
         "manual_seed": _noop, "manual_seed_all": _noop, "seed": _noop, "seed_all": _noop,
         "initial_seed": torch.initial_seed, "get_rng_state": rng_state,
-        "get_rng_state_all": lambda: [torch.get_rng_state() for _ in S.view.gpu_ids],
+        "get_rng_state_all": lambda: [torch.get_rng_state() for _ in view().gpu_ids],
         "set_rng_state": _noop, "set_rng_state_all": _noop,
     } if cuda else {}
 
@@ -418,9 +529,9 @@ def _answer_accelerator() -> None:
     acc = getattr(torch, "accelerator", None)
     if acc is None:
         return
-    for name, fn in {"is_available": lambda: bool(S.view.gpu_ids),
+    for name, fn in {"is_available": lambda: bool(view().gpu_ids),
                      "current_accelerator": lambda *a, **k: torch.device("cuda"),
-                     "device_count": lambda: len(S.view.gpu_ids),
+                     "device_count": lambda: len(view().gpu_ids),
                      "current_device_index": current_device,
                      "current_device_idx": current_device,
                      "set_device_index": set_device, "set_device_idx": set_device,
@@ -450,24 +561,36 @@ def _nvtx() -> None:
     nvtx.range = lambda *a, **k: contextlib.nullcontext()
 
 
-def install(view: View) -> None:
+def install(seen: View) -> None:
     """Put the stand-in in force in this process (once)."""
-    S.view = view  # anew in a worker forked from a process that had it in force
-    S.ledger = Ledger(view.gpu_ids, int(view.memory_gb * GIB), view.ledger_dir, view.node,
-                      view.address)
-    S.made.clear()
+    with S.lock:  # anew in a worker forked from a process that had it in force
+        _use(seen)
     S.current.device = 0
     if getattr(S, "installed", False):
         return
     S.installed = True
+    memory = getattr(torch.cuda, "memory", None)
     for name, fn in _answers().items():
-        setattr(torch.cuda, name, _own(fn))
+        own = _own(fn)
+        setattr(torch.cuda, name, own)
+        if memory is not None and hasattr(memory, name):  # torch.cuda.memory.mem_get_info...
+            setattr(memory, name, own)
+    torch.UntypedStorage.resize_ = _resized(torch.UntypedStorage.resize_)
+    torch.UntypedStorage.cuda = _storage_cuda
+    to = torch.UntypedStorage.to
+
+    def storage_to(self, *, device, non_blocking=False):
+        if _index(device) is not None:
+            return _storage_cuda(self, device, non_blocking)
+        return to(self, device=device, non_blocking=non_blocking)
+
+    torch.UntypedStorage.to = storage_to
     torch.cuda.graphs.CUDAGraph = _Graph
     _nvtx()
     _answer_accelerator()
     _dispatcher_net()
     from rlsim.standin import gloo
 
-    gloo.nccl_as_gloo(lambda: S.view.address)
+    gloo.nccl_as_gloo(lambda: view().address)
     enter_mode()
     _threads_enter_mode()

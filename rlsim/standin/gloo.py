@@ -11,6 +11,7 @@ torch and the standard library only: the reference trainer imports this module.
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import torch
 
@@ -78,7 +79,9 @@ def nccl_as_gloo(ip) -> None:
         return
     c10d.ProcessGroupGloo = bound_class(ip)
 
-    def wrap(fn, position: int):
+    def wrap(fn):
+        position = list(inspect.signature(fn).parameters).index("backend")
+
         def call(*args, **kwargs):
             args = list(args)
             if len(args) > position:
@@ -95,24 +98,25 @@ def nccl_as_gloo(ip) -> None:
 
     barrier = c10d.barrier
 
-    def gloo_barrier(group=None, async_op=False, device_ids=None):
-        return barrier(group=group, async_op=async_op)
+    def gloo_barrier(group=None, async_op=False, device_ids=None, **kwargs):
+        return barrier(group=group, async_op=async_op, **kwargs)  # device_ids: NCCL's alone
 
+    init, new = wrap(c10d.init_process_group), wrap(c10d.new_group)
     for module in (dist, c10d):
-        module.init_process_group = wrap(c10d.init_process_group, 0)
-        module.new_group = wrap(c10d.new_group, 3)
-        module.barrier = gloo_barrier
+        module.init_process_group, module.new_group, module.barrier = init, new, gloo_barrier
     # is_nccl_available() stays False: torch's own code asks it before it names ProcessGroupNCCL,
     # which the CPU build does not have (inductor's cache, for one, then fails)
 
 
 class GlooCommunicator:
-    """vLLM's ``PyNcclCommunicator`` as the device stand-in gives it: the same calls
-    (``broadcast``, ``all_reduce``, ``send``, ``recv``, ``all_gather``, ``reduce_scatter``) on a
-    gloo group over the group's own store, its device bound to the node's address. Frameworks
-    make one between their trainer's rank 0 and the vLLM engines to push weights (OpenRLHF's
-    ``stateless_init_process_group``); vLLM's CPU build has no NCCL, so its own communicator
-    disables itself without a word and every push would load uninitialised memory as weights.
+    """vLLM's ``PyNcclCommunicator`` as the device stand-in gives it: the calls frameworks make
+    to push weights and reduce (``broadcast``, ``all_reduce``, ``send``, ``recv``,
+    ``all_gather``, ``reduce_scatter``; not ``reduce``, ``scatter``, the ``v`` variants or
+    ``batch_isend_irecv``) on a gloo group over the group's own store, its device bound to the
+    node's address. Frameworks make one between their trainer's rank 0 and the vLLM engines to
+    push weights (OpenRLHF's ``stateless_init_process_group``); vLLM's CPU build has no NCCL, so
+    its own communicator disables itself without a word and every push would load uninitialised
+    memory as weights.
 
     ``group``: a vLLM ``StatelessProcessGroup`` (its ``store``, ``rank``, ``world_size``) or a
     torch process group; ``device`` is kept for what reads it (``.device``); ``ip``: the address
@@ -147,10 +151,13 @@ class GlooCommunicator:
         opts = dist_options("BroadcastOptions", rootRank=src)
         self.pg.broadcast([tensor], opts).wait()
 
-    def all_reduce(self, tensor, op=None, stream=None, out_tensor=None):
+    def all_reduce(self, in_tensor, out_tensor=None, op=None, stream=None):
+        """vLLM's order and contract: the input is left alone; the sum lands in ``out_tensor``
+        (a new tensor when none is given), which is returned."""
         import torch.distributed as dist
 
-        out = tensor if out_tensor is None else out_tensor.copy_(tensor)
+        out = torch.empty_like(in_tensor) if out_tensor is None else out_tensor
+        out.copy_(in_tensor)
         opts = dist_options("AllreduceOptions", reduceOp=op or dist.ReduceOp.SUM)
         self.pg.allreduce([out], opts).wait()
         return out
@@ -160,7 +167,7 @@ class GlooCommunicator:
         self.pg.allgather([parts], [input_tensor]).wait()
 
     def reduce_scatter(self, output_tensor, input_tensor, op=None, stream=None) -> None:
-        summed = self.all_reduce(input_tensor.clone(), op)
+        summed = self.all_reduce(input_tensor, op=op)
         output_tensor.copy_(summed.chunk(self.world_size)[self.rank])
 
     def send(self, tensor, dst: int, stream=None) -> None:

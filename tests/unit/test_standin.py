@@ -84,8 +84,9 @@ def test_node_env_and_back(tmp_path):
 def test_the_cluster_asks_for_it_only_with_fake_gpus():
     with pytest.raises(ValidationError, match="cuda_standin needs fake GPUs"):
         ClusterSpec(name="c", nodes=2, gpus_per_node=0, cuda_standin=True)
-    with pytest.raises(ValidationError, match="cuda_standin needs fake GPUs"):
-        ClusterSpec(name="c", nodes=1, gpus_per_node=1, cuda_devices="0", cuda_standin=True)
+    with pytest.raises(ValidationError, match="cuda_standin with cuda_devices"):
+        ClusterSpec(name="c", nodes=2, gpus_per_node=1, node={1: {"cuda_devices": "0"}},
+                    cuda_standin=True)
     ClusterSpec(name="c", nodes=2, gpus_per_node=0, node={1: {"gpus": 2}}, cuda_standin=True)
 
 
@@ -162,6 +163,73 @@ def test_torch_in_a_standin_process(tmp_path):
     assert out["thread"] == ["cpu"] and out["backend"] == "gloo" and out["elapsed_ok"]
 
 
+SEMANTICS = textwrap.dedent("""\
+    import io, json, os, threading, numpy as np, torch, torch.distributed as dist
+    out = {}
+    os.environ["CUDA_VISIBLE_DEVICES"] = "5,6"  # as Ray sets it once the actor is placed
+    out["count"] = torch.cuda.device_count()
+    g = torch.ones(1024, device="cuda")
+    out["moved"] = [g.cuda(1) is g, g.to("cuda:0") is g, g.to("cuda", copy=True) is g]
+    held = lambda: [torch.cuda.memory_allocated(0), torch.cuda.memory_allocated(1)]
+    h = g.cuda(1)
+    out["held"] = held()
+    t = torch.zeros(4)
+    before = torch.cuda.memory_allocated(0)
+    tt = t.to(g)
+    out["to_other"] = [tt is t, torch.cuda.memory_allocated(0) - before]
+    out["positional_copy"] = t.to(torch.float32, False, True) is t
+    before = torch.cuda.memory_allocated(0)
+    half = g.half()
+    out["half"] = torch.cuda.memory_allocated(0) - before
+    a = np.zeros(3, dtype=np.float32)
+    x = torch.as_tensor(a, device="cuda"); x += 1
+    out["as_tensor_alias"] = float(a[0])
+    s = g.untyped_storage(); before = torch.cuda.memory_allocated(0)
+    s.resize_(0); out["resized"] = before - torch.cuda.memory_allocated(0)
+    buf = io.BytesIO(); torch.save({"w": torch.ones(2)}, buf); buf.seek(0)
+    out["load"] = str(torch.load(buf, map_location="cuda")["w"].device)
+    out["pinned"] = torch.empty(3, pin_memory=True).shape[0]
+    seen = []
+    class Own(threading.Thread):
+        def run(self):
+            seen.append(str(torch.ones(1).cuda().device))
+    th = Own(); th.start(); th.join()
+    out["thread"] = seen
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    grp = dist.new_group([0], None, "nccl")
+    import datetime
+    dist.barrier(timeout=datetime.timedelta(seconds=30))
+    out["group"] = dist.get_backend(grp)
+    dist.destroy_process_group()
+    with torch.cuda.device(1):
+        out["device_ctx"] = torch.cuda.current_device()
+    try:
+        torch.empty(3 * 256, 1024, 1024, device="cuda:1")
+    except torch.OutOfMemoryError as e:
+        out["oom_gpu"] = "fake GPU 6" in str(e)
+    print(json.dumps(out))
+""")
+
+
+def test_moves_copies_casts_and_frees_as_on_a_gpu(tmp_path):
+    """The cases where a stand-in is easily wrong: the GPUs Ray sets after torch was imported,
+    moves between fake GPUs, ``copy=True``, ``.to(other)``, a cast, ``as_tensor`` of an array,
+    ``resize_`` (FSDP's way to free), ``torch.load(map_location="cuda")``, a pinned factory, a
+    thread class with its own ``run``, NCCL asked for positionally, ``barrier(timeout=)``."""
+    env = standin.node_env(2, 2.0, "H100", "127.0.0.1", tmp_path, None)
+    run = _python(env, SEMANTICS)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert out["count"] == 2 and out["oom_gpu"]
+    assert out["moved"] == [False, True, False]
+    assert out["held"][1] == 4096 and out["held"][0] >= 4096
+    assert out["to_other"] == [False, 16] and not out["positional_copy"]
+    assert out["half"] == 2048 and out["as_tensor_alias"] == 0.0 and out["resized"] == 4096
+    assert out["load"] == "cpu" and out["pinned"] == 3 and out["thread"] == ["cpu"]
+    assert out["group"] == "gloo" and out["device_ctx"] == 1
+
+
 def test_without_the_variable_torch_is_left_alone(tmp_path):
     env = standin.without(standin.node_env(2, 2.0, "", "127.0.0.1", tmp_path, None))
     env["PYTHONPATH"] = str(standin.BOOT)  # the hook present, the stand-in not asked for
@@ -216,7 +284,7 @@ def test_vllms_nccl_communicator_is_gloo_and_its_linear_weights_stay(tmp_path):
     ranks = [subprocess.Popen([sys.executable, "-c", VLLM_RANK, str(r)], env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in (0, 1)]
     outs = [r.communicate(timeout=300) for r in ranks]
-    for r, (out, err) in zip(ranks, outs, strict=True):
+    for r, (_out, err) in zip(ranks, outs, strict=True):
         assert r.returncode == 0, err[-3000:]
     first, second = (json.loads(out.splitlines()[-1]) for out, _ in outs)
     assert first["kind"] == second["kind"] == "GlooCommunicator"

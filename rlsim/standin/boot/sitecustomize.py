@@ -19,9 +19,15 @@ def _next() -> None:
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     try:
         import sitecustomize  # noqa: F401 - the hidden one runs as it is imported
-    except ImportError:
+    except ModuleNotFoundError as e:
+        if e.name != "sitecustomize":  # the hidden one failed: said as Python says it
+            print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(e).__name__}: "
+                  f"{e}", file=sys.stderr)
         if mine is not None:
             sys.modules["sitecustomize"] = mine
+    except Exception as e:  # noqa: BLE001 - as site.py reports a failing sitecustomize
+        print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(e).__name__}: {e}",
+              file=sys.stderr)
     finally:
         sys.path[:] = saved
 
