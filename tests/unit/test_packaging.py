@@ -42,3 +42,16 @@ def test_the_set_up_installs_the_vllm_the_extra_pins():
     low, high = re.search(r"transformers>=([\d.]+),<([\d.]+)", " ".join(extra)).groups()
     assert tuple(map(int, low.split("."))) <= tuple(map(int, transformers.split("."))) < \
         tuple(map(int, high.split("."))) + (0,)
+
+
+def test_every_file_of_the_standins_boot_folder_ships():
+    """Not a package (no __init__.py: it goes on PYTHONPATH as it is), so its files ship as
+    package data; flash_attn_2_cuda.py was left out once and OpenRLHF, installed beside rlsim's
+    wheel, failed at its first import."""
+    from fnmatch import fnmatch
+
+    globs = CONFIG["package-data"]["rlsim"]
+    boot = ROOT / "rlsim" / "standin" / "boot"
+    files = [p.relative_to(ROOT / "rlsim").as_posix() for p in boot.glob("*.py")]
+    assert "standin/boot/flash_attn_2_cuda.py" in files
+    assert [f for f in files if not any(fnmatch(f, g) for g in globs)] == []
