@@ -115,7 +115,8 @@ class Pool:
         self.teardown_leaks += self.close()
         return fresh, False
 
-    def give_back(self, cluster, backend: str, log=None) -> tuple[list[Leftover], float | None]:
+    def give_back(self, cluster, backend: str, log=None,
+                  reusable: bool = True) -> tuple[list[Leftover], float | None]:
         """After a scenario (its faults healed): what it left behind, by owner, and how long Ray
         was waited for (:func:`rlsim.scenario.leftovers.examine`), whatever becomes of the
         cluster; then keep it for the next scenario if every node is up and nothing but what
@@ -136,9 +137,14 @@ class Pool:
             # aimed at node 1 missed. Waiting, before the restart, until the GCS had declared the
             # killed registration dead did not cure it: in a fresh-clone CI run three 3x2
             # scenarios after a restart again placed on nodes 0 and 2 (after two clean runs).
-            # Until that is understood such a cluster is stopped.
-            keep = key is not None and getattr(cluster, "state", None) is not None and \
-                waited is not None and all(x.owner == "ray" for x in left) and \
+            # Until that is understood such a cluster is stopped. A scenario whose faults take a
+            # node down or restart one hands nothing on (``reusable``), even with every node back:
+            # the cluster node_rebooted_after_loss kept (node 2 killed, then rebooted) was found
+            # running after the suite, its owner gone, in 4 of 5 fresh-clone gates (.ci/run's
+            # leftovers check named it), and never when run alone or with -n 2.
+            keep = reusable and key is not None and \
+                getattr(cluster, "state", None) is not None and waited is not None and \
+                all(x.owner == "ray" for x in left) and \
                 all(n.alive and n.pids for n in cluster.nodes())
             if keep and any(x.owner == "ray" for x in left):
                 removed, failed = tidy(cluster)

@@ -288,13 +288,20 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
                 _keep_node_logs(cluster, out_dir / "nodes", log)
         finally:
             try:
-                outcome.leaks, outcome.leaks_waited_s = pool.give_back(cluster, backend, log)
+                outcome.leaks, outcome.leaks_waited_s = pool.give_back(
+                    cluster, backend, log, reusable=not downs_a_node(sc))
             finally:
                 log.emit("scenario_end", leaks=[asdict(x) for x in outcome.leaks],
                          leaks_waited_s=outcome.leaks_waited_s,
                          kept=cluster in pool.idle.values())
                 log.write(out_dir / "timeline.jsonl")
     return outcome
+
+
+def downs_a_node(sc: Scenario) -> bool:
+    """Whether a fault of ``sc`` takes a node down, for good or for a restart: its cluster is
+    not handed on (rlsim.scenario.pool says why)."""
+    return sc.may_down_node or any(FAULTS[f.kind].node_state == "restarting" for f in sc.faults)
 
 
 def _standin_report(cluster, log: Recorder) -> None:
