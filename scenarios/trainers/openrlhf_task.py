@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from verl_task import INSTRUCTION, model, questions, seeded, tokenizer
+from verl_task import INSTRUCTION, questions, seeded, tiny_model
 
 REWARD = '''\
 """The reward OpenRLHF's engines call for each sample: the share of digits in the response."""
@@ -55,9 +55,7 @@ def main(argv: list[str]) -> int:
             f.write(json.dumps({"input": f"{q['question']} {INSTRUCTION}",
                                 "label": str(q["value"])}) + "\n")
     (args.out / "reward.py").write_text(REWARD)
-    texts = [f"{q['question']} {INSTRUCTION} {q['answer']}" for q in items]
-    tok = tokenizer(texts, args.out / "model")
-    model(tok, args.out / "model", args.seed, dtype="bfloat16")
+    tok = tiny_model(items, args.out / "model", args.seed, dtype="bfloat16")
     (args.out / ".done").write_text("")
     print(f"openrlhf task: {len(items)} prompts, vocabulary {len(tok)}, model in "
           f"{args.out / 'model'}")

@@ -78,6 +78,14 @@ def model(tok, out: Path, seed: int, dtype: str = "float32") -> None:
     Qwen2ForCausalLM(cfg).to(getattr(torch, dtype)).save_pretrained(out, safe_serialization=True)
 
 
+def tiny_model(items: list[dict], out: Path, seed: int, dtype: str = "float32"):
+    """A tokenizer trained on the ``items``' questions and answers, and the model, in ``out``;
+    the tokenizer back."""
+    tok = tokenizer([f"{q['question']} {INSTRUCTION} {q['answer']}" for q in items], out)
+    model(tok, out, seed, dtype)
+    return tok
+
+
 def seeded(seed: int):
     """The random source and the name maker of a task, both from ``seed``."""
     from faker import Faker
@@ -102,9 +110,7 @@ def main(argv: list[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows(train, "train")).to_parquet(args.out / "train.parquet")
     pd.DataFrame(rows(test, "test")).to_parquet(args.out / "test.parquet")
-    texts = [f"{q['question']} {INSTRUCTION} {q['answer']}" for q in train + test]
-    tok = tokenizer(texts, args.out / "model")
-    model(tok, args.out / "model", args.seed)
+    tok = tiny_model(train + test, args.out / "model", args.seed)
     (args.out / ".done").write_text("")
     print(f"verl task: {len(train)} train and {len(test)} test prompts, vocabulary {len(tok)}, "
           f"model in {args.out / 'model'}")
