@@ -132,8 +132,10 @@ class Ledger:
             return
         path = self.folder / f"{self._stem(device)}.{os.getpid()}"
         try:
-            if self.held[device]:
-                path.write_text(str(self.held[device]))
+            if self.held[device]:  # whole or not at all: a peer never reads half a number
+                part = path.with_name(path.name + ".part")
+                part.write_text(str(self.held[device]))
+                os.replace(part, path)
             else:
                 path.unlink(missing_ok=True)
         except OSError:
