@@ -124,6 +124,14 @@ def _check(index: int) -> int:
     return index
 
 
+def _take(index: int, nbytes: int) -> None:
+    """``nbytes`` more on fake GPU ``index``, or torch's own out-of-memory error."""
+    try:
+        ledger().charge(index, nbytes)
+    except OutOfMemory as e:
+        raise torch.OutOfMemoryError(str(e)) from None
+
+
 def _charge(t, index: int):
     """Count ``t``'s storage on fake GPU ``index`` until it is freed; ``t`` back. Storages are
     known by their C object (stable through ``resize_``), each with the bytes it holds."""
@@ -134,10 +142,7 @@ def _charge(t, index: int):
     with S.lock:
         if key in S.made or not nbytes:
             return t
-        try:
-            ledger().charge(index, nbytes)
-        except OutOfMemory as e:
-            raise torch.OutOfMemoryError(str(e)) from None
+        _take(index, nbytes)
         S.made[key] = [index, nbytes]
     weakref.finalize(storage, _freed, key)
     return t
@@ -158,10 +163,7 @@ def _resized(real):
         with S.lock:
             entry = S.made.get(self._cdata)
             if entry is not None and size > entry[1]:
-                try:
-                    ledger().charge(entry[0], size - entry[1])
-                except OutOfMemory as e:
-                    raise torch.OutOfMemoryError(str(e)) from None
+                _take(entry[0], size - entry[1])
             elif entry is not None:
                 ledger().release(entry[0], entry[1] - size)
             if entry is not None:
@@ -174,8 +176,7 @@ def _resized(real):
 def _storage_cuda(self, device=None, non_blocking=False):
     """``UntypedStorage.cuda`` (and ``.to`` a CUDA device): a host copy, counted on the fake GPU
     (what ``torch.load(map_location="cuda")`` restores each storage through)."""
-    index = current_device() if device is None else \
-        device if isinstance(device, int) else _index(device)
+    index = current_device() if device is None else _index(device)
     if index is None or index < 0:
         index = current_device()
     if (entry := S.made.get(self._cdata)) is not None and entry[0] == index:
@@ -332,7 +333,7 @@ def current_device() -> int:
 
 
 def set_device(device) -> None:
-    index = _index(device) if not isinstance(device, int) else device
+    index = _index(device)
     if index is None or index < 0:  # torch ignores a negative ordinal
         return
     S.current.device = _check(index)
@@ -443,7 +444,7 @@ class _DeviceContext:
     torch.cuda.device)`` (``torch.load(map_location="cuda")`` does)."""
 
     def __init__(self, device) -> None:
-        index = device if isinstance(device, int) else _index(device)
+        index = _index(device)
         self.idx = index if index is not None else -1
         self.prev_idx = -1
 
