@@ -129,6 +129,7 @@ class DockerCluster(StartedCluster):
         """A handle on a running docker cluster started elsewhere (``rlsim cluster --detach``)."""
         cluster = cls(st.spec, detached=st.detached)
         cluster.state = st
+        cluster._home = rlsim_home()  # where its state was found
         mine = {"label": f"{LABEL}={st.session}"}
         for c in docker_client().containers.list(all=True, filters=mine):
             cluster.containers[int(c.labels["rlsim.node"])] = c
@@ -185,7 +186,7 @@ class DockerCluster(StartedCluster):
         reap_docker(st)
         self.containers.clear()
 
-    def leaks(self) -> list[str]:
+    def _leaks(self) -> list[str]:
         st = self._stopped or self.state
         if st is None:
             return []

@@ -31,7 +31,7 @@ from rlsim.backends.ray_state import alive_nodes, by_address
 from rlsim.backends.reaper import reap, reap_local
 from rlsim.backends.started import StartedCluster
 from rlsim.host import cgroups, disk, iptables, links, nodeops, procs, state
-from rlsim.host.home import auth_token_path, socket_path_problem
+from rlsim.host.home import auth_token_path, rlsim_home, socket_path_problem
 from rlsim.host.iptables import Firewall, Rule
 from rlsim.host.spec import ClusterShape, ClusterSpec
 from rlsim.host.state import ClusterState
@@ -71,6 +71,7 @@ class LocalCluster(NodeVerbs, DisksHere, StartedCluster):
         """A handle on a running cluster started elsewhere (``rlsim cluster --detach``)."""
         cluster = cls(st.spec, detached=st.detached)
         cluster.state = st
+        cluster._home = rlsim_home()  # where its state was found
         cluster._firewall = Firewall(st.slot, st.session)
         cluster.rewrites = None
         return cluster
@@ -106,7 +107,7 @@ class LocalCluster(NodeVerbs, DisksHere, StartedCluster):
         """Heal faults, SIGCONT and SIGKILL every labelled process, drop the state."""
         reap(st)
 
-    def leaks(self) -> list[str]:
+    def _leaks(self) -> list[str]:
         """What the stopped cluster left behind: processes of its session, its iptables chain,
         its cgroups (v2 and v1 memory)."""
         st = self._stopped or self.state

@@ -25,7 +25,7 @@ from rlsim.contract import RESERVE_FILE
 from rlsim.files import read_file, write_file
 from rlsim.host import delayer, iptables, links, procs, state
 from rlsim.host.health import DEAD_WITHIN_MAX_S, dead_wait_s
-from rlsim.host.home import auth_token_path
+from rlsim.host.home import auth_token_path, pinned, rlsim_home
 from rlsim.host.iptables import Drop
 from rlsim.host.layout import named_ports
 from rlsim.host.links import LinkShape
@@ -50,6 +50,7 @@ class StartedCluster:
     timings: dict[str, float]
     ready_nodes: list[NodeInfo]  # the nodes as start() saw them ready
     _stopped: ClusterState | None
+    _home: Path | None = None  # the rlsim home it was started in (or attached from)
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -68,6 +69,7 @@ class StartedCluster:
             raise ClusterStartError(refused)
         t0 = time.monotonic()
         reap_abandoned()
+        self._home = rlsim_home()
         self.state = state.reserve(self.spec, backend=self.name, detached=self.detached)
         try:
             self._prepare(self.state)
@@ -91,8 +93,18 @@ class StartedCluster:
         st = self.state
         if st is None:
             return
-        self._reap(st)
+        with pinned(self._home):  # its own home, whatever RLSIM_HOME says by now
+            self._reap(st)
         self._stopped, self.state = st, None
+
+    def leaks(self) -> list[str]:
+        """After :meth:`stop`: what of the cluster is still there (see :meth:`_leaks`), looked
+        for in the home it was started in."""
+        with pinned(self._home):
+            return self._leaks()
+
+    def _leaks(self) -> list[str]:
+        raise NotImplementedError
 
     def _check_can_start(self) -> None:
         """Raise ClusterStartError when this machine cannot run the backend at all."""
@@ -363,7 +375,6 @@ class StartedCluster:
         9-12 s. The trainer's own requests start one worker per actor, forked when the zygote is
         done, as early as these would have been."""
         from rlsim.backends.ray_internals.gcs import prestart
-        from rlsim.host.home import auth_token_path
 
         if self._zygote_busy():
             return [0] * self.spec.nodes
@@ -413,7 +424,6 @@ class StartedCluster:
         ``deadline_s`` from now (see :func:`rlsim.backends.ray_internals.gcs.drain`); returns the
         node's id. Raises when Ray refuses it."""
         from rlsim.backends.ray_internals.gcs import drain
-        from rlsim.host.home import auth_token_path
 
         self._check_index(index)
         node_id = self.nodes()[index].node_id

@@ -365,7 +365,7 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
                         nodeops.in_node(st.session, index, [sys.executable, "-m", PROBE_MODULE]),
                         {"RLSIM_HOME": str(rlsim_home())})
 
-    def leaks(self) -> list[str]:
+    def _leaks(self) -> list[str]:
         """What the stopped cluster left: processes and cgroups of its session, as this machine
         sees them (every machine's, where the machines are network namespaces of this one;
         elsewhere the hosts removed them at teardown, and a process ended with its host)."""

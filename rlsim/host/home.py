@@ -11,6 +11,7 @@ ever deleted.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import hashlib
 import os
@@ -34,9 +35,31 @@ def rlsim_home() -> Path:
     Kept short on purpose: Ray puts unix sockets under it and socket paths are limited to 107 bytes
     (see :func:`socket_path_problem`).
     """
+    if (held := _pinned.get()) is not None:
+        return held
     if os.environ.get("RLSIM_HOME"):
         return Path(os.environ["RLSIM_HOME"])
     return Path(f"/tmp/rlsim-{os.geteuid()}")
+
+
+_pinned: contextvars.ContextVar[Path | None] = contextvars.ContextVar("rlsim_home", default=None)
+
+
+@contextlib.contextmanager
+def pinned(path: Path | None) -> Iterator[None]:
+    """Within the block (this thread, this context), :func:`rlsim_home` is ``path`` whatever
+    ``RLSIM_HOME`` says now (None: no change). A cluster is torn down in the home it was started
+    in: a pytest worker stops the clusters its scenarios kept after its last test, while that
+    test's ``monkeypatch.setenv("RLSIM_HOME", ...)`` is still in force; reaped in that home, the
+    cluster's state file, run directory and cgroups were left in its own."""
+    if path is None:
+        yield
+        return
+    token = _pinned.set(path)
+    try:
+        yield
+    finally:
+        _pinned.reset(token)
 
 
 class HomeError(RuntimeError):

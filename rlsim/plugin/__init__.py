@@ -180,14 +180,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
                     "--rlsim-slow")
 
 
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """After this process's last test, stop the clusters scenarios kept; a leak in their
-    teardown is an error of that test (a worker's session end would hide it)."""
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """After this process's last test and its fixtures' teardown (its ``monkeypatch`` undone),
+    stop the clusters scenarios kept; a leak in their teardown is an error of that test (a
+    worker's session end would hide it)."""
+    result = yield
     if nextitem is None:
         leaks = close_pool(item.config)
         if leaks:
             pytest.fail("clusters kept between scenarios leaked at teardown: " + "; ".join(leaks),
                         pytrace=False)
+    return result
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

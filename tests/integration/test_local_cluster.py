@@ -115,6 +115,24 @@ def test_teardown_leaves_no_process_rule_cgroup_or_state():
     cluster.stop()  # safe twice
 
 
+def test_a_cluster_is_torn_down_in_the_home_it_was_started_in(tmp_path):
+    """RLSIM_HOME changed while the cluster runs (a test's monkeypatch still in force when
+    pytest stops the clusters its scenarios kept) does not move its teardown: its state file,
+    run directory and cgroups go from its own home, and nothing is made in the other."""
+    cluster = LocalCluster(ClusterSpec(name=f"homed-{os.getpid()}", nodes=1, gpus_per_node=1))
+    other = tmp_path / "other-home"
+    with cluster:
+        st = cluster.state
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("RLSIM_HOME", str(other))
+            cluster.stop()
+            assert cluster.leaks() == []
+    assert leftovers(st) == {
+        "procs": [], "cgroups": False, "chain": False, "state": False, "dir": False
+    }
+    assert not other.exists()
+
+
 def test_two_clusters_at_once_do_not_collide():
     specs = [ClusterSpec(name=f"twin{i}-{os.getpid()}", nodes=2, gpus_per_node=2) for i in (0, 1)]
     clusters = [LocalCluster(s) for s in specs]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from rlsim import commands as cli
-from rlsim.host import procs
+from rlsim.host import home, procs
 from rlsim.host.cgroups import session_dir
 from rlsim.host.home import home_id, home_problem
 
@@ -83,3 +83,13 @@ def test_status_with_a_system_home_creates_nothing(monkeypatch):
     with pytest.raises(SystemExit) as e:
         cli.main(["status"])
     assert e.value.code == 2
+
+
+def test_a_pinned_home_holds_whatever_rlsim_home_says_until_the_block_ends(monkeypatch, tmp_path):
+    monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "a"))
+    with home.pinned(tmp_path / "a"):
+        monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "b"))
+        assert home.rlsim_home() == tmp_path / "a"
+        with home.pinned(None):  # no home to pin: nothing changes
+            assert home.rlsim_home() == tmp_path / "a"
+    assert home.rlsim_home() == tmp_path / "b"
