@@ -137,11 +137,9 @@ class Pool:
             # aimed at node 1 missed. Waiting, before the restart, until the GCS had declared the
             # killed registration dead did not cure it: in a fresh-clone CI run three 3x2
             # scenarios after a restart again placed on nodes 0 and 2 (after two clean runs).
-            # Until that is understood such a cluster is stopped. A scenario whose faults take a
-            # node down or restart one hands nothing on (``reusable``), even with every node back:
-            # the cluster node_rebooted_after_loss kept (node 2 killed, then rebooted) was found
-            # running after the suite, its owner gone, in 4 of 5 fresh-clone gates (.ci/run's
-            # leftovers check named it), and never when run alone or with -n 2.
+            # Until that is understood such a cluster is stopped. For the same reason a scenario
+            # whose faults take a node down or restart one hands nothing on (``reusable``), even
+            # with every node back: its restarted node is the one Ray may declare dead later.
             keep = reusable and key is not None and \
                 getattr(cluster, "state", None) is not None and waited is not None and \
                 all(x.owner == "ray" for x in left) and \
