@@ -19,9 +19,9 @@ from rich.table import Table
 
 from rlsim.backends.docker import DockerCluster, engine_problem
 from rlsim.backends.local import LocalCluster
-from rlsim.backends.ray_internals import export_auth_env
 from rlsim.host import cgroups
 from rlsim.host.spec import ClusterSpec
+from rlsim.ray_internals import export_auth_env
 
 
 def node_pids(cluster, index: int) -> list[int]:

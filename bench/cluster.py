@@ -42,7 +42,7 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-from rlsim.backends import ray_internals as ri
+from rlsim import ray_internals as ri
 from rlsim.backends.local import LocalCluster
 from rlsim.backends.ray_state import node_table
 from rlsim.host import cgroups, procs, state
@@ -119,7 +119,7 @@ def time_rlsim(nodes: int, gpus: int, dashboard: bool = True, forward_logs: bool
 @contextlib.contextmanager
 def _plain(on: bool):
     """While inside, with ``on``: Ray's plain path for every acceleration, in this process and
-    the cluster's (rlsim.backends.ray_internals)."""
+    the cluster's (rlsim.ray_internals)."""
     if not on:
         yield
         return
@@ -472,7 +472,7 @@ def main() -> None:
     con.print(t)
     where = Table(title=f"where the scenarios' {shape} bring-up spends its CPU (the median run; "
                         "each node's dashboard agent runs minimal: "
-                        "rlsim.backends.ray_internals.node_agent)")
+                        "rlsim.ray_internals.node_agent)")
     for col in ("process", "CPU s (all nodes)", "share"):
         where.add_column(col)
     for kind, secs in sorted(bare_mem["cpu_by_kind"].items(), key=lambda kv: -kv[1]):

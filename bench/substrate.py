@@ -37,7 +37,7 @@ from rlsim.host.spec import ClusterSpec
 on, nodes, gpus, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 spec = ClusterSpec(name=f"bench-on-{k}", nodes=nodes, gpus_per_node=gpus, dashboard=False,
                    forward_logs=False)
-from rlsim.backends.ray_internals import gcs
+from rlsim.ray_internals import gcs
 from rlsim import substrate
 gcs.join_open_cluster(on)
 substrate.connect(on)  # the command's own connection to the substrate is not the cluster's

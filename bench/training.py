@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlsim.backends.ray_internals import export_auth_env  # noqa: E402
+from rlsim.ray_internals import export_auth_env  # noqa: E402
 
 export_auth_env()  # before Ray is imported (below, through trainer)
 

@@ -2,10 +2,10 @@
 second, before Ray's own connect, which retries an address nobody serves for minutes and a refused
 token for about 20 s, deep in C++, printing only warnings. This module needs only the standard
 library; whoever hands an address to Ray's own connect asks
-:func:`rlsim.backends.ray_internals.gcs.no_answer`, which begins with :func:`gcs_silence` here
+:func:`rlsim.ray_internals.gcs.no_answer`, which begins with :func:`gcs_silence` here
 and then sends one request, since a GCS that greets and answers nothing passes a greeting.
 Whether the GCS takes this process's token is asked through Ray's own gRPC and token loader
-(:func:`rlsim.backends.ray_internals.gcs.refusal`)."""
+(:func:`rlsim.ray_internals.gcs.refusal`)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def substrate_problem(text: str) -> str | None:
 def gcs_silence(host: str, port: int, timeout_s: float = GCS_ANSWER_TIMEOUT_S) -> str | None:
     """None if a gRPC server greets at ``host:port`` within ``timeout_s``, else what happened.
     A greeting alone: a server that greets and then answers no request passes (front ends ask
-    :func:`rlsim.backends.ray_internals.gcs.no_answer`, which asks both).
+    :func:`rlsim.ray_internals.gcs.no_answer`, which asks both).
 
     Ray's own connection to an address nobody serves retries for minutes, deep in C++, printing
     only its warnings; asking first answers in seconds. With TLS on (``RAY_USE_TLS``) only the TCP

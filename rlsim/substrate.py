@@ -234,7 +234,7 @@ def _signal_group(pid: int, sig: int) -> None:
 def connect(address: str, own_address: bool = False) -> None:
     """This process as a driver of the substrate at ``address`` (``host:port`` of its GCS);
     ``own_address``: from the address that routes there (where Ray takes it: the caller asks
-    rlsim.backends.ray_internals, capability driver_address), not the hostname's."""
+    rlsim.ray_internals, capability driver_address), not the hostname's."""
     import ray
 
     if not ray.is_initialized():

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # read by Ray when it is imported: a driver whose head (GCS) is gone exits after this long
     # instead of Ray's 60 s default
-    from rlsim.backends.ray_internals import driver_env
+    from rlsim.ray_internals import driver_env
 
     for key, value in driver_env(cfg.fault_tolerance.gcs_reconnect_timeout_s).items():
         os.environ.setdefault(key, value)

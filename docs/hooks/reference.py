@@ -161,7 +161,7 @@ def python_api() -> str:
 
 
 def ray_internals() -> str:
-    from rlsim.backends import ray_internals as ri
+    from rlsim import ray_internals as ri
 
     out = ["# Ray's internals", "", _doc(ri).split("\n\n")[0], "",
            f"rlsim is proven on Ray {ri.SUPPORTED_TEXT} ([the matrix](../ray-releases.md)). "

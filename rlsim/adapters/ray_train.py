@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 
+from rlsim import ray_internals
 from rlsim.adapters.base import Adapter, TrainerLaunch, TrainerProblem, trainer_files
-from rlsim.backends import ray_internals
-from rlsim.backends.ray_internals import train
+from rlsim.ray_internals import train
 
 CALLBACK = "rlsim.adapters.ray_train_callback.RlsimCallback"
 CALLBACKS_VAR = "RAY_TRAIN_CALLBACKS"

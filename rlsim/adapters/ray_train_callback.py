@@ -2,7 +2,7 @@
 
 Ray Train builds the callbacks named in ``RAY_TRAIN_CALLBACKS`` in the driver, inside
 ``DataParallelTrainer.fit``, and hands them to its controller actor, where the hooks below run
-(their classes and arguments differ by Ray release: :mod:`rlsim.backends.ray_internals.train`).
+(their classes and arguments differ by Ray release: :mod:`rlsim.ray_internals.train`).
 The callback is built where ``RLSIM_RUN_DIR`` is set (the driver) and carries the event log's
 path with it; the controller's node sees the run directory too (the same filesystem on local
 nodes, a mount on docker nodes).
@@ -32,8 +32,8 @@ from __future__ import annotations
 import logging
 import numbers
 
-from rlsim.backends.ray_internals import train
 from rlsim.events import EventLog
+from rlsim.ray_internals import train
 
 # metric names read as the step, in this order (what Ray Train examples report)
 STEP_KEYS = ("step", "global_step", "training_iteration", "iteration", "epoch")

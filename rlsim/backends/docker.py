@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlsim.backends import ray_internals
+from rlsim import ray_internals
 from rlsim.backends.base import ClusterStartError, NodeInfo, Unsupported, standin_refusal
 from rlsim.backends.docker_engine import (
     LABEL,
@@ -51,7 +51,6 @@ from rlsim.backends.docker_engine import (
 )
 from rlsim.backends.docker_image import code_roots, host_mounts
 from rlsim.backends.node_start import ADDRESSES_VAR, cluster_env
-from rlsim.backends.ray_internals.launch import version_stamp
 from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.reaper import reap_docker, reap_docker_orphans
 from rlsim.backends.started import StartedCluster
@@ -61,6 +60,7 @@ from rlsim.host.home import auth_token_path, home_id, rlsim_home
 from rlsim.host.iptables import Drop
 from rlsim.host.spec import ClusterShape, ClusterSpec
 from rlsim.host.state import ClusterState
+from rlsim.ray_internals.launch import version_stamp
 
 # Ryuk cannot be pulled on machines without a registry; where it can, set this to false.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")

@@ -58,7 +58,7 @@ class LocalCluster(NodeVerbs, DisksHere, StartedCluster):
         self._firewall: Firewall | None = None
         self.timings: dict[str, float] = {}
         # raylet commands this handle's launchers saw, and agent commands they rewrote, by kind
-        # (rlsim.backends.ray_internals.launch.REWRITES); None: started elsewhere, not counted
+        # (rlsim.ray_internals.launch.REWRITES); None: started elsewhere, not counted
         self.rewrites: dict[str, int] | None = {}
         # the node table as the last launcher saw it once its nodes registered: the next look
         # at the nodes (:meth:`nodes`) reads it instead of asking the GCS again

@@ -24,16 +24,16 @@ import threading
 import time
 from pathlib import Path
 
+from rlsim import ray_internals as ri
 from rlsim import standin
-from rlsim.backends import ray_internals as ri
 from rlsim.backends import redis_store
-from rlsim.backends.ray_internals import launch
-from rlsim.backends.ray_internals.worker_setup import AGENT_ZYGOTE_VAR, ZYGOTE_VAR
 from rlsim.contract import FAKE_GPUS_VAR, MEMORY_LABEL
 from rlsim.host import cgroups, listeners, procs, state
 from rlsim.host.home import auth_token_path, home_id
 from rlsim.host.shape import visible_devices
 from rlsim.host.state import ClusterState
+from rlsim.ray_internals import launch
+from rlsim.ray_internals.worker_setup import AGENT_ZYGOTE_VAR, ZYGOTE_VAR
 
 ADDRESSES_VAR = "RLSIM_NODE_ADDRESSES"  # docker nodes: every node's address, JSON
 # Each node also advertises its fake GPUs under this name, as Ray's own release tests do: a

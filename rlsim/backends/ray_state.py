@@ -1,19 +1,19 @@
 """Ask a cluster's GCS what it holds: its nodes, its live actors, placement groups and jobs (and
 remove some of them). Straight from the GCS's tables and RPCs, no driver, through
-:mod:`rlsim.backends.ray_internals.gcs`; imports Ray lazily (about 0.4 s)."""
+:mod:`rlsim.ray_internals.gcs`; imports Ray lazily (about 0.4 s)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 
-from rlsim.backends.ray_internals import connect_env
+from rlsim.ray_internals import connect_env
 
 
 def reader(gcs_address: str, token_path: str):
     """Ray's read-only view of a GCS (no driver, no ``ray.init``): a context manager yielding a
-    :class:`rlsim.backends.ray_internals.gcs.GcsReader`."""
-    from rlsim.backends.ray_internals import gcs
+    :class:`rlsim.ray_internals.gcs.GcsReader`."""
+    from rlsim.ray_internals import gcs
 
     return gcs.reader(gcs_address, token_path)
 
@@ -76,7 +76,7 @@ def launch_view(gcs_address: str, token_path: str) -> list[dict]:
 def _listens(address: str, timeout: float = 2.0) -> bool:
     """Whether something accepts TCP connections at ``host:port``.
 
-    Deliberately the kernel's accept alone, not :func:`rlsim.backends.ray_internals.gcs.no_answer`
+    Deliberately the kernel's accept alone, not :func:`rlsim.ray_internals.gcs.no_answer`
     (a greeting, then a request with a deadline): this is polled by every wait on an rlsim
     cluster's nodes (local, docker, substrate ``nodes()``, a node launcher's view), and a False
     here is read as "nobody alive", i.e. a dead head. On a loaded 2-core machine a busy GCS can
@@ -119,6 +119,6 @@ def ray_objects(gcs_address: str, token_path: str) -> list[RayObject]:
 def remove(gcs_address: str, token_path: str, objects: list[RayObject]) -> list[str]:
     """Kill the actors and remove the placement groups among ``objects`` through the GCS (its
     own RPCs, no driver); what could not be removed, in words."""
-    from rlsim.backends.ray_internals import gcs
+    from rlsim.ray_internals import gcs
 
     return gcs.remove(gcs_address, token_path, [(o.kind, o.id, o.name) for o in objects])

@@ -320,8 +320,8 @@ def address_problem(address: str) -> str | None:
     """Why no Ray cluster can be joined at ``address`` (not HOST:PORT, no GCS answers there
     within seconds, or it refuses this process's token), or None. Ray's own connect retries a
     silent address for minutes and a refused token for about 20 s."""
-    from rlsim.backends.ray_internals.gcs import no_answer as gcs_no_answer
-    from rlsim.backends.ray_internals.gcs import refusal as gcs_refusal
+    from rlsim.ray_internals.gcs import no_answer as gcs_no_answer
+    from rlsim.ray_internals.gcs import refusal as gcs_refusal
     from rlsim.reach import parse_address
 
     try:

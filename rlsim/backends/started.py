@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from rlsim import standin
-from rlsim.backends import ray_internals, ray_state
+from rlsim import ray_internals, standin
+from rlsim.backends import ray_state
 from rlsim.backends.base import PROBE_MODULE, ClusterStartError, NodeInfo
 from rlsim.backends.reaper import reap_abandoned
 from rlsim.contract import RESERVE_FILE
@@ -166,7 +166,7 @@ class StartedCluster:
         doctor``): the installed Ray, each acceleration in force or not and why, as it started
         (kept in its state: another process may ask), and the auth mode the GCS itself
         enforces, asked now."""
-        from rlsim.backends.ray_internals.gcs import auth_in_force
+        from rlsim.ray_internals.gcs import auth_in_force
 
         st = self._st
         started = st.accelerations or ray_internals.cluster_report(
@@ -374,7 +374,7 @@ class StartedCluster:
         was 12 s of CPU a worker, and a 2-node scenario's first step took 21.5 s instead of
         9-12 s. The trainer's own requests start one worker per actor, forked when the zygote is
         done, as early as these would have been."""
-        from rlsim.backends.ray_internals.gcs import prestart
+        from rlsim.ray_internals.gcs import prestart
 
         if self._zygote_busy():
             return [0] * self.spec.nodes
@@ -421,9 +421,9 @@ class StartedCluster:
 
     def drain_node(self, index: int, deadline_s: float, message: str) -> str:
         """Ray's own drain of node ``index`` with the preemption reason and a deadline
-        ``deadline_s`` from now (see :func:`rlsim.backends.ray_internals.gcs.drain`); returns the
+        ``deadline_s`` from now (see :func:`rlsim.ray_internals.gcs.drain`); returns the
         node's id. Raises when Ray refuses it."""
-        from rlsim.backends.ray_internals.gcs import drain
+        from rlsim.ray_internals.gcs import drain
 
         self._check_index(index)
         node_id = self.nodes()[index].node_id

@@ -32,7 +32,8 @@ import signal
 import sys
 from pathlib import Path
 
-from rlsim.backends import ray_internals, redis_store
+from rlsim import ray_internals
+from rlsim.backends import redis_store
 from rlsim.backends.base import (
     PROBE_MODULE,
     ClusterStartError,
@@ -44,7 +45,6 @@ from rlsim.backends.base import (
 from rlsim.backends.disks_here import DisksHere
 from rlsim.backends.node_start import ADDRESSES_VAR
 from rlsim.backends.node_verbs import NodeVerbs
-from rlsim.backends.ray_internals import gcs
 from rlsim.backends.ray_state import alive_nodes
 from rlsim.backends.started import PROBE_TIMEOUT_S, StartedCluster
 from rlsim.host import cgroups, disk, iptables, nodeops, overlay, procs, state
@@ -52,6 +52,7 @@ from rlsim.host.home import auth_token_path, rlsim_home
 from rlsim.host.iptables import Drop
 from rlsim.host.spec import ClusterSpec
 from rlsim.host.state import ClusterState
+from rlsim.ray_internals import gcs
 
 
 class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
@@ -588,7 +589,7 @@ def machines(address: str) -> list:
     """The machines of the substrate at ``address`` (:class:`rlsim.substrate.Machine`), joined as
     a cluster's owner joins it, as hosts of this call's own see them; the hosts end before it
     returns (a detached host left behind would give its worker port to the next driver on its
-    machine on Ray below 2.54, see :func:`rlsim.backends.ray_internals.detached_actors_problem`).
+    machine on Ray below 2.54, see :func:`rlsim.ray_internals.detached_actors_problem`).
     ClusterStartError where nothing answers there."""
     import os
 

@@ -10,7 +10,7 @@ import 11 s of CPU between them. Forked from a process that imported them, a wor
 once (PyTorch's own DataLoader forks its workers from a process with torch imported, the same
 way).
 
-How a worker gets here: a raylet runs :mod:`rlsim.backends.ray_internals.worker_setup` to start
+How a worker gets here: a raylet runs :mod:`rlsim.ray_internals.worker_setup` to start
 a worker; for a plain one (no runtime environment to apply) it connects to this server's socket,
 hands over its standard streams, its arguments, environment and working directory, and waits. The
 server forks; the child moves into the node's cgroups (the client's: a node kill, pause or
@@ -261,7 +261,7 @@ def _become_worker(request: dict, fds: list[int]) -> None:
         if request.get("forkserver"):
             # the dashboard's forkserver, forked while this child holds the imports and runs
             # one thread (dashboard_forkserver); failing that, Python starts its own later
-            from rlsim.backends.ray_internals.forkserver import start_here
+            from rlsim.ray_internals.forkserver import start_here
             try:
                 start_here()
             except OSError as e:

@@ -32,9 +32,9 @@ import socket
 import stat
 import struct
 
-from rlsim.backends.ray_internals.worker_setup import MAX_REQUEST
 from rlsim.files import new_file, shown
 from rlsim.host.locks import Held, hold_exclusive
+from rlsim.ray_internals.worker_setup import MAX_REQUEST
 
 FOLDER_MODE = 0o700  # the socket's folder: its owner alone may enter
 SOCKET_MODE = 0o600

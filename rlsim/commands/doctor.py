@@ -7,11 +7,11 @@ import json
 import typer
 from rich.table import Table
 
-from rlsim.backends.ray_internals.gcs import no_answer as gcs_no_answer
-from rlsim.backends.ray_internals.gcs import refusal as gcs_refusal
 from rlsim.commands.cluster import attach_named
 from rlsim.commands.console import console, err, styled
 from rlsim.host import state
+from rlsim.ray_internals.gcs import no_answer as gcs_no_answer
+from rlsim.ray_internals.gcs import refusal as gcs_refusal
 
 
 def doctor(

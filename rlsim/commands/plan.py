@@ -43,9 +43,9 @@ def _layout(framework: str, args: list[str], nodes: list[NodeCapacity],
 def live_nodes(address: str) -> list[NodeCapacity]:
     """The alive nodes with GPUs of the Ray cluster at ``address``, each with its free GPUs and
     CPUs (read from its GCS, no driver)."""
-    from rlsim.backends.ray_internals.gcs import no_answer as gcs_no_answer
     from rlsim.backends.ray_state import reader
     from rlsim.host.home import auth_token_path
+    from rlsim.ray_internals.gcs import no_answer as gcs_no_answer
     from rlsim.reach import parse_address
 
     try:

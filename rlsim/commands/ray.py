@@ -17,7 +17,7 @@ def ray(as_json: bool = typer.Option(False, "--json", help="The same as JSON: th
     Ray's plain path and why (probed from Ray's files, or read from the answers kept in the rlsim
     home; kept answers found damaged are probed again, and said). Exit 0: every capability rlsim
     cannot do without is there; 1: one is missing (rlsim cannot run on this Ray)."""
-    from rlsim.backends import ray_internals as ri
+    from rlsim import ray_internals as ri
 
     statuses = ri.statuses()
     missing = [s for s in statuses if s.required and not s.available]

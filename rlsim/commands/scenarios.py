@@ -12,7 +12,8 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from rlsim.backends import BACKENDS, DEFAULT, cluster_class, described, ray_internals, unknown
+from rlsim import ray_internals
+from rlsim.backends import BACKENDS, DEFAULT, cluster_class, described, unknown
 from rlsim.backends.base import Unsupported
 from rlsim.commands.console import plain_console, styled
 from rlsim.files import shown

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 # Whether a GCS answers at an address lives with the trainer, which asks it too before Ray's own
 # minutes-long connect; the doctor, `rlsim plan` and the launchers' wait ask the same way
-from rlsim.backends.ray_internals import SUPPORTED_TEXT, version_problem
+from rlsim.ray_internals import SUPPORTED_TEXT, version_problem
 from rlsim.reach import gcs_silence, parse_address  # noqa: F401 - re-exported
 
 VERSIONED = ("python", "ray", "torch", "deepspeed")
@@ -200,10 +200,10 @@ def examine(cluster, checkpoint_dir: str | None = None) -> Report:
 
 
 def ray_view(cluster) -> dict:
-    """What this process's Ray offers rlsim (:func:`rlsim.backends.ray_internals.summary`) and
+    """What this process's Ray offers rlsim (:func:`rlsim.ray_internals.summary`) and
     the auth mode ``cluster``'s GCS enforces, read from the GCS (a question without a token)."""
-    from rlsim.backends import ray_internals
-    from rlsim.backends.ray_internals.gcs import auth_in_force
+    from rlsim import ray_internals
+    from rlsim.ray_internals.gcs import auth_in_force
 
     report = getattr(cluster, "ray_report", None)
     try:

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlsim.backends import ray_internals
-from rlsim.backends.ray_internals.gcs import RAY_OWN_NAMESPACES
+from rlsim import ray_internals
+from rlsim.ray_internals.gcs import RAY_OWN_NAMESPACES
 
 KINDS = ("actor", "task", "bundle", "driver")  # in the order they are said
 # Ray's own drivers (the dashboard's, Ray Jobs' supervisors) and rlsim's (its agents on a real
@@ -55,7 +55,7 @@ class Look:
 
 
 def survey(gs) -> Seen:
-    """Ask the GCS (``gs``: a :class:`rlsim.backends.ray_internals.gcs.GcsReader`) what it holds
+    """Ask the GCS (``gs``: a :class:`rlsim.ray_internals.gcs.GcsReader`) what it holds
     of every job. Tasks that cannot be read (a Ray without the task events rlsim reads, a GCS that
     did not answer that question in time) leave ``tasks`` None and say why; the rest must read."""
     seen = Seen(gs.live_actors(), gs.node_table(), gs.placed_bundles(), gs.live_jobs())

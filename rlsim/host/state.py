@@ -66,7 +66,7 @@ class ClusterState(BaseModel):
                           "rlsim/<home id>.<session>/n<i>")
     pids: dict[int, int] = Field(default_factory=dict, description="node index -> raylet pid")
     accelerations: dict = Field(default_factory=dict, description="what of Ray's internals the "
-                                "cluster started with (rlsim.backends.ray_internals."
+                                "cluster started with (rlsim.ray_internals."
                                 "cluster_report), as its launcher saw them")
     gpus_left: dict[int, int] = Field(default_factory=dict, description="node index -> the GPUs "
                                       "it advertises since one was lost (gpu_lost)")

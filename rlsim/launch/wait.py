@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus-per-node", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600)
     args = ap.parse_args(argv)
-    from rlsim.backends.ray_internals.gcs import no_answer as gcs_no_answer
-    from rlsim.backends.ray_internals.gcs import refusal as gcs_refusal
+    from rlsim.ray_internals.gcs import no_answer as gcs_no_answer
+    from rlsim.ray_internals.gcs import refusal as gcs_refusal
     from rlsim.reach import parse_address
 
     try:

@@ -61,7 +61,7 @@ def main() -> int:
         remove_placement_group,
     )
 
-    from rlsim.backends.ray_internals.gcs import free_per_node
+    from rlsim.ray_internals.gcs import free_per_node
 
     job = json.loads(sys.stdin.read())
     ray.init(logging_level="ERROR", log_to_driver=False)

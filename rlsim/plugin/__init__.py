@@ -25,9 +25,9 @@ import pytest
 
 from rlsim.backends import BACKENDS, described, names
 from rlsim.backends.local import LocalCluster
-from rlsim.backends.ray_internals import export_auth_env
 from rlsim.host.spec import ClusterSpec
 from rlsim.plugin.session import close_pool
+from rlsim.ray_internals import export_auth_env
 
 _counter = itertools.count()
 # the scenario files pytest collects unless the ini option rlsim_scenarios says otherwise

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rlsim.backends import BACKENDS, ray_internals
+from rlsim import ray_internals
+from rlsim.backends import BACKENDS
 from rlsim.backends.base import Unsupported
 from rlsim.checks import FIGURES
 from rlsim.files import shown

@@ -319,8 +319,8 @@ def _ray_report(sc, cluster, log: Recorder) -> None:
     which it runs without (and why), the auth mode the cluster's GCS enforces, and what the
     adapter changed of the trainer's Ray settings. Never raises: a report that cannot be made
     is said in the event."""
-    from rlsim.backends import ray_internals
-    from rlsim.backends.ray_internals.gcs import auth_in_force
+    from rlsim import ray_internals
+    from rlsim.ray_internals.gcs import auth_in_force
 
     try:
         report = (cluster.ray_report() if callable(getattr(cluster, "ray_report", None)) else

@@ -307,7 +307,7 @@ def test_a_detached_cluster_on_a_substrate_lives_on_until_rlsim_down():
     `rlsim down NAME` ends it on both machines: no process, cgroup, address or route of it is
     left, nor a host actor. On a Ray whose raylet gives a detached actor's port to the next
     driver (below 2.54), `--detach` is refused in words and nothing is started."""
-    from rlsim.backends import ray_internals
+    from rlsim import ray_internals
 
     with substrate(2) as (m, addresses):
         rlsim = str(Path(sys.executable).parent / "rlsim")

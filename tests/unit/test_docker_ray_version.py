@@ -1,7 +1,7 @@
 """A node's claimed Ray version is written into Ray's version module as a literal, never as code."""
 import ast
 
-from rlsim.backends.ray_internals.launch import version_source as ray_version_source
+from rlsim.ray_internals.launch import version_source as ray_version_source
 
 SOURCE = 'version = "2.9.0"\ncommit = "abc"\n'
 

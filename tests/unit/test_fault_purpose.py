@@ -333,7 +333,7 @@ def test_the_gcs_reader_reads_held_tasks_from_the_gcss_task_events():
     from ray.core.generated import common_pb2, gcs_pb2
     from ray.core.generated import gcs_service_pb2 as rpc
 
-    from rlsim.backends.ray_internals import gcs as gcs_module
+    from rlsim.ray_internals import gcs as gcs_module
 
     def task(name, kind, states, node=b"\x02" * 28, pid=9):
         return gcs_pb2.TaskEvents(
@@ -372,7 +372,7 @@ def test_the_gcs_reader_reads_placed_bundles_and_live_drivers():
     pytest.importorskip("ray")
     from ray.core.generated import common_pb2, gcs_pb2
 
-    from rlsim.backends.ray_internals import gcs as gcs_module
+    from rlsim.ray_internals import gcs as gcs_module
 
     state = gcs_pb2.PlacementGroupTableData.PlacementGroupState
     groups = [gcs_pb2.PlacementGroupTableData(
@@ -480,7 +480,7 @@ def test_a_blocked_port_cuts_processes_not_reservations():
 def test_the_reach_of_tasks_is_a_capability_probed_from_rays_files(tmp_path):
     """Where the installed Ray's protobufs lack what is read, the reach counts actors only, and
     the probe names the file and the message."""
-    from rlsim.backends import ray_internals as ri
+    from rlsim import ray_internals as ri
 
     assert ri.probe("trainer_reach").available  # the installed Ray (2.48-2.60)
     st = ri.probe("trainer_reach", ri.RaySurface(tmp_path / "ray", "9.9.9"))

@@ -145,7 +145,7 @@ NAMES = {"node_start", "fast_health_checks"}
 @given(st.one_of(BLOBS, JSON.map(lambda v: {"key": {}, "files": {}, "checksum": "", "answers": v})
                  .map(_text)))
 def test_a_probe_record_is_used_whole_or_probed_again(raw):
-    from rlsim.backends.ray_internals import record
+    from rlsim.ray_internals import record
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "ray_probes.json"

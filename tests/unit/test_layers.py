@@ -23,6 +23,10 @@ FORBIDDEN = {
     ("result", "scenario"): "a result is read by reports without the engine",
     ("report", "scenario"): "reports read results and histories, never run anything",
     ("faults", "scenario"): "a fault sees a backend, never the runner",
+    ("ray_internals", "backends"): "Ray's annex is a base layer: backends and the reference "
+                                   "trainer stand on it",
+    ("ray_internals", "scenario"): "Ray's annex is a base layer",
+    ("ray_internals", "faults"): "Ray's annex is a base layer",
 }
 FRONT_ENDS = {"commands", "plugin", "__main__"}  # nothing of the engine imports these
 BASES = {"files", "fields"}  # the standard-library helpers everything may stand on
@@ -120,6 +124,19 @@ def test_no_import_the_layering_forbids():
     assert bad == []
 
 
+def test_the_reference_trainer_stands_on_no_backend():
+    """The reference trainer runs on any cluster: it may use Ray's annex and the contract, never
+    a backend's package (imports inside functions counted)."""
+    trainer = RLSIM.parent / "trainer"
+    bad = [f"{path.relative_to(RLSIM.parent)}:{node.lineno} imports {name}"
+           for path in sorted(trainer.rglob("*.py"))
+           for node in ast.walk(ast.parse(path.read_text()))
+           for name in _targets(node, ["trainer", *path.relative_to(trainer).with_suffix("")
+                                       .parts], path.name == "__init__.py")
+           if name == "rlsim.backends" or name.startswith("rlsim.backends.")]
+    assert bad == []
+
+
 def test_the_graph_sees_imports_inside_functions(tmp_path):
     pkg = tmp_path / "pkg"
     for sub in ("a", "b"):
@@ -135,7 +152,7 @@ def test_the_graph_sees_imports_inside_functions(tmp_path):
 
 # ---- Ray's private surface lives in one annex ----------------------------------------------------
 
-ANNEX = RLSIM / "backends" / "ray_internals"
+ANNEX = RLSIM / "ray_internals"
 # what the layering may scan for Ray's private surface: rlsim, the reference trainer, the
 # catalogue's own trainers
 SCANNED = [RLSIM, RLSIM.parent / "trainer", RLSIM.parent / "scenarios" / "trainers"]
@@ -186,7 +203,7 @@ def private_ray_uses(path: Path) -> list[str]:
 def test_only_the_annex_touches_rays_private_surface():
     found = [use for top in SCANNED for path in sorted(top.rglob("*.py"))
              if not path.is_relative_to(ANNEX) for use in private_ray_uses(path)]
-    assert found == [], "Ray's private surface outside rlsim/backends/ray_internals:\n" + \
+    assert found == [], "Ray's private surface outside rlsim/ray_internals:\n" + \
         "\n".join(found)
 
 

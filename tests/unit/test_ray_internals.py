@@ -1,4 +1,4 @@
-"""rlsim.backends.ray_internals: every use of Ray's private surface probed from the installed Ray's
+"""rlsim.ray_internals: every use of Ray's private surface probed from the installed Ray's
 files. The first test fails the day a Ray release renames what rlsim leans on; the others show
 each probe failing on a Ray tree where that one thing changed, and each plain path taken."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from rlsim.backends import ray_internals as ri
-from rlsim.backends.ray_internals import record as kept
-from rlsim.backends.ray_internals import train
+from rlsim import ray_internals as ri
+from rlsim.ray_internals import record as kept
+from rlsim.ray_internals import train
 
 INSTALLED = Version(ri.ray_version())
 
@@ -111,7 +111,7 @@ def test_a_python_whose_forkserver_is_laid_out_otherwise_fails_the_probe(tmp_pat
     them, or Python's own server (3.14 adds an authentication key to main)."""
     import multiprocessing.forkserver as fs
 
-    from rlsim.backends.ray_internals import forkserver
+    from rlsim.ray_internals import forkserver
 
     root = _fake_ray(tmp_path, "dashboard/subprocesses/handle.py")
     assert forkserver.python_problem() is None
@@ -145,7 +145,7 @@ def test_a_process_that_imported_ray_first_still_presents_the_token(tmp_path):
     code = ("import os, ray\n"
             "from ray._raylet import AuthenticationMode, get_authentication_mode\n"
             "assert get_authentication_mode() != AuthenticationMode.TOKEN\n"
-            "from rlsim.backends.ray_internals import gcs\n"
+            "from rlsim.ray_internals import gcs\n"
             "gcs._set_auth(os.environ['TOKEN'])\n"
             "print(get_authentication_mode() == AuthenticationMode.TOKEN)\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
@@ -406,7 +406,7 @@ def test_detached_actors_are_refused_where_the_raylet_gives_their_port_away(monk
 def test_rays_own_namespaces_are_still_rays():
     """The reach leaves out the work of jobs in Ray's own namespaces (the dashboard's, Ray Jobs'
     supervisors): a Ray that renames them would have rlsim count them as the trainer's."""
-    from rlsim.backends.ray_internals.gcs import RAY_OWN_NAMESPACES
+    from rlsim.ray_internals.gcs import RAY_OWN_NAMESPACES
 
     root = ri.surface().root
     head = (root / "dashboard/modules/job/job_head.py").read_text()

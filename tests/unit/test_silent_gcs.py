@@ -18,9 +18,9 @@ from pathlib import Path
 import loopback
 import pytest
 
-from rlsim.backends.ray_internals import gcs
 from rlsim.host import state
 from rlsim.host.spec import ClusterSpec
+from rlsim.ray_internals import gcs
 
 RLSIM = str(Path(sys.executable).parent / "rlsim")
 ANSWERS = pytest.mark.parametrize("answer", [None, loopback.SETTINGS_FRAME],

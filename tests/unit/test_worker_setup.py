@@ -1,4 +1,4 @@
-"""rlsim.backends.ray_internals.worker_setup: what a raylet's worker start execs, and what it
+"""rlsim.ray_internals.worker_setup: what a raylet's worker start execs, and what it
 leaves to Ray."""
 
 import json
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import rlsim.backends.ray_internals.worker_setup as ws
+import rlsim.ray_internals.worker_setup as ws
 
 WORKER = ["/ray/default_worker.py", "--node-ip-address=127.77.0.10", "--language=PYTHON"]
 

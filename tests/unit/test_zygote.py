@@ -1,5 +1,5 @@
 """rlsim.backends.zygote with the worker set-up's client
-(rlsim.backends.ray_internals.worker_setup): a worker forked as Python would run it, its exit
+(rlsim.ray_internals.worker_setup): a worker forked as Python would run it, its exit
 status, signals passed on, a client's death ending its worker."""
 
 import json
@@ -16,7 +16,7 @@ from rlsim.backends import zygote
 
 CLIENT = """
 import os, sys
-from rlsim.backends.ray_internals.worker_setup import run_forked
+from rlsim.ray_internals.worker_setup import run_forked
 status = run_forked(sys.argv[1], sys.argv[2:], dict(os.environ))
 sys.exit(200 if status is None else status)
 """
@@ -261,7 +261,7 @@ def test_an_agent_gets_its_forkserver_forked_where_asked(server, tmp_path, forks
 
 def test_a_forked_forkserver_ends_with_its_last_client(tmp_path):
     code = ("import os, sys\n"
-            "from rlsim.backends.ray_internals import forkserver\n"
+            "from rlsim.ray_internals import forkserver\n"
             "pid = forkserver.start_here()\n"
             "assert pid and forkserver.start_here() is None  # one server a process\n"
             "forkserver.stop_here()\n"
@@ -275,7 +275,7 @@ def test_a_forkserver_that_cannot_be_forked_leaves_nothing_open():
     """The fork refused (no memory, a process limit): start_here raises and leaves no socket or
     pipe behind, and Python's own server can still start later."""
     code = ("import os\n"
-            "from rlsim.backends.ray_internals import forkserver\n"
+            "from rlsim.ray_internals import forkserver\n"
             "import multiprocessing.forkserver as fs\n"
             "before = sorted(os.listdir('/proc/self/fd'))\n"
             "def refuse():\n"

@@ -31,11 +31,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlsim.backends import zygote, zygote_guard
-from rlsim.backends.ray_internals.worker_setup import MAX_REQUEST
+from rlsim.ray_internals.worker_setup import MAX_REQUEST
 
 CLIENT = """
 import os, sys
-from rlsim.backends.ray_internals.worker_setup import run_forked
+from rlsim.ray_internals.worker_setup import run_forked
 status = run_forked(sys.argv[1], sys.argv[2:], dict(os.environ))
 sys.exit(200 if status is None else status)
 """
@@ -593,7 +593,7 @@ def test_a_zygote_that_cannot_start_leaves_the_workers_to_start_without_it(tmp_p
     from types import SimpleNamespace
 
     from rlsim.backends import node_start
-    from rlsim.backends.ray_internals.worker_setup import ZYGOTE_VAR
+    from rlsim.ray_internals.worker_setup import ZYGOTE_VAR
 
     monkeypatch.delenv(ZYGOTE_VAR, raising=False)
     (tmp_path / "zygote.log").write_text("the last zygote's")
@@ -610,9 +610,9 @@ def test_a_shared_zygote_refused_leaves_the_workers_to_start_without_it(tmp_path
                                                                         capsys):
     """The home's zygote refused (a link at its lock): one line, and the launcher goes on."""
     from rlsim.backends import node_start
-    from rlsim.backends.ray_internals.worker_setup import ZYGOTE_VAR
     from rlsim.host import state
     from rlsim.host.spec import ClusterSpec
+    from rlsim.ray_internals.worker_setup import ZYGOTE_VAR
 
     monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "home"))
     monkeypatch.setenv(ZYGOTE_VAR, "")  # restored after: the launcher sets it

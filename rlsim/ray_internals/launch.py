@@ -1,7 +1,7 @@
 """Starting the Ray processes of a simulated node: Ray's own ``Node`` class with the node's
 parameters, the settings every process of the cluster reads, and the accelerations rlsim adds
 where the installed Ray has what they need (each a capability of
-:mod:`rlsim.backends.ray_internals`): the registration polled, no dashboard process where the
+:mod:`rlsim.ray_internals`): the registration polled, no dashboard process where the
 head has no dashboard, the agents' commands rewritten so that they are forked from one import
 or run lean, workers started through :mod:`.worker_setup`.
 
@@ -21,12 +21,12 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from rlsim.backends import ray_internals as ri
-from rlsim.backends.ray_internals.worker_setup import AGENT_FLAG, FORKSERVER_FLAG
+from rlsim import ray_internals as ri
+from rlsim.ray_internals.worker_setup import AGENT_FLAG, FORKSERVER_FLAG
 
 # What a raylet runs to start a worker: Ray's setup_worker.py without its imports (see there)
 WORKER_SETUP = str(Path(__file__).with_name("worker_setup.py"))
-LEAN_AGENT_MODULE = "rlsim.backends.ray_internals.node_agent"
+LEAN_AGENT_MODULE = "rlsim.ray_internals.node_agent"
 # What a node's agents import before they serve: forked from one process that imported them
 # (each agent imported them itself, 0.5 s of CPU apiece, two agents a node, before its raylet
 # registers)
@@ -124,7 +124,7 @@ def _poll_registration_often(spawn_lock: threading.Lock) -> None:
     """
     import ray._private.services as services
 
-    from rlsim.backends.ray_internals.gcs import wait_registered
+    from rlsim.ray_internals.gcs import wait_registered
 
     if getattr(services.get_node, "rlsim_polled", False):
         return

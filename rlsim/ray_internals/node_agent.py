@@ -1,5 +1,5 @@
 """The dashboard agent of a node whose cluster has no dashboard:
-``python -m rlsim.backends.ray_internals.node_agent <Ray's agent arguments>``.
+``python -m rlsim.ray_internals.node_agent <Ray's agent arguments>``.
 
 Ray's raylet starts a dashboard agent beside itself, ends itself when the agent dies, and the
 agent loads every module under ``ray.dashboard.modules`` (jobs, logs, reporter, events, state,

@@ -355,7 +355,7 @@ def _any_of(*probes: Callable[[RaySurface], str | None]) -> Callable[[RaySurface
 def _python_forkserver(_s: RaySurface) -> str | None:
     """Python's side of dashboard_forkserver: its forkserver's layout, whatever the Ray
     (standard library only, as this module)."""
-    from rlsim.backends.ray_internals.forkserver import python_problem
+    from rlsim.ray_internals.forkserver import python_problem
 
     return python_problem()
 
@@ -402,7 +402,7 @@ CAPABILITIES: tuple[Capability, ...] = (
         "auth_reread", "a process that imported Ray before it was given the token settings "
         "still presents the token (Ray's config read again, as Ray does when it turns token auth "
         "on for its own process)", "such a process is refused by the cluster: give it the settings "
-        "before it imports Ray (rlsim.backends.ray_internals.export_auth_env)",
+        "before it imports Ray (rlsim.ray_internals.export_auth_env)",
         _all_of(_compiled_in("ray._raylet.Config.initialize"),
                 _has_text("_private/authentication/authentication_utils.py",
                           "get_authentication_mode", "AuthenticationMode"))),
@@ -622,7 +622,7 @@ RECORD_NAME = "ray_probes.json"
 def _record_key(s: RaySurface) -> dict:
     """What a record of probe answers holds for: this install of Ray, and these probes (this
     file defines every one of them; ``record.py`` how they are kept)."""
-    from rlsim.backends.ray_internals import record
+    from rlsim.ray_internals import record
 
     probes = hashlib.sha256(Path(__file__).read_bytes() + Path(record.__file__).read_bytes())
     return {"root": str(s.root), "version": s.version, "probes": probes.hexdigest()}
@@ -666,7 +666,7 @@ def _installed_answers() -> dict[str, str | None]:
     every file the probes read: a Ray reinstalled, upgraded or edited is probed again. A record
     read back damaged (its checksum, its shape, a FIFO: :mod:`.record`) is probed again too, and
     :func:`record_note` says so."""
-    from rlsim.backends.ray_internals import record
+    from rlsim.ray_internals import record
 
     _record_damage.clear()
     s = surface()

@@ -1,6 +1,6 @@
 """Ray's GCS and raylets asked directly: its tables read without a driver, and the few RPCs rlsim
 sends (warm workers, a drain with a deadline, removing leftovers). Each use is a capability of
-:mod:`rlsim.backends.ray_internals`; where it is missing the function here takes Ray's plain
+:mod:`rlsim.ray_internals`; where it is missing the function here takes Ray's plain
 path or says what it could not do. Ray is imported inside the functions (about 0.4 s)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from rlsim.backends import ray_internals as ri
+from rlsim import ray_internals as ri
 
 # a GCS method every Ray release here serves, with an empty request: the cheapest question that
 # passes (or fails) the GCS's token check

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from rlsim.backends import ray_internals as ri
+from rlsim import ray_internals as ri
 
 V2_VAR = "RAY_TRAIN_V2_ENABLED"  # Ray Train's own switch between its V1 and V2 APIs
 
@@ -35,7 +35,7 @@ def v2_by_default() -> bool:
 def callback_bases() -> tuple[type, ...]:
     """The classes a callback of Ray Train's controller derives from: its controller, worker
     group and report hooks, and its replica group hook where this Ray has one (2.57+: a
-    replica group replaced in place). Raises :class:`rlsim.backends.ray_internals.
+    replica group replaced in place). Raises :class:`rlsim.ray_internals.
     RayInternalsError` where this Ray has none (train_callbacks)."""
     ri.require("train_callbacks")
     from ray.train.v2._internal.execution import callback

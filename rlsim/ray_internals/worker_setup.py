@@ -157,7 +157,7 @@ def run_agent(args: list[str]) -> None:
     """Run a node's agent, ``python ARGS`` (``-u SCRIPT ...`` or ``-u -m MODULE ...``): forked
     from the agent zygote, this process staying as the raylet's child until the agent exits,
     or exec'd where no agent zygote answers. ``--rlsim-forkserver ARGS``: forked with its
-    forkserver (:mod:`rlsim.backends.ray_internals.forkserver`)."""
+    forkserver (:mod:`rlsim.ray_internals.forkserver`)."""
     forkserver = args[:1] == [FORKSERVER_FLAG]
     args = args[1:] if forkserver else args
     path = os.environ.get(AGENT_ZYGOTE_VAR)
