@@ -12,8 +12,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from rlsim import ray_internals
-from rlsim.backends import BACKENDS, DEFAULT, cluster_class, described, unknown
+from rlsim.backends import DEFAULT, described, unknown
 from rlsim.backends.base import Unsupported
 from rlsim.commands.console import plain_console, styled
 from rlsim.files import shown
@@ -127,7 +126,7 @@ def run(
     """Run scenarios; exit 0 when every expectation holds, 1 when one fails, 2 for bad input
     (or, on --backend real, disruptive faults without --allow-disruptive; or, as root on a Ray
     without token auth, clusters nobody could protect without RLSIM_ALLOW_UNAUTHENTICATED=1)."""
-    from rlsim.scenario.pool import Pool, hand_on_order
+    from rlsim.scenario.session import Session
 
     named = {p.resolve() for p in paths if p.is_file()}
     try:
@@ -135,9 +134,12 @@ def run(
     except ValueError as e:
         console.print(str(e), style="red", markup=False, highlight=False)
         raise typer.Exit(2) from None
+    session = Session(backend=backend, ray_address=ray_address, slow=slow,
+                      allow_disruptive=allow_disruptive, reuse=not no_reuse,
+                      fresh_twin=fresh_twin)
     scenarios = []
     for path, sc in _load_all(paths, extra):  # all valid before anything starts
-        if sc.slow and not slow and path.resolve() not in named:
+        if session.skips_slow(sc, named=path.resolve() in named):
             console.print(styled(("SKIP", "yellow"), f" {sc.name}: slow tier; name its file "
                                  "or pass --slow"))
         else:
@@ -145,47 +147,26 @@ def run(
     if backend is not None and (problem := unknown(backend)):
         console.print(problem, style="red", markup=False, highlight=False)
         raise typer.Exit(2)
-    # as the pytest plugin does: the option, else what the scenario's file names
-    where = {sc.name: backend or sc.cluster.backend for sc in scenarios}
-    # a backend that starts no cluster runs on someone else's: harm it only if asked
-    foreign = sorted({b for b in where.values() if not BACKENDS[b].starts})
-    harmful = {sc.name: h for sc in scenarios if not BACKENDS[where[sc.name]].starts
-               and not allow_disruptive and (h := _harmful(sc, where[sc.name]))}
     if dry_run:
-        _dry_run(scenarios, where, harmful)
+        _dry_run(scenarios, session)
         return
-    if harmful:  # before anything connects to the real cluster
-        names = "; ".join(f"{n} ({', '.join(h)})" for n, h in harmful.items())
-        console.print(f"refused: on a real cluster these scenarios kill nodes or processes, take "
-                      f"GPU memory or damage checkpoints: {names}. Fix: pass --allow-disruptive "
-                      "on a cluster nobody else uses, or run the others", style="red",
-                      markup=False, highlight=False)
-        raise typer.Exit(2)
-    if any(BACKENDS[b].starts for b in where.values()) and (
-            refused := ray_internals.auth_refusal()):  # before any cluster starts
-        console.print(refused, style="red", markup=False, highlight=False)
-        raise typer.Exit(2)
-    for name in foreign:  # one line now, not Ray's minutes of retries per scenario
-        import os
-
-        address = ray_address or os.environ.get("RAY_ADDRESS")
-        problem = f"--backend {name} needs the cluster's address: --ray-address HOST:PORT " \
-                  "(or RAY_ADDRESS)" if not address else \
-            cluster_class(name).address_problem(address)
-        if problem:
-            console.print(problem, style="red", markup=False, highlight=False)
+    # in this order, each asked only if the one before let the run go: nothing connects to a
+    # real cluster before its harm is refused, no cluster starts unprotected, and a foreign
+    # cluster's address is one line now, not Ray's minutes of retries per scenario
+    for ask in (lambda: session.disruptive_refusal(scenarios, "run the others"),
+                lambda: session.auth_refusal(scenarios),
+                lambda: session.address_problem(scenarios)):
+        if refused := ask():
+            console.print(refused, style="red", markup=False, highlight=False)
             raise typer.Exit(2)
     root = report or Path(f"reports/run-{time.strftime('%Y%m%d-%H%M%S')}")
     results: list[ScenarioResult] = []
-    pool = Pool(reuse=not no_reuse, fresh_twin=fresh_twin)
-    scenarios = hand_on_order(scenarios)
     try:
-        for sc in scenarios:
-            if (result := _run_one(sc, root, seed, where[sc.name], ray_address,
-                                   pool)) is not None:
+        for sc in session.order(scenarios):
+            if (result := _run_one(sc, root, seed, session)) is not None:
                 results.append(result)
     finally:
-        leaks = pool.close()
+        leaks = session.close()
     if leaks:
         console.print(styled(("kept clusters leaked at teardown:", "red"), " " + "; ".join(leaks)))
     write_summary(root, results)
@@ -202,20 +183,14 @@ def run(
         raise typer.Exit(1)
 
 
-def _harmful(sc, backend: str) -> list[str]:
-    from rlsim.scenario.runner import harmful_on
-
-    return harmful_on(sc, backend)
-
-
-def _dry_run(scenarios: list, where: dict[str, str], harmful: dict[str, list[str]]) -> None:
-    """Each scenario as it would go on its backend (``where``, by name): RUN, SKIP with the
-    reason, or REFUSED."""
+def _dry_run(scenarios: list, session) -> None:
+    """Each scenario as it would go on its backend: RUN, SKIP with the reason, or REFUSED."""
     from rlsim.scenario.runner import check_runnable
 
+    harmful = session.disruptive(scenarios)
     for sc in scenarios:
         try:
-            check_runnable(sc, where[sc.name])
+            check_runnable(sc, session.backend_of(sc))
         except Unsupported as e:
             console.print(f"SKIP     {sc.name}: {e}", markup=False, highlight=False)
             continue
@@ -227,10 +202,10 @@ def _dry_run(scenarios: list, where: dict[str, str], harmful: dict[str, list[str
             console.print(f"RUN      {sc.name} ({faults})", markup=False, highlight=False)
 
 
-def _run_one(sc, root: Path, seed, backend: str, ray_address, pool) -> ScenarioResult | None:
+def _run_one(sc, root: Path, seed, session) -> ScenarioResult | None:
     """Play one scenario and print its verdicts; None when it was skipped."""
     try:
-        result = _run_live(sc, root, seed, backend, ray_address, pool)
+        result = _run_live(sc, root, seed, session)
     except Unsupported as e:
         console.print(styled(("SKIP", "yellow"), f" {sc.name}: {e}"))
         return None
@@ -261,11 +236,8 @@ def follow(state: dict, e: dict) -> None:
     state["last"] = e.get("type", "?")
 
 
-def _run_live(sc, root: Path, seed: int | None, backend: str, ray_address: str | None,
-              pool) -> ScenarioResult:
+def _run_live(sc, root: Path, seed: int | None, session) -> ScenarioResult:
     """Play one scenario under a live table: step, reward, faults fired, restarts, last event."""
-    from rlsim.scenario.runner import play
-
     state = {"step": 0, "reward": 0.0, "faults": 0, "restarts": 0, "last": "starting"}
 
     def show() -> Table:
@@ -279,8 +251,7 @@ def _run_live(sc, root: Path, seed: int | None, backend: str, ray_address: str |
             follow(state, e)
             live.update(show())
 
-        return play(sc, root / sc.name, seed=seed, on_progress=progress, backend=backend,
-                    ray_address=ray_address, pool=pool)
+        return session.play(sc, root / sc.name, seed=seed, on_progress=progress)
 
 
 def report(

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from rlsim.backends import BACKENDS, described, names
+from rlsim.backends import described, names
 from rlsim.backends.local import LocalCluster
 from rlsim.host.spec import ClusterSpec
-from rlsim.plugin.session import close_pool
+from rlsim.plugin.session import close_session
 from rlsim.ray_internals import export_auth_env
 
 _counter = itertools.count()
@@ -156,21 +156,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     row, so that each earlier one hands its cluster on (see rlsim.scenario.pool). On
     ``--backend real``, scenarios whose faults harm a real cluster are refused unless
     ``--allow-disruptive``."""
-    from rlsim.scenario.pool import hand_on_order
+    from rlsim.plugin.session import scenario_session
 
-    items[:] = hand_on_order(items, lambda item: getattr(item, "scenario", None))
-    backend = config.getoption("rlsim_backend")
-    if backend and not BACKENDS[backend].starts and \
-            not config.getoption("rlsim_allow_disruptive"):
-        from rlsim.scenario.runner import harmful_on
-
-        harmful = [f"{i.scenario.name} ({', '.join(h)})" for i in items
-                   if getattr(i, "scenario", None) and (h := harmful_on(i.scenario, backend))]
-        if harmful:  # before anything connects to the real cluster
-            raise pytest.UsageError(
-                "refused: on a real cluster these scenarios kill nodes or processes, take GPU "
-                f"memory or damage checkpoints: {'; '.join(harmful)}. Fix: pass "
-                "--allow-disruptive on a cluster nobody else uses, or deselect them (-k)")
+    session = scenario_session(config)
+    items[:] = session.order(items, lambda item: getattr(item, "scenario", None))
+    # before anything connects to a real cluster
+    if refused := session.disruptive_refusal(
+            [i.scenario for i in items if getattr(i, "scenario", None)], "deselect them (-k)"):
+        raise pytest.UsageError(refused)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -187,7 +180,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     worker's session end would hide it)."""
     result = yield
     if nextitem is None:
-        leaks = close_pool(item.config)
+        leaks = close_session(item.config)
         if leaks:
             pytest.fail("clusters kept between scenarios leaked at teardown: " + "; ".join(leaks),
                         pytrace=False)
@@ -197,7 +190,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Stop kept clusters (also after Ctrl-C); with ``--rlsim-report DIR``, render
     DIR/report.html once (on the xdist controller)."""
-    close_pool(session.config)
+    close_session(session.config)
     report = session.config.getoption("rlsim_report", None)
     if report and not hasattr(session.config, "workerinput"):
         from pathlib import Path

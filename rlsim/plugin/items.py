@@ -11,16 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from rlsim import ray_internals
-from rlsim.backends import BACKENDS
 from rlsim.backends.base import Unsupported
 from rlsim.checks import FIGURES
 from rlsim.files import shown
-from rlsim.plugin.session import require, scenario_pool
+from rlsim.plugin.session import require, scenario_session
 from rlsim.result import ScenarioResult
 from rlsim.scenario.loader import ScenarioError, load, parse_overrides
 from rlsim.scenario.pool import scenario_key
-from rlsim.scenario.runner import play
 
 
 def shape_scheduler(config: pytest.Config, log):
@@ -119,20 +116,18 @@ class ScenarioItem(pytest.Item):
             self.add_marker(tag)
 
     def runtest(self) -> None:
-        if self.scenario.slow and not self.config.getoption("rlsim_slow"):
+        session = scenario_session(self.config)
+        if session.skips_slow(self.scenario):
             pytest.skip(f"{self.scenario.name}: slow tier (minutes on a small machine); run it "
                         "with --rlsim-slow")
-        backend = self.config.getoption("rlsim_backend") or self.scenario.cluster.backend
+        backend = session.backend_of(self.scenario)
         report = self.config.getoption("rlsim_report")
         out = Path(report) / self.scenario.name if report else \
             self.config._tmp_path_factory.mktemp(self.scenario.name)
-        scenario = self.scenario
-        if BACKENDS[backend].starts and (refused := ray_internals.auth_refusal()):
+        if refused := session.auth_refusal([self.scenario]):
             pytest.fail(refused, pytrace=False)
         try:
-            result = play(scenario, out, backend=backend,
-                          ray_address=self.config.getoption("rlsim_ray_address"),
-                          pool=scenario_pool(self.config))
+            result = session.play(self.scenario, out)
         except Unsupported as e:
             if e.missing_part:  # no engine here: fails under RLSIM_STRICT, as in CI
                 require(str(e))

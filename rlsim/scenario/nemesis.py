@@ -66,6 +66,7 @@ class Nemesis:
         self.faults: dict[int, Fault] = {i: FAULTS[e.kind](e.params, ctx)
                                          for i, e in enumerate(entries)}
         self.fired: list[Fault] = []
+        self._placed: dict | None = None  # the trainer's latest placement event, learned
         # held faults that reached none of the trainer when they fired (its actors not started
         # yet): index -> (fault, what it did), looked at again while in force
         self.reaching: dict[int, tuple[Fault, dict]] = {}
@@ -107,7 +108,12 @@ class Nemesis:
             write_file(released(run_dir, step), b"")
 
     def tick(self, events: list[dict], elapsed: float) -> None:
-        """Fire what is due; heal what has lasted its ``for_s`` or reached its ``heal_at``."""
+        """Learn where the trainer placed its workers (its latest ``placement`` event: a fault
+        aimed by role and rank lands there); fire what is due; heal what has lasted its
+        ``for_s`` or reached its ``heal_at``."""
+        placed = next((e for e in reversed(events) if e.get("type") == "placement"), None)
+        if placed is not None and placed is not self._placed:
+            self._placed, self.ctx.workers = placed, placed.get("workers")
         for i, entry in self.schedule.due(events, elapsed):
             self._fire(i, entry)
         now = time.monotonic()

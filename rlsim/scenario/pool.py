@@ -1,4 +1,4 @@
-"""What the scenarios of one run share: running clusters by shape, and fault-free twins.
+"""What the scenarios of one run share: running clusters by shape.
 
 Starting a cluster is the largest fixed cost of a scenario (5-8 s for 2-3 nodes on 2 cores, more
 under load), and most scenarios of a catalogue ask for one of a few shapes. A :class:`Pool` keeps a
@@ -16,29 +16,16 @@ A cluster is shared only within one process (a pytest worker, one ``rlsim run``)
 backend whose class says it is ``reusable`` (local: docker nodes mount the scenario's own output
 directory, so a docker cluster is not). ``Pool(reuse=False)`` starts
 and stops a cluster per scenario, as before pools existed.
-
-The fault-free twin of ``matches_baseline`` is keyed by everything that decides its numbers (the
-trainer command, config file contents, cluster shape, the trainer's code and environment, the
-versions it runs on), so two scenarios with the same twin train it once, in this process and in
-the next ones (:mod:`rlsim.scenario.twins` keeps it under the home).
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import hashlib
 import json
 import os
-import time
-from pathlib import Path
 
 from rlsim.backends import cluster_class
-from rlsim.files import hash_file
 from rlsim.history import Leftover
-from rlsim.host.home import HomeError
 from rlsim.host.spec import ClusterSpec
-from rlsim.scenario import twins
 from rlsim.scenario.leftovers import examine, tidy
 
 
@@ -46,7 +33,7 @@ def shape_key(spec: ClusterSpec, backend: str) -> str | None:
     """Clusters with equal keys are interchangeable between scenarios; None: never shared."""
     if not getattr(cluster_class(backend), "reusable", False) or spec.node_local:
         return None
-    return json.dumps([backend, _shape(spec)], sort_keys=True, default=str)
+    return json.dumps([backend, interchangeable(spec)], sort_keys=True, default=str)
 
 
 def scenario_key(sc) -> str:
@@ -89,7 +76,7 @@ def hand_on_order(items: list, scenario_of=lambda x: x) -> list:
     return out
 
 
-def _shape(spec: ClusterSpec) -> dict:
+def interchangeable(spec: ClusterSpec) -> dict:
     """The spec without what differs between interchangeable clusters (name, mounted dirs)."""
     return spec.model_dump(exclude={"name", "mounts"})
 
@@ -97,12 +84,10 @@ def _shape(spec: ClusterSpec) -> dict:
 class Pool:
     """Clusters kept between the scenarios of one process, one per shape; see the module doc."""
 
-    def __init__(self, reuse: bool = True, fresh_twin: bool = False) -> None:
+    def __init__(self, reuse: bool = True) -> None:
         self.reuse = reuse
-        self.fresh_twin = fresh_twin  # train every twin once here, whatever earlier runs kept
         self.idle: dict[str, object] = {}
         self.teardown_leaks: list[str] = []
-        self.twins: dict[str, tuple[Path, dict]] = {}
 
     def take(self, fresh, backend: str) -> tuple[object, bool]:
         """A running cluster of ``fresh``'s shape if one is idle (and True), else ``fresh`` itself,
@@ -170,67 +155,6 @@ class Pool:
 
     def _key(self, cluster, backend: str) -> str | None:
         return shape_key(cluster.spec, backend) if self.reuse else None
-
-    # ---- fault-free twins ----------------------------------------------------------------------
-
-    def twin(self, key: str) -> tuple[Path, dict] | None:
-        """A finished twin with this key (where its record is, and what ``twin.json`` says of
-        it): one this process trained, else one an earlier run kept (unless ``fresh_twin``)."""
-        got = self.twins.get(key)
-        if got is not None and got[0].exists():
-            return got
-        return None if self.fresh_twin else twins.stored(key)
-
-    def keep_twin(self, key: str, run_dir: Path, about: dict) -> dict:
-        """Keep the twin just trained in ``run_dir``, for this process and the next ones; what
-        its record says (``not_kept`` when the home could not take it: it serves this process
-        alone)."""
-        try:
-            record = twins.keep(key, run_dir, about)
-        except (OSError, HomeError) as e:
-            record = {**about, "key": key, "made": round(time.time(), 3),
-                      "not_kept": f"{type(e).__name__}: {e}"[:300]}
-        self.twins[key] = (run_dir, record)
-        return record
-
-
-def twin_inputs(command: list[str], spec: ClusterSpec, backend: str,
-                env: dict[str, str]) -> dict:
-    """What decides a twin's numbers besides its input files: its command line (config path,
-    overrides), its environment, the cluster's shape and backend, and the versions it runs on."""
-    return {"command": command, "env": env, "backend": backend, "shape": _shape(spec),
-            "versions": twins.versions()}
-
-
-MAX_KEYED = 64 << 20  # an input hashed by its contents; a larger one, by its size and time
-
-
-def twin_key(about: dict, inputs: list[Path]) -> str:
-    """The twin's key: :func:`twin_inputs` and the contents of the files its adapter names as
-    its inputs (the config, the trainer's code). Run directories are left out of the command
-    (the twin's own path differs per scenario). A file is streamed into the hash, never read
-    whole; one over :data:`MAX_KEYED` (a data set named on the command line, a sparse file of
-    gigabytes: read whole, a MemoryError) counts by its size and modification time, as make
-    judges a file: changed, it is a new twin. One that cannot be read (gone, a FIFO) counts as
-    why, so the key is still made."""
-    h = hashlib.sha256()
-    h.update(json.dumps(about, sort_keys=True, default=str).encode())
-    for path in inputs:
-        h.update(str(path).encode() + b"\0")
-        try:
-            hash_file(path, MAX_KEYED, into=h)
-        except OSError as e:
-            h.update(_stamp(path, e).encode())
-    return h.hexdigest()[:16]
-
-
-def _stamp(path: Path, refused: OSError) -> str:
-    """What the key holds of an input not hashed by its contents (see :func:`twin_key`)."""
-    if refused.errno == errno.EFBIG:
-        with contextlib.suppress(OSError):
-            st = os.stat(path)
-            return f"\0too large to hash: {st.st_size} bytes, modified {st.st_mtime_ns}"
-    return f"\0not read: {refused.errno}"
 
 
 def _stop(cluster) -> list[str]:

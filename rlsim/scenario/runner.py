@@ -32,8 +32,9 @@ from rlsim.files import new_file, read_file, write_file
 from rlsim.history import MAX_HISTORY, Outcome, Recorder
 from rlsim.host.spec import ClusterSpec
 from rlsim.result import ScenarioResult
+from rlsim.scenario import twins as twin_records
 from rlsim.scenario.nemesis import Nemesis
-from rlsim.scenario.pool import Pool, preload_modules, twin_inputs, twin_key, warm
+from rlsim.scenario.pool import Pool, preload_modules, warm
 from rlsim.scenario.schema import Scenario
 from rlsim.scenario.watch import WatchProcess
 from rlsim.scenario.watchdog import Watchdog
@@ -206,7 +207,8 @@ def checkpoint_dir(out_dir: Path) -> Path:
 
 
 def play(sc: Scenario, out_dir: Path, *, backend: str = DEFAULT, ray_address: str | None = None,
-         pool: Pool | None = None, seed: int | None = None, on_progress=None) -> ScenarioResult:
+         pool: Pool | None = None, twins: twin_records.Twins | None = None,
+         seed: int | None = None, on_progress=None) -> ScenarioResult:
     """Run ``sc``, judge it by its checks and record the result: the one way a scenario is played
     (``rlsim run`` and the pytest plugin both come here). The result is written once, to
     ``<out_dir>/verdicts.json``, and returned with the history it was judged from; ``Unsupported``
@@ -215,7 +217,7 @@ def play(sc: Scenario, out_dir: Path, *, backend: str = DEFAULT, ray_address: st
 
     t0 = time.monotonic()
     outcome = run_scenario(sc, out_dir, seed=seed, on_progress=on_progress, backend=backend,
-                           ray_address=ray_address, pool=pool)
+                           ray_address=ray_address, pool=pool, twins=twins)
     result = ScenarioResult.of(sc.name, judge(outcome), time.monotonic() - t0, outcome)
     result.write(out_dir / "verdicts.json")
     return result
@@ -223,7 +225,8 @@ def play(sc: Scenario, out_dir: Path, *, backend: str = DEFAULT, ray_address: st
 
 def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
                  on_progress=None, backend: str = DEFAULT,
-                 ray_address: str | None = None, pool: Pool | None = None) -> Outcome:
+                 ray_address: str | None = None, pool: Pool | None = None,
+                 twins: twin_records.Twins | None = None) -> Outcome:
     """Run ``sc`` with its outputs under ``out_dir``; never raises for a trainer failure
     (``Unsupported`` when the backend cannot run it, before anything starts).
 
@@ -235,6 +238,7 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
     would resume from its checkpoints and the schedule would read its events.
     """
     pool = pool or Pool(reuse=False)
+    twins = twins or twin_records.Twins()
     out_dir = out_dir.resolve()  # every path handed to a trainer is absolute ({run_dir} too)
     fresh = make_cluster(sc, backend, ray_address, out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
@@ -278,8 +282,8 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
         else:  # examined when it was fresh, and checked clean since (rlsim.scenario.pool)
             log.emit("doctor_skipped", reason="cluster reused; no doctor check in this scenario")
         if any(CHECKS[name].twin for name, _ in sc.checks()):
-            outcome.baseline_dir = _baseline(sc, cluster, out_dir / "baseline", log, pool,
-                                             backend)
+            outcome.baseline_dir = _twin(sc, cluster, out_dir / "baseline", log, twins,
+                                         backend)
         _drive(sc, cluster, outcome, nemesis, log, on_progress)
     finally:  # whatever happened (Ctrl-C in a heal too), the cluster is given back
         try:
@@ -472,8 +476,6 @@ def _follow(proc, tail, watch, nemesis: Nemesis, log: Recorder, on_progress, out
         for e in tail.poll():
             log.trainer(e)
             dog.sign(now)
-            if e["type"] == "placement":
-                nemesis.ctx.workers = e["workers"]
             if on_progress:
                 on_progress(e)
         if chatty and (size := _size(output)) > said:
@@ -566,22 +568,17 @@ def _wait_killed(proc: subprocess.Popen, nemesis: Nemesis) -> None:
         proc.wait()
 
 
-def times_its_twin(sc: Scenario) -> bool:
-    """Whether a check of ``sc`` compares the twin's timings: such a twin is trained now, on
-    the machine as loaded as the run, never read from a kept record."""
-    return any(CHECKS[name].twin == "timed" for name, _ in sc.checks())
-
-
-def _baseline(sc: Scenario, cluster, run_dir: Path, log, pool: Pool, backend: str) -> Path:
+def _twin(sc: Scenario, cluster, run_dir: Path, log, twins: twin_records.Twins,
+          backend: str) -> Path:
     """The fault-free twin (same config, same seed) on the same healthy cluster, run first; or
     the record of an identical twin this process trained or an earlier run kept
     (:mod:`rlsim.scenario.twins`). What it is and when it was made go to ``outcome``'s
     ``baseline_about`` and the timeline's ``baseline_done``."""
-    about = twin_inputs(trainer_command(sc, Path("<twin>")), cluster.spec, backend,
-                        {**sc.trainer.env, **ADAPTERS[sc.trainer.adapter].env(
-                            sc.trainer, _launch_of(Path("<twin>"), 0, ""))})
-    key = twin_key(about, ADAPTERS[sc.trainer.adapter].inputs(sc.trainer))
-    if not times_its_twin(sc) and (cached := pool.twin(key)):
+    about = twin_records.inputs(trainer_command(sc, Path("<twin>")), cluster.spec, backend,
+                                {**sc.trainer.env, **ADAPTERS[sc.trainer.adapter].env(
+                                    sc.trainer, _launch_of(Path("<twin>"), 0, ""))})
+    key = twin_records.key(about, ADAPTERS[sc.trainer.adapter].inputs(sc.trainer))
+    if cached := twins.found(key, sc):
         where, record = cached
         log.outcome.baseline_about = {**record, "cached": True}
         log.emit("baseline_done", returncode=0, run_dir=str(where), cached=True, key=key,
@@ -597,7 +594,7 @@ def _baseline(sc: Scenario, cluster, run_dir: Path, log, pool: Pool, backend: st
             proc.wait()
     kept = {}
     if proc.returncode == 0:
-        record = pool.keep_twin(key, run_dir, about)
+        record = twins.keep(key, run_dir, about)
         log.outcome.baseline_about = {**record, "cached": False}
         kept = {"made": record["made"], "not_kept": record["not_kept"]} \
             if "not_kept" in record else {"made": record["made"], "kept": True}

@@ -1,7 +1,7 @@
 """Fault-free twins kept across runs and processes, under ``<rlsim home>/twins/<key>/``.
 
 A twin (the scenario's trainer, same config and seed, no fault: what ``matches_baseline`` and
-``throughput_within`` compare against) depends only on what :func:`rlsim.scenario.pool.twin_key`
+``throughput_within`` compare against) depends only on what :func:`key`
 hashes: the trainer's command, code and config, its environment, the cluster's shape and backend,
 and the versions of Python, rlsim, Ray, torch and vLLM. Every ``rlsim run`` and pytest session
 used to train it again (5.8 s of the README main job's 19.4 s); now the first one keeps its record
@@ -28,6 +28,8 @@ and says what was wrong (``replaced_damaged``, which the verdict names).
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
 import math
 import os
@@ -38,8 +40,11 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from rlsim.files import Damaged, read_file, read_json, read_json_lines, shown, write_file
+from rlsim.checks import CHECKS
+from rlsim.files import Damaged, hash_file, read_file, read_json, read_json_lines, shown, write_file
 from rlsim.host.home import HomeError, home, private_dir
+from rlsim.host.spec import ClusterSpec
+from rlsim.scenario.pool import interchangeable
 
 KEEP = 32  # records kept; older ones are removed when a new one is written
 RECORD = "twin.json"
@@ -48,6 +53,83 @@ WEIGHTS = Path("hf") / "model.safetensors"
 MAX_FILE = 1 << 30  # a record's file read back whole: no tiny model's export comes near
 MAX_RECORD = 1 << 20  # twin.json
 _damaged: dict[str, str] = {}  # key -> what was wrong with its kept record (this process)
+
+
+class Twins:
+    """The twins of one run (an ``rlsim run``, a pytest process): the records this process
+    trained, else those earlier runs kept under the home (unless ``fresh``: each is trained once
+    here, whatever earlier runs kept, and replaces the kept record)."""
+
+    def __init__(self, fresh: bool = False) -> None:
+        self.fresh = fresh
+        self.trained: dict[str, tuple[Path, dict]] = {}
+
+    def found(self, key: str, sc=None) -> tuple[Path, dict] | None:
+        """The finished twin ``key`` that scenario ``sc`` may use instead of training its own
+        (where its record is, what ``twin.json`` says), or None: train it. A scenario that
+        :func:`times_its_twin` always trains its own."""
+        if sc is not None and times_its_twin(sc):
+            return None
+        got = self.trained.get(key)
+        if got is not None and got[0].exists():
+            return got
+        return None if self.fresh else stored(key)
+
+    def keep(self, key: str, run_dir: Path, about: dict) -> dict:
+        """Keep the twin just trained in ``run_dir``, for this process and the next ones; what
+        its record says (``not_kept`` when the home could not take it: it serves this process
+        alone)."""
+        try:
+            record = keep(key, run_dir, about)
+        except (OSError, HomeError) as e:
+            record = {**about, "key": key, "made": round(time.time(), 3),
+                      "not_kept": f"{type(e).__name__}: {e}"[:300]}
+        self.trained[key] = (run_dir, record)
+        return record
+
+
+def times_its_twin(sc) -> bool:
+    """Whether a check of ``sc`` compares the twin's timings: such a twin is trained now, on
+    the machine as loaded as the run, never read from a kept record."""
+    return any(CHECKS[name].twin == "timed" for name, _ in sc.checks())
+
+
+def inputs(command: list[str], spec: ClusterSpec, backend: str, env: dict[str, str]) -> dict:
+    """What decides a twin's numbers besides its input files: its command line (config path,
+    overrides), its environment, the cluster's shape and backend, and the versions it runs on."""
+    return {"command": command, "env": env, "backend": backend, "shape": interchangeable(spec),
+            "versions": versions()}
+
+
+MAX_KEYED = 64 << 20  # an input hashed by its contents; a larger one, by its size and time
+
+
+def key(about: dict, files: list[Path]) -> str:
+    """The twin's key: :func:`inputs` and the contents of the files its adapter names as its
+    inputs (the config, the trainer's code). Run directories are left out of the command (the
+    twin's own path differs per scenario). A file is streamed into the hash, never read whole;
+    one over :data:`MAX_KEYED` (a data set named on the command line, a sparse file of
+    gigabytes: read whole, a MemoryError) counts by its size and modification time, as make
+    judges a file: changed, it is a new twin. One that cannot be read (gone, a FIFO) counts as
+    why, so the key is still made."""
+    h = hashlib.sha256()
+    h.update(json.dumps(about, sort_keys=True, default=str).encode())
+    for path in files:
+        h.update(str(path).encode() + b"\0")
+        try:
+            hash_file(path, MAX_KEYED, into=h)
+        except OSError as e:
+            h.update(_stamp(path, e).encode())
+    return h.hexdigest()[:16]
+
+
+def _stamp(path: Path, refused: OSError) -> str:
+    """What the key holds of an input not hashed by its contents (see :func:`key`)."""
+    if refused.errno == errno.EFBIG:
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            return f"\0too large to hash: {st.st_size} bytes, modified {st.st_mtime_ns}"
+    return f"\0not read: {refused.errno}"
 
 
 def versions() -> dict[str, str | None]:

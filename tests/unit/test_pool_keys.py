@@ -3,7 +3,9 @@
 
 from rlsim.backends.base import Unsupported
 from rlsim.host.spec import ClusterSpec
-from rlsim.scenario.pool import shape_key, twin_inputs, twin_key
+from rlsim.scenario.pool import shape_key
+from rlsim.scenario.twins import inputs as twin_inputs
+from rlsim.scenario.twins import key as twin_key
 from trainer.config import PRESETS
 
 SPEC = ClusterSpec(name="x", nodes=2, gpus_per_node=1)

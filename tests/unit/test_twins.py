@@ -1,4 +1,4 @@
-"""Fault-free twins kept across runs (rlsim.scenario.twins, through the Pool): the record is the
+"""Fault-free twins kept across runs (rlsim.scenario.twins): the record is the
 twin's own bytes, found again by a new process, replaced by --fresh-twin, and the store stays
 bounded."""
 
@@ -8,7 +8,7 @@ import os
 import pytest
 
 from rlsim.scenario import twins
-from rlsim.scenario.pool import Pool
+from rlsim.scenario.twins import Twins
 
 
 @pytest.fixture
@@ -31,11 +31,11 @@ def _twin_run(root, step=4, weights=b"\x00weights"):
 
 def test_a_kept_twin_is_the_same_bytes_and_found_by_the_next_process(home, tmp_path):
     run = _twin_run(tmp_path)
-    first = Pool(reuse=False)
-    record = first.keep_twin("k1", run, {"command": ["x"]})
+    first = Twins()
+    record = first.keep("k1", run, {"command": ["x"]})
     assert "not_kept" not in record and record["key"] == "k1"
-    later = Pool(reuse=False)  # a new rlsim run: nothing in memory
-    where, about = later.twin("k1")
+    later = Twins()  # a new rlsim run: nothing in memory
+    where, about = later.found("k1")
     assert where != run and about["made"] == record["made"] and about["command"] == ["x"]
     for rel in ("events.jsonl", "metrics.jsonl",
                 "checkpoints/global_step_4/hf/model.safetensors"):
@@ -43,16 +43,16 @@ def test_a_kept_twin_is_the_same_bytes_and_found_by_the_next_process(home, tmp_p
     # only what the checks read: the final export, no older step, no optimizer state
     assert not (where / "checkpoints" / "global_step_2").exists()
     assert not (where / "checkpoints" / "global_step_4" / "optim.pt").exists()
-    assert later.twin("other") is None
+    assert later.found("other") is None
 
 
 def test_fresh_twin_trains_again_and_replaces_the_record(home, tmp_path):
-    Pool(reuse=False).keep_twin("k1", _twin_run(tmp_path / "a", weights=b"one"), {})
-    fresh = Pool(reuse=False, fresh_twin=True)
-    assert fresh.twin("k1") is None  # whatever an earlier run kept
-    fresh.keep_twin("k1", _twin_run(tmp_path / "b", weights=b"two"), {})
-    assert fresh.twin("k1")[0] == tmp_path / "b" / "baseline"  # its own, in this process
-    where, _ = Pool(reuse=False).twin("k1")
+    Twins().keep("k1", _twin_run(tmp_path / "a", weights=b"one"), {})
+    fresh = Twins(fresh=True)
+    assert fresh.found("k1") is None  # whatever an earlier run kept
+    fresh.keep("k1", _twin_run(tmp_path / "b", weights=b"two"), {})
+    assert fresh.found("k1")[0] == tmp_path / "b" / "baseline"  # its own, in this process
+    where, _ = Twins().found("k1")
     assert (where / "checkpoints/global_step_4/hf/model.safetensors").read_bytes() == b"two"
     assert sorted(p.name for p in where.parent.iterdir()) == ["k1"]
 
@@ -60,11 +60,11 @@ def test_fresh_twin_trains_again_and_replaces_the_record(home, tmp_path):
 def test_a_home_that_cannot_keep_it_serves_this_process_alone(home, tmp_path):
     home.parent.mkdir(parents=True, exist_ok=True)
     home.write_text("not a folder")
-    pool = Pool(reuse=False)
+    kept = Twins()
     run = _twin_run(tmp_path)
-    record = pool.keep_twin("k1", run, {})
+    record = kept.keep("k1", run, {})
     assert "not_kept" in record
-    assert pool.twin("k1")[0] == run
+    assert kept.found("k1")[0] == run
 
 
 def test_the_store_keeps_the_newest(home, tmp_path, monkeypatch):
@@ -91,8 +91,8 @@ def test_a_trainer_of_ones_own_gets_a_new_twin_when_its_code_changes(tmp_path):
     folder it runs in (hidden folders and virtualenvs left out), so an edited train.py is a new
     key, and a change in a virtualenv's files or in a file the trainer does not run is not."""
     from rlsim.adapters import ADAPTERS
-    from rlsim.scenario.pool import twin_key
     from rlsim.scenario.schema import TrainerSection
+    from rlsim.scenario.twins import key as twin_key
 
     project = tmp_path / "project"
     (project / "lib").mkdir(parents=True)
@@ -127,7 +127,7 @@ def test_a_scenario_that_times_its_twin_never_reads_a_kept_one():
     from pathlib import Path
 
     from rlsim.scenario.loader import load
-    from rlsim.scenario.runner import times_its_twin
+    from rlsim.scenario.twins import times_its_twin
 
     root = Path(__file__).resolve().parents[2] / "scenarios"
     assert times_its_twin(load(root / "slow_node.yaml"))  # throughput_within
@@ -183,15 +183,15 @@ def test_a_damaged_record_is_trained_again_and_the_new_one_says_so(home, tmp_pat
     twins.keep("k1", run, {})
     _damage(twins.store() / "k1", how)
     found = []
-    reader = threading.Thread(target=lambda: found.append(Pool(reuse=False).twin("k1")),
+    reader = threading.Thread(target=lambda: found.append(Twins().found("k1")),
                               daemon=True)
     reader.start()
     reader.join(30)  # a FIFO read without O_NONBLOCK never returns
     assert found == [None], found
-    record = Pool(reuse=False).keep_twin("k1", run, {})
+    record = Twins().keep("k1", run, {})
     assert "twin.json" in record["replaced_damaged"] or "metrics.jsonl" in \
         record["replaced_damaged"], record
-    where, about = Pool(reuse=False).twin("k1")
+    where, about = Twins().found("k1")
     assert about["replaced_damaged"] == record["replaced_damaged"]
     from rlsim.checks import _twin
     from rlsim.history import Outcome
@@ -211,10 +211,9 @@ def test_a_twin_without_metrics_is_a_sound_record(home, tmp_path):
 
 def test_an_input_too_large_to_hash_is_keyed_by_size_and_time_never_read(tmp_path, monkeypatch):
     """A 3 GiB sparse .py in the trainer's folder was read whole to key the twin (MemoryError)."""
-    from rlsim.scenario import pool
-    from rlsim.scenario.pool import twin_key
+    from rlsim.scenario.twins import key as twin_key
 
-    monkeypatch.setattr(pool, "MAX_KEYED", 1024)
+    monkeypatch.setattr(twins, "MAX_KEYED", 1024)
     big = tmp_path / "data.py"
     big.write_bytes(b"a" * 4096)
     os.utime(big, ns=(10**18, 10**18))
@@ -234,7 +233,7 @@ def test_an_input_too_large_to_hash_is_keyed_by_size_and_time_never_read(tmp_pat
 def test_an_input_that_is_a_fifo_or_gone_still_makes_a_key(tmp_path):
     import threading
 
-    from rlsim.scenario.pool import twin_key
+    from rlsim.scenario.twins import key as twin_key
 
     os.mkfifo(tmp_path / "pipe.py")
     keys = []
