@@ -38,8 +38,25 @@ def timeline() -> list[dict]:
                       "fault": "kill_node", "disruptive": True}]
 
 
-def test_every_type_names_the_fields_it_must_carry():
-    assert set(REQUIRED) == EVENT_TYPES and all(set(f) <= set(VALUES) for f in REQUIRED.values())
+def test_the_table_a_trainer_author_reads_names_every_type_and_its_required_fields():
+    """The module's table (what an author copies from) and :data:`REQUIRED` (what the checks
+    hold events to) say the same types, each with its required fields first in its row."""
+    import rlsim.events as events
+
+    table = events.__doc__.split("==================  ")[1]
+    rows: dict[str, str] = {}
+    for line in table.splitlines()[1:]:
+        if line[:1].strip():  # a row starts at the margin; its continuation lines are indented
+            name, _, text = line.partition(" ")
+            rows[name] = text.strip()
+        elif rows and line.strip():
+            rows[list(rows)[-1]] += " " + line.strip()
+    assert set(rows) == set(REQUIRED), set(rows) ^ set(REQUIRED)
+    for name, fields in REQUIRED.items():
+        said = rows[name].split(";")[0].split(":")[0]
+        assert all(f in said for f in fields), (name, fields, rows[name])
+        assert not fields or not said.startswith("optional"), (name, rows[name])
+    assert all(set(f) <= set(VALUES) for f in REQUIRED.values())
 
 
 def test_the_live_table_takes_every_type_with_its_required_fields_only():
