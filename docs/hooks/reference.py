@@ -100,7 +100,7 @@ def faults() -> str:
 def checks() -> str:
     from rlsim.checks import CHECKS
 
-    out = ["# Checks", "", "Generated from the check registry (`rlsim/checks.py`, and any "
+    out = ["# Checks", "", "Generated from the check registry (`rlsim/checks/`, and any "
            "package's checks under the entry point group `rlsim.checks`). In a scenario: "
            "`expect: [{NAME: {parameters}}]`, or the scalar shorthand where a check has one.", ""]
     for name, check in sorted(CHECKS.items()):

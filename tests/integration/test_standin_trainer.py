@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlsim.checks import _metrics, _same_weights
+from rlsim.checks.baseline import _metrics, _same_weights
 from rlsim.history import read_events
 from rlsim.scenario.loader import load
 from rlsim.scenario.runner import play

@@ -19,7 +19,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlsim.checks import CHECKS, MatchesBaseline, _safetensors
+from rlsim.checks import CHECKS, MatchesBaseline
+from rlsim.checks.baseline import _safetensors
 from rlsim.history import Outcome
 
 FUZZ = settings(deadline=timedelta(seconds=10), suppress_health_check=[

@@ -89,7 +89,7 @@ def _weights(tmp_path, name, tensors):
 ])
 def test_weights_are_compared_as_torch_would_without_importing_it(tmp_path, mine, theirs, exact,
                                                                    within):
-    from rlsim.checks import _safetensors, _tensors_close
+    from rlsim.checks.baseline import _safetensors, _tensors_close
 
     a = _safetensors(_weights(tmp_path, "a.safetensors", mine))["w"]
     b = _safetensors(_weights(tmp_path, "b.safetensors", theirs))["w"]
@@ -101,7 +101,7 @@ def test_weights_are_compared_as_torch_would_without_importing_it(tmp_path, mine
 
 
 def test_a_file_that_is_not_safetensors_fails_the_comparison_in_words(tmp_path):
-    from rlsim.checks import _same_weights
+    from rlsim.checks.baseline import _same_weights
 
     for d in ("run", "twin"):
         hf = tmp_path / d / "checkpoints" / "global_step_3" / "hf"
@@ -153,7 +153,7 @@ def test_all_tensors_equal_say_how_many(tmp_path):
 
 def test_a_header_that_does_not_describe_its_bytes_is_not_weights(tmp_path):
     """Offsets past the data were sliced short before, so two damaged exports compared equal."""
-    from rlsim.checks import _safetensors
+    from rlsim.checks.baseline import _safetensors
 
     for entry in ({"dtype": "F32", "shape": [2], "data_offsets": [0, 800]},
                   {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]},
@@ -175,7 +175,7 @@ def test_an_export_that_is_a_fifo_or_a_link_to_the_twins_is_refused_not_read(tmp
     import os
     import threading
 
-    from rlsim.checks import _same_weights
+    from rlsim.checks.baseline import _same_weights
 
     o = Outcome(scenario=None, run_dir=run_dir(tmp_path, "run", *TWIN),
                 baseline_dir=run_dir(tmp_path, "twin", *TWIN))

@@ -48,7 +48,8 @@ def test_no_backend_name_is_branched_on_outside_the_backends():
 def test_every_check_has_its_parameters_beside_its_judge():
     for name, check in CHECKS.items():
         assert check.judge.__name__ == name
-        assert check.Params.__module__ == check.judge.__module__ == "rlsim.checks"
+        assert check.Params.__module__ == check.judge.__module__
+        assert check.judge.__module__.startswith("rlsim.checks.")  # a family's module
 
 
 def test_a_fault_a_machine_cannot_run_is_a_missing_part():

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from rlsim.checks import _metrics
+from rlsim.checks.baseline import _metrics
 from rlsim.history import read_events
 from trainer.events import RunLog
 

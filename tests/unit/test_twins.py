@@ -193,7 +193,7 @@ def test_a_damaged_record_is_trained_again_and_the_new_one_says_so(home, tmp_pat
         record["replaced_damaged"], record
     where, about = Twins().found("k1")
     assert about["replaced_damaged"] == record["replaced_damaged"]
-    from rlsim.checks import _twin
+    from rlsim.checks.base import _twin
     from rlsim.history import Outcome
 
     said = _twin(Outcome(scenario=None, run_dir=tmp_path, baseline_about=about))
