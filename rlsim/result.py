@@ -45,11 +45,17 @@ class ScenarioResult:
     seconds: float
     checks: list[Verdict]
     outcome: Outcome | None = field(default=None, repr=False, compare=False)
+    # the run's goodput figures (rlsim.goodput), measured of every run with steps, checked or not
+    goodput: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, name: str, verdicts: list[Verdict], seconds: float,
            outcome: Outcome | None = None) -> ScenarioResult:
-        return cls(name, all(v.ok for v in verdicts), round(seconds, 2), verdicts, outcome)
+        from rlsim.goodput import of_outcome
+
+        measured = of_outcome(outcome) if outcome is not None else None
+        return cls(name, all(v.ok for v in verdicts), round(seconds, 2), verdicts, outcome,
+                   measured)
 
     @property
     def failed(self) -> list[Verdict]:
@@ -58,17 +64,26 @@ class ScenarioResult:
     def figures(self, columns) -> dict[str, float]:
         """The values its checks measured of the checks named in ``columns`` (those whose value
         is a figure, :data:`rlsim.checks.FIGURES`), by check."""
-        return {v.check: v.value for v in self.checks
-                if v.check in columns and v.value is not None}
+        out = {v.check: v.value for v in self.checks
+               if v.check in columns and v.value is not None}
+        if "goodput" in columns and "goodput" not in out and self.goodput and \
+                _number(self.goodput.get("goodput")):
+            out["goodput"] = self.goodput["goodput"]  # every run's, checked or not
+        return out
 
     def record(self) -> dict[str, Any]:
         """The result as written: ``verdicts.json``, one entry of ``summary.json``."""
         return {"scenario": self.scenario, "ok": self.ok, "seconds": self.seconds,
                 "checks": [{"check": v.check, "ok": v.ok, "message": v.message, "value": v.value}
-                           for v in self.checks]}
+                           for v in self.checks],
+                **({"goodput": self.goodput} if self.goodput else {})}
 
     def write(self, path: Path) -> None:
         write_file(path, json.dumps(self.record(), indent=1))
+
+
+def _number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def write_summary(root: Path, results: list[ScenarioResult]) -> Path:
@@ -108,6 +123,15 @@ class _Record(BaseModel):
     ok: bool
     seconds: float = Field(ge=0)
     checks: list[_Check]
+    goodput: dict[str, float | int | str | None] | None = None
+
+    @field_validator("goodput")
+    @classmethod
+    def _figures(cls, v: dict | None) -> dict | None:
+        if v is not None and not all(x is None or isinstance(x, str) or _number(x)
+                                     for x in v.values()):
+            raise ValueError("goodput's figures are finite numbers")
+        return v
 
     @field_validator("scenario")
     @classmethod
@@ -135,7 +159,8 @@ def read_results(root: Path) -> list[ScenarioResult]:
 
 def _result(r: _Record) -> ScenarioResult:
     return ScenarioResult(r.scenario, r.ok, r.seconds,
-                          [Verdict(c.check, c.ok, c.message, c.value) for c in r.checks])
+                          [Verdict(c.check, c.ok, c.message, c.value) for c in r.checks],
+                          goodput=r.goodput)
 
 
 def _records(path: Path, shape):

@@ -20,8 +20,10 @@ and its entry point in the group ``rlsim.checks``.
 
 from rlsim.checks.base import CHECKS, FIGURES, Check, check, stalled_said
 from rlsim.checks.baseline import MAX_WEIGHTS, MatchesBaseline, matches_baseline
+from rlsim.checks.blame import Blamed, blamed
 from rlsim.checks.doctor import DoctorClean, DoctorWarns, doctor_clean, doctor_warns
 from rlsim.checks.events import Event, event
+from rlsim.checks.goodput import Goodput, goodput
 from rlsim.checks.judging import judge
 from rlsim.checks.leaks import NoLeaks, no_leaks
 from rlsim.checks.outcome import (
@@ -59,6 +61,7 @@ from rlsim.checks.timing import (
 )
 
 __all__ = [
+    "Blamed", "blamed", "Goodput", "goodput",
     "CHECKS", "FIGURES", "MAX_WEIGHTS", "NO_TRAINER_ACTOR", "OWN_AFTER_MIN", "REACH_NOUNS",
     "Check", "Completes", "DoctorClean", "DoctorWarns", "Event", "Fails", "FaultsLanded",
     "FinalStep", "MatchesBaseline", "NoLeaks", "PlacedOn", "Refused", "Replacements", "Restarts",

@@ -211,6 +211,10 @@ def _run_one(sc, root: Path, seed, session) -> ScenarioResult | None:
         return None
     console.print(styled(("PASS", "green") if result.ok else ("FAIL", "red"),
                          f" {sc.name} ({result.seconds:.1f} s)"))
+    if result.goodput:
+        from rlsim.goodput import said
+
+        console.print(f"   {said(result.goodput)}", markup=False, highlight=False)
     for v in result.checks:
         console.print(styled("   ", ("ok", "green") if v.ok else ("no", "red"),
                              f"  {v.check}: {v.message}"))

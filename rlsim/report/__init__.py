@@ -16,6 +16,8 @@ from urllib.parse import quote
 
 from rlsim.checks import FIGURES
 from rlsim.files import FileRefused, write_file, write_problem
+from rlsim.goodput import DEFINITION as GOODPUT_DEFINITION
+from rlsim.goodput import said
 from rlsim.history import read_events
 from rlsim.report.lanes import story
 from rlsim.report.signoff import pages as signoff_pages
@@ -77,7 +79,10 @@ def _summary(summary: list[ScenarioResult]) -> str:
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th title='click to sort'>{html.escape(h)}</th>" for h in heads)
     return (f"<table class='summary sortable'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+            f"<tbody>{''.join(rows)}</tbody></table>"
+            f"<p class='note'>goodput: {html.escape(GOODPUT_DEFINITION)}. The field's anchors "
+            "use the same ratio: ByteRobust 97% over three months of production training, "
+            "RobustRL above 80% on 256 GPUs with 10% of them failed.</p>")
 
 
 def _section(root: Path, s: ScenarioResult, problems: list[str]) -> str:
@@ -93,6 +98,8 @@ def _section(root: Path, s: ScenarioResult, problems: list[str]) -> str:
                    "scenario again, or remove the line that does not match what rlsim writes")
         problems.append(problem)
         parts.append(f"<pre class='refusal'>{html.escape(problem)}</pre>")
+    if s.goodput:
+        parts.append(f"<p class='goodput'>{html.escape(said(s.goodput))}</p>")
     parts.append(_checks(s))
     parts.append(_links(root, folder))
     return "".join(parts) + "</section>"

@@ -25,7 +25,8 @@ PARAMS = {"completes": True, "fails": {}, "resumed_from_step": 2, "restarts": 1,
           "detected_within_s": 5, "recovered_within_s": 5, "progress_within_s": 5,
           "matches_baseline": True, "throughput_within": 0.5, "reward_improves": {},
           "no_leaks": True, "event": {"type": "step_end", "matching": "3"}, "refused": {},
-          "doctor_warns": {"pattern": "x"}, "doctor_clean": True, "faults_landed": True}
+          "doctor_warns": {"pattern": "x"}, "doctor_clean": True, "faults_landed": True,
+          "goodput": 0.1, "blamed": 0}
 
 
 def minimal(type_: str, ts: float) -> dict:
