@@ -99,8 +99,17 @@ def progress_within_s(o: Outcome, p) -> Verdict:
     last = (during or [e for e in steps if e["ts"] <= start])[-1]
     return Verdict("progress_within_s", gap <= p.seconds,
                    f"longest without a step: {gap:.1f} s (limit {p.seconds} s), from "
-                   f"+{start - o.started:.1f} s; the last event in it: {last['type']}",
-                   round(gap, 2), _interesting(o))
+                   f"+{start - o.started:.1f} s; the last event in it: {last['type']}"
+                   + _died_in(during), round(gap, 2), _interesting(o))
+
+
+def _died_in(during: list[dict]) -> str:
+    """What Ray saw die in a stretch without a step (its actors' class and node), in words: the
+    engine a swallowed error left the trainer waiting on, named."""
+    died = [f"{e.get('class') or 'an actor'} (pid {e.get('pid', '?')}, node "
+            f"{e.get('node', '?')}, {e.get('address', '?')})"
+            for e in during if e["type"] == "ray_actor_died"]
+    return f"; what died in it: {', '.join(died[:5])}" if died else ""
 
 
 @check(WithinS, _seconds, needs=("step_end",), figure="recovered in (s)")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rlsim.faults import FAULTS
+from rlsim.faults.base import role_process
 from rlsim.scenario import nemesis
 from rlsim.scenario.loader import load
 from rlsim.scenario.runner import play
@@ -33,6 +34,9 @@ def disabled(cls):
                 did["groups"], self.aimed = self.ctx.groups(p.groups)
             elif hasattr(p, "link"):
                 did["groups"], self.aimed = self.ctx.groups(p.link())
+            elif "role" in type(p).model_fields:  # the rank's process, found and left alone
+                worker = role_process(self.ctx, p.role, p.rank)
+                did.update(role=p.role, rank=p.rank, pid=worker["pid"], ip=worker["ip"])
             elif "node" in type(p).model_fields:
                 did["node"] = self.target()
             else:
@@ -52,6 +56,8 @@ def disabled(cls):
     ("degraded_link", "degrade_link", {"throughput_within"}),
     ("node_lost_while_saving", "kill_node", {"restarts", "event"}),
     ("head_lost", "kill_head", {"fails"}),
+    ("engine_error_swallowed", "kill_role", {"restarts", "event", "blamed"}),
+    ("rollout_worker_frozen", "hang_role", {"restarts", "event", "blamed"}),
 ])
 def test_the_scenario_fails_with_its_fault_disabled(tmp_path, monkeypatch, scenario, fault,
                                                     failing):
