@@ -85,7 +85,7 @@ def attach(st):
 
 # A cluster spread over a substrate (``cluster.on``, ``rlsim cluster --on``): not a backend one
 # names, but a class ``attach`` and the reaper find by its name, as they find a backend's.
-SPREAD = "rlsim.backends.substrate:SubstrateCluster"
+SPREAD = "rlsim.backends.substrate.cluster:SubstrateCluster"
 
 
 def spread_class() -> type:

@@ -74,7 +74,7 @@ def start_cluster(spec: ClusterSpec, detached: bool, backend: str = DEFAULT,
     try:
         with console.status(f"starting {spec.nodes} nodes, {spec.gpus()} fake GPUs"):
             if on is not None:
-                from rlsim.backends.substrate import SubstrateCluster
+                from rlsim.backends.substrate.cluster import SubstrateCluster
 
                 return SubstrateCluster(spec, on=on, detached=detached).start()
             return cluster_class(backend)(spec, detached=detached).start()

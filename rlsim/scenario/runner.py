@@ -110,7 +110,7 @@ def make_cluster(sc: Scenario, backend: str = DEFAULT, ray_address: str | None =
                        node_local=[str(checkpoint_dir(out_dir))] if out_dir and node_local
                        else [])
     if sc.cluster.on:  # spread over a substrate's machines, each node run as a local one
-        from rlsim.backends.substrate import SubstrateCluster
+        from rlsim.backends.substrate.cluster import SubstrateCluster
 
         return SubstrateCluster(spec, on=sc.cluster.on)
     return cls.make(spec, ray_address, gpu_faults=any(
@@ -167,7 +167,7 @@ def _runnable(sc: Scenario, backend: str) -> type:
     except ValueError as e:
         raise Unsupported(str(e)) from None
     if sc.cluster.on:  # its nodes, and its faults, are a substrate's (see make_cluster)
-        from rlsim.backends.substrate import SubstrateCluster
+        from rlsim.backends.substrate.cluster import SubstrateCluster
 
         cls, backend = SubstrateCluster, "local with cluster.on (a substrate)"
     node_local = sc.cluster.checkpoint_storage == "node_local"

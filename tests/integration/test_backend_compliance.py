@@ -28,9 +28,10 @@ SHAPE = {"memory_gb": 2.5, "accelerator": "A100", "resources": {"nvme": 1.0},
          "node": {2: {"like": "g6e.12xlarge", "gpus": 1, "labels": {"tier": "small"}}}}
 
 
-# A substrate (a Ray cluster of machines the simulated nodes spread over, rlsim.substrate) is
-# asked for by its GCS address: test_machines.py runs this suite inside one of the namespace
-# machines it made, with the address of the Ray cluster it started on them
+# A substrate (a Ray cluster of machines the simulated nodes spread over,
+# rlsim.backends.substrate) is asked for by its GCS address: test_machines.py runs this suite
+# inside one of the namespace machines it made, with the address of the Ray cluster it started
+# on them
 SUBSTRATE = os.environ.get("RLSIM_TEST_SUBSTRATE")
 
 
@@ -41,7 +42,7 @@ def cluster(request, tmp_path_factory):  # every backend that starts clusters
     spec = ClusterSpec(name=f"pt-comp-{request.param}-{worker}-{os.getpid()}", nodes=NODES,
                        gpus_per_node=GPUS, mounts=[str(shared)], **SHAPE)
     if request.param == "substrate":
-        from rlsim.backends.substrate import SubstrateCluster
+        from rlsim.backends.substrate.cluster import SubstrateCluster
 
         backend = SubstrateCluster(spec, on=SUBSTRATE)
     else:
