@@ -124,9 +124,12 @@ class Backend(Protocol):
         """Why this backend cannot run a scenario's cluster section (None: it can)."""
 
     @classmethod
-    def make(cls, spec: ClusterSpec, ray_address: str | None = None,
-             gpu_faults: bool = False) -> Backend:
-        """The cluster of ``spec``, not started yet (``ray_address``: a running one's)."""
+    def make(cls, spec: ClusterSpec, ray_address: str | None = None, gpu_faults: bool = False,
+             *, on: str | None = None, detached: bool = False) -> Backend:
+        """The cluster of ``spec``, not started yet (``ray_address``: a running one's; ``on``:
+        the substrate's address, given to the backend it chose, :func:`rlsim.backends.chosen`;
+        ``detached``: a cluster rlsim starts that outlives the command, ``rlsim cluster
+        --detach``)."""
 
     def start(self) -> Backend:
         """Bring the cluster up (or connect to it) and wait until every node is there."""

@@ -55,8 +55,9 @@ class StartedCluster:
     # ---- lifecycle -------------------------------------------------------------------------------
 
     @classmethod
-    def make(cls, spec: ClusterSpec, ray_address: str | None = None, gpu_faults: bool = False):
-        return cls(spec)
+    def make(cls, spec: ClusterSpec, ray_address: str | None = None, gpu_faults: bool = False,
+             *, on: str | None = None, detached: bool = False):
+        return cls(spec, detached=detached)
 
     def start(self):
         """Bring the cluster up and wait until every node is alive with its GPUs.

@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rlsim.adapters import ADAPTERS, TrainerLaunch
-from rlsim.backends import DEFAULT, cluster_class, every_class
+from rlsim.backends import DEFAULT, chosen, cluster_class, every_class
 from rlsim.backends.base import ClusterStartError, HoldsGpuMemory, StartsClusters, Unsupported
 from rlsim.checks import CHECKS
 from rlsim.events import ATTEMPT_VAR, HOLD_VAR, RUN_DIR_VAR
@@ -109,11 +109,7 @@ def make_cluster(sc: Scenario, backend: str = DEFAULT, ray_address: str | None =
                        else [str(sc.trainer.workdir)],
                        node_local=[str(checkpoint_dir(out_dir))] if out_dir and node_local
                        else [])
-    if sc.cluster.on:  # spread over a substrate's machines, each node run as a local one
-        from rlsim.backends.substrate.cluster import SubstrateCluster
-
-        return SubstrateCluster(spec, on=sc.cluster.on)
-    return cls.make(spec, ray_address, gpu_faults=any(
+    return cls.make(spec, ray_address, on=sc.cluster.on, gpu_faults=any(
         HoldsGpuMemory in FAULTS[f.kind].needs for f in sc.faults))
 
 
@@ -162,14 +158,13 @@ def _runnable(sc: Scenario, backend: str) -> type:
         if not installed(module):
             raise Unsupported(f"trainer.requires: {module} is not installed in {sys.prefix} "
                               f"({how})")
-    try:
-        cls = cluster_class(backend)
+    try:  # cluster.on: its nodes, and its faults, are a substrate's
+        name = chosen(backend, sc.cluster.on)
+        cls = cluster_class(name)
     except ValueError as e:
         raise Unsupported(str(e)) from None
-    if sc.cluster.on:  # its nodes, and its faults, are a substrate's (see make_cluster)
-        from rlsim.backends.substrate.cluster import SubstrateCluster
-
-        cls, backend = SubstrateCluster, "local with cluster.on (a substrate)"
+    if name != backend:  # how the faults' refusals name it
+        backend = f"{backend} with cluster.on (a {name})"
     node_local = sc.cluster.checkpoint_storage == "node_local"
     if refused := cls.refusal(sc.cluster, node_local):
         raise refused

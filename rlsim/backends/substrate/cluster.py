@@ -47,6 +47,7 @@ from rlsim.backends.disks_here import DisksHere
 from rlsim.backends.node_start import ADDRESSES_VAR
 from rlsim.backends.node_verbs import NodeVerbs
 from rlsim.backends.ray_state import alive_nodes
+from rlsim.backends.reaper import reap_local
 from rlsim.backends.started import StartedCluster
 from rlsim.backends.substrate import hosts
 from rlsim.backends.substrate.remote import HostTalk, MachineFirewall, answer
@@ -77,6 +78,22 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
         self._addresses: list[str] = []
         self._overlay_left: list[str] = []
         self.firewall = MachineFirewall(self)
+
+    @classmethod
+    def make(cls, spec: ClusterSpec, ray_address: str | None = None, gpu_faults: bool = False,
+             *, on: str | None = None, detached: bool = False) -> SubstrateCluster:
+        """The cluster of ``spec`` on the substrate at ``on``, the address that chose this
+        backend (:func:`rlsim.backends.chosen`)."""
+        if not on:
+            raise ValueError("a cluster on a substrate needs the substrate's GCS address "
+                             "(cluster.on, rlsim cluster --on)")
+        return cls(spec, on=on, detached=detached)
+
+    @staticmethod
+    def reap_orphans(known_sessions: set[str]) -> list[str]:
+        """Nothing: a cluster on a substrate is found by its state file, and its nodes end with
+        its owner's host actors (a detached cluster's, with `rlsim down`)."""
+        return []
 
     @classmethod
     def refusal(cls, shape, node_local: bool) -> Unsupported | None:
@@ -111,7 +128,11 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
     def attach(cls, st: ClusterState) -> SubstrateCluster:
         """A handle on a cluster started on a substrate with ``--detach`` by another process: its
         host actors found by name there, each node on the machine it was started on.
-        LookupError (in words) where the substrate does not answer or a machine's host is gone."""
+        LookupError (in words) for a cluster its owner holds (not detached: its hosts are the
+        owner's), where the substrate does not answer or where a machine's host is gone."""
+        if not (st.on and st.detached):
+            raise LookupError(f"cluster {st.spec.name!r} runs on a substrate ({st.backend}), "
+                              f"held by its owner, process {st.owner_pid}: stop it there")
         cluster = cls._visit(st)
         try:
             cluster._check_can_start()
@@ -131,9 +152,12 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
     def reap_state(cls, st: ClusterState) -> None:
         """``rlsim down`` of a detached cluster: every trace on every machine whose host is
         still there (:meth:`_reap`), then what is on this machine. RuntimeError, the state kept,
-        where the substrate does not answer: its nodes may run on."""
-        from rlsim.backends.reaper import reap_local
-
+        where the substrate does not answer: its nodes may run on. A cluster that was not
+        detached ended on its machines with its owner's host actors: what is left is here, as
+        a local cluster's (:func:`reap_local`)."""
+        if not (st.on and st.detached):
+            reap_local(st)
+            return
         cluster = cls._visit(st)
         try:
             cluster._check_can_start()
