@@ -32,13 +32,13 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
 TIMED = """
 import json, sys, time
-from rlsim.backends.substrate import SubstrateCluster
+from rlsim.backends.substrate.cluster import SubstrateCluster
 from rlsim.host.spec import ClusterSpec
 on, nodes, gpus, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 spec = ClusterSpec(name=f"bench-on-{k}", nodes=nodes, gpus_per_node=gpus, dashboard=False,
                    forward_logs=False)
 from rlsim.ray_internals import gcs
-from rlsim import substrate
+from rlsim.backends.substrate import hosts as substrate
 gcs.join_open_cluster(on)
 substrate.connect(on)  # the command's own connection to the substrate is not the cluster's
 t0 = time.monotonic()

@@ -1,9 +1,13 @@
-"""The contract every rlsim backend (local processes, Docker containers, a real cluster) meets:
-:class:`Backend`, the part every one of them offers, and the capabilities a fault may need
-(:class:`KillsNodes`, :class:`CutsNetwork`, ...), each offered by the backends that can.
+"""The contract every rlsim backend (local processes, Docker containers, a real cluster, a
+substrate's machines) meets: :class:`Backend`, the part every one of them offers, the
+capabilities a fault may need (:class:`KillsNodes`, :class:`CutsNetwork`, ...), each offered by
+the backends that can, and what the harness may use beyond :class:`Backend` (:class:`WarmsWorkers`,
+:class:`ShowsFaultResidue`, ...).
 
 A fault names the capabilities it needs (``Fault.needs``); a scenario whose fault needs one its
-backend lacks is skipped (:class:`Unsupported`) with the reason, before anything starts.
+backend lacks is skipped (:class:`Unsupported`) with the reason, before anything starts. A
+capability is asked for with ``isinstance`` against its Protocol, never by looking for a
+method by name.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from rlsim.contract import MEMORY_LABEL as GPU_MEMORY_LABEL
 from rlsim.host.iptables import Drop
 from rlsim.host.shape import describe
 from rlsim.host.spec import ClusterShape, ClusterSpec
+from rlsim.host.state import ClusterState
 
 # The doctor's probe: a program each node runs (``python -m``), never imported by a backend
 PROBE_MODULE = "rlsim.doctor.probe"
@@ -114,6 +119,9 @@ class Backend(Protocol):
 
     name: str
     spec: ClusterSpec  # the scenario's shape: how many nodes it uses, their GPUs
+    # a clean cluster of this backend may be handed to the next scenario of its shape
+    # (rlsim.scenario.pool); a class attribute, asked of the class before any cluster exists
+    reusable: bool
 
     @property
     def address(self) -> str:
@@ -124,9 +132,12 @@ class Backend(Protocol):
         """Why this backend cannot run a scenario's cluster section (None: it can)."""
 
     @classmethod
-    def make(cls, spec: ClusterSpec, ray_address: str | None = None,
-             gpu_faults: bool = False) -> Backend:
-        """The cluster of ``spec``, not started yet (``ray_address``: a running one's)."""
+    def make(cls, spec: ClusterSpec, ray_address: str | None = None, gpu_faults: bool = False,
+             *, on: str | None = None, detached: bool = False) -> Backend:
+        """The cluster of ``spec``, not started yet (``ray_address``: a running one's; ``on``:
+        the substrate's address, given to the backend it chose, :func:`rlsim.backends.chosen`;
+        ``detached``: a cluster rlsim starts that outlives the command, ``rlsim cluster
+        --detach``)."""
 
     def start(self) -> Backend:
         """Bring the cluster up (or connect to it) and wait until every node is there."""
@@ -161,7 +172,16 @@ class Backend(Protocol):
 
 
 @runtime_checkable
-class StartsClusters(Backend, Protocol):
+class KeepsLogs(Protocol):
+    """Nodes whose Ray logs rlsim can read (a real cluster's are its owner's): kept beside the
+    timeline when the scenario ends."""
+
+    def logs(self, index: int, lines: int = 40) -> str:
+        """The tail of node ``index``'s Ray logs."""
+
+
+@runtime_checkable
+class StartsClusters(Backend, KeepsLogs, Protocol):
     """A cluster rlsim started itself and owns: its dashboard, its logs, waiting for its nodes."""
 
     @property
@@ -170,9 +190,6 @@ class StartsClusters(Backend, Protocol):
 
     def wait_for_nodes(self, timeout: float | None = None) -> list[NodeInfo]:
         """Block until every node is alive with the expected GPUs, or raise TimeoutError."""
-
-    def logs(self, index: int, lines: int = 40) -> str:
-        """The tail of node ``index``'s Ray logs."""
 
     def probe(self, src: int, dst: int, port: int) -> bool:
         """Can a process on node ``src`` open a TCP connection to node ``dst``:``port``?"""
@@ -331,3 +348,46 @@ class CapsDisk(Protocol):
 
     def uncap_disk(self, path: Path) -> None:
         """Unmount it, leaving what was written there in a plain directory at ``path``."""
+
+
+# -- what the harness may use of a cluster beyond Backend ------------------------------------------
+# Asked with isinstance, never by looking for a method: each says what it is for and who offers it.
+@runtime_checkable
+class WarmsWorkers(Protocol):
+    """Start idle Ray workers ahead of a trainer's actors (:func:`rlsim.scenario.runner.warm_up`):
+    the clusters rlsim starts."""
+
+    def prestart_workers(self, per_gpu_node: list[int], keep_alive_s: int = 60) -> list[int]:
+        """``per_gpu_node[k]`` idle workers on the k-th alive node with GPUs; how many each node
+        index got (none where the cluster cannot take them yet)."""
+
+
+@runtime_checkable
+class SpreadsOverMachines(Protocol):
+    """Nodes that run on several machines (a cluster on a substrate): where each runs, for the
+    timeline's ``cluster_ready``."""
+
+    def spread(self) -> dict:
+        """``{"on": the substrate's address, "machines": each node's machine}``."""
+
+
+@runtime_checkable
+class ShowsFaultResidue(Protocol):
+    """A cluster rlsim can vouch for between scenarios: while it runs (``state`` set) it says
+    what faults left on it, which the pool reads before handing it to the next scenario
+    (:mod:`rlsim.scenario.leftovers`)."""
+
+    state: ClusterState | None  # None: not running (never started, or stopped)
+
+    def fault_residue(self) -> list[str]:
+        """Fault rules still in force, frozen, memory- or CPU-capped nodes, in words (Ray's own
+        leftovers are read from its GCS, not here)."""
+
+
+@runtime_checkable
+class ReportsRay(Protocol):
+    """Say what of Ray's internals the cluster runs with (the timeline's ``ray`` event); one
+    that does not is reported from the installed Ray alone."""
+
+    def ray_report(self) -> dict:
+        """The installed Ray, each acceleration in force or not and why, and the GCS's auth."""

@@ -6,39 +6,61 @@ each runs on (its host actor runs the verb there). The backend says where a verb
 
 from __future__ import annotations
 
+from typing import Protocol
 
-class NodeVerbs:
-    """``pause_node``/``resume_node``, ``throttle_cpu``, ``squeeze_memory``/``lift_memory`` as
-    :mod:`rlsim.host.nodeops` verbs on the node's machine."""
+from rlsim.host.state import ClusterState
+
+
+class NodeVerbsNeed(Protocol):
+    """What a cluster that takes :class:`NodeVerbs` must give it: :class:`StartedCluster` gives
+    the state and the checks, the backend itself ``_node``. Each verb below is typed against
+    this, so what the mixin leans on is written down (``tests/unit/test_backend_protocol.py``
+    checks every backend that takes it)."""
+
+    @property
+    def _st(self) -> ClusterState:
+        """The running cluster's state; RuntimeError when it is not running."""
+
+    def _check_index(self, index: int) -> None:
+        """IndexError, naming the nodes there are, for a node that does not exist."""
+
+    def _check_cgroup(self, index: int, what: str) -> None:
+        """The node exists and has a cgroup of its own, which ``what`` needs; else raise."""
 
     def _node(self, index: int, verb: str, *args):
         """:mod:`rlsim.host.nodeops`'s ``verb`` on node ``index`` (its session and index first,
         then ``args``), run where the node is; its answer, or what it raised."""
-        raise NotImplementedError
 
-    def pause_node(self, index: int) -> list[int]:
+
+class NodeVerbs:
+    """``pause_node``/``resume_node``, ``throttle_cpu``, ``squeeze_memory``/``lift_memory`` as
+    :mod:`rlsim.host.nodeops` verbs on the node's machine, for a cluster that gives what
+    :class:`NodeVerbsNeed` says."""
+
+    def pause_node(self: NodeVerbsNeed, index: int) -> list[int]:
         """Freeze node ``index``: cgroup freeze (atomic, covers processes forked meanwhile), or
         SIGSTOP to each labelled process without cgroups."""
         self._check_index(index)
         return self._node(index, "set_paused", True, bool(self._st.cgroups))
 
-    def resume_node(self, index: int) -> list[int]:
+    def resume_node(self: NodeVerbsNeed, index: int) -> list[int]:
         self._check_index(index)
         return self._node(index, "set_paused", False, bool(self._st.cgroups))
 
-    def throttle_cpu(self, index: int, cores: float | None) -> dict[str, float] | None:
+    def throttle_cpu(self: NodeVerbsNeed, index: int,
+                     cores: float | None) -> dict[str, float] | None:
         """The CPU quota of node ``index``'s cgroup (see :mod:`rlsim.host.cgroups`); its
         throttling counters so far."""
         self._check_cgroup(index, "a node's CPU quota")
         return self._node(index, "throttle_cpu", cores)
 
-    def squeeze_memory(self, index: int, mb: int) -> dict:
+    def squeeze_memory(self: NodeVerbsNeed, index: int, mb: int) -> dict:
         """Node ``index``'s memory cgroup squeezed, the hog run inside the node
         (:func:`rlsim.host.nodeops.squeeze_memory`)."""
         self._check_cgroup(index, "node memory")
         return self._node(index, "squeeze_memory", mb)
 
-    def lift_memory(self, index: int) -> None:
+    def lift_memory(self: NodeVerbsNeed, index: int) -> None:
         self._check_index(index)
         if self._st.cgroups:  # else no cap was ever set
             self._node(index, "lift_memory")

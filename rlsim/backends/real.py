@@ -386,8 +386,10 @@ class RealCluster:
         return None
 
     @classmethod
-    def make(cls, spec: ClusterSpec, ray_address: str | None = None,
-             gpu_faults: bool = False) -> RealCluster:
+    def make(cls, spec: ClusterSpec, ray_address: str | None = None, gpu_faults: bool = False,
+             *, on: str | None = None, detached: bool = False) -> RealCluster:
+        """A handle on the cluster at ``ray_address`` (or ``RAY_ADDRESS``); ``on`` and
+        ``detached`` are for clusters rlsim starts, never given here."""
         address = ray_address or os.environ.get("RAY_ADDRESS")
         if not address:
             raise Unsupported("--backend real needs the cluster's address: --ray-address "

@@ -53,17 +53,13 @@ def reap(st: ClusterState) -> None:
     no other cluster holds the slot; processes, cgroups and the run directory are the session's
     own. Network rules go first so that nothing stays cut off if a later step fails.
     """
-    from rlsim.backends import BACKENDS, cluster_class, spread_class
+    from rlsim.backends import BACKENDS, cluster_class
 
     with locked():
         run_dir()  # refuses a home whose run/ is not rlsim's own before anything is touched
         if st.backend in BACKENDS:
             cluster_class(st.backend).reap_state(st)
-        elif st.on and st.detached:  # its host actors outlived the command that started it
-            spread_class().reap_state(st)
-        else:
-            # a cluster on a substrate (rlsim.backends.substrate): its nodes ended on their
-            # machines with its owner's host actors; what is here is a local cluster's
+        else:  # a backend this rlsim does not know: what is here is a local cluster's
             reap_local(st)
         end_idle_zygotes()
 
@@ -131,9 +127,9 @@ def reap_docker(st: ClusterState) -> None:
 def reap_orphans(known_sessions: set[str]) -> list[str]:
     """What every backend that starts clusters left of sessions no state file knows (their
     owner's state is gone), removed; returns what was removed."""
-    from rlsim.backends import cluster_class, names
+    from rlsim.backends import BACKENDS, cluster_class
 
-    return [thing for name in names(starts=True)
+    return [thing for name, entry in BACKENDS.items() if entry.starts
             for thing in cluster_class(name).reap_orphans(known_sessions)]
 
 

@@ -49,14 +49,19 @@ class StartedCluster:
     detached: bool
     timings: dict[str, float]
     ready_nodes: list[NodeInfo]  # the nodes as start() saw them ready
+    # raylet commands this handle's launchers saw and agent commands they rewrote, by kind
+    # (rlsim.ray_internals.launch.REWRITES): only the local backend's launchers report them to
+    # the handle that started them; None: not counted
+    rewrites: dict[str, int] | None = None
     _stopped: ClusterState | None
     _home: Path | None = None  # the rlsim home it was started in (or attached from)
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
     @classmethod
-    def make(cls, spec: ClusterSpec, ray_address: str | None = None, gpu_faults: bool = False):
-        return cls(spec)
+    def make(cls, spec: ClusterSpec, ray_address: str | None = None, gpu_faults: bool = False,
+             *, on: str | None = None, detached: bool = False):
+        return cls(spec, detached=detached)
 
     def start(self):
         """Bring the cluster up and wait until every node is alive with its GPUs.
@@ -79,7 +84,7 @@ class StartedCluster:
             self.timings["launched_s"] = time.monotonic() - t0
             self.ready_nodes = self.wait_for_nodes()
             self.state.accelerations = ray_internals.cluster_report(
-                getattr(self, "rewrites", None), lean=not self.spec.dashboard,
+                self.rewrites, lean=not self.spec.dashboard,
                 forked=bool(self.state.cgroups))
             state.save(self.state)
         except BaseException:

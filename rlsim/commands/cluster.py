@@ -11,7 +11,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from rlsim.backends import DEFAULT, attach, cluster_class, described, unknown
+from rlsim.backends import DEFAULT, attach, chosen, cluster_class, described, unknown
 from rlsim.backends.base import ClusterStartError, NodeInfo
 from rlsim.backends.reaper import reap, reap_abandoned, reap_corrupt, reap_orphans
 from rlsim.commands.console import check_name, console, err, fail, no_such, styled
@@ -73,11 +73,8 @@ def start_cluster(spec: ClusterSpec, detached: bool, backend: str = DEFAULT,
                   on: str | None = None):
     try:
         with console.status(f"starting {spec.nodes} nodes, {spec.gpus()} fake GPUs"):
-            if on is not None:
-                from rlsim.backends.substrate import SubstrateCluster
-
-                return SubstrateCluster(spec, on=on, detached=detached).start()
-            return cluster_class(backend)(spec, detached=detached).start()
+            cls = cluster_class(chosen(backend, on))
+            return cls.make(spec, on=on, detached=detached).start()
     except HomeError as e:
         raise fail(f"rlsim cluster: {e}", 2) from None
     except (ClusterStartError, TimeoutError, RuntimeError) as e:
@@ -218,7 +215,7 @@ def cluster(
     )
     from rlsim.backends.base import standin_refusal
 
-    if refused := standin_refusal(spec, local=backend == DEFAULT and on is None):
+    if refused := standin_refusal(spec, local=chosen(backend, on) == DEFAULT):
         raise fail(f"rlsim cluster: --cuda-standin: {refused}", 2)
     c = start_cluster(spec, detach, backend, on)
     try:  # a Ctrl-C from here on stops it, even one landing before the wait (seen once)

@@ -1,7 +1,8 @@
 """What is done to one node of a cluster on the machine it runs on: the same for the local
 backend (every node on this machine) and a substrate's host actors (each machine's node,
-:mod:`rlsim.substrate`). A node is its session's cgroup ``n<index>`` where the machine has
-rlsim's cgroups (:mod:`rlsim.host.cgroups`), else its labelled processes (:mod:`rlsim.host.procs`).
+:mod:`rlsim.backends.substrate.hosts`). A node is its session's cgroup ``n<index>`` where the
+machine has rlsim's cgroups (:mod:`rlsim.host.cgroups`), else its labelled processes
+(:mod:`rlsim.host.procs`).
 """
 
 from __future__ import annotations

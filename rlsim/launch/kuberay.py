@@ -7,7 +7,7 @@ real``, and writes the report to a PersistentVolumeClaim (``rlsim-reports``, cre
 mounted on the head at ``--report-dir``.
 
 ``rlsim launch kuberay-substrate`` writes a RayCluster instead: CPU pods that host simulated
-clusters (a substrate, :mod:`rlsim.substrate`), kept until deleted.
+clusters (a substrate, :mod:`rlsim.backends.substrate`), kept until deleted.
 
 Each is validated against KubeRay's own CRD schema (rlsim/launch/schemas/kuberay-*.json.gz, from
 ray-project/kuberay's ray-operator/config/crd/bases/), and against its pruning: a field the schema

@@ -24,6 +24,7 @@ import json
 import os
 
 from rlsim.backends import cluster_class
+from rlsim.backends.base import ShowsFaultResidue
 from rlsim.history import Leftover
 from rlsim.host.spec import ClusterSpec
 from rlsim.scenario.leftovers import examine, tidy
@@ -31,7 +32,7 @@ from rlsim.scenario.leftovers import examine, tidy
 
 def shape_key(spec: ClusterSpec, backend: str) -> str | None:
     """Clusters with equal keys are interchangeable between scenarios; None: never shared."""
-    if not getattr(cluster_class(backend), "reusable", False) or spec.node_local:
+    if not cluster_class(backend).reusable or spec.node_local:
         return None
     return json.dumps([backend, interchangeable(spec)], sort_keys=True, default=str)
 
@@ -108,7 +109,8 @@ class Pool:
         Ray's libraries keep is left (that is removed first, said in the timeline ``log``),
         otherwise stop it, and what outlives the teardown is rlsim's."""
         left, waited = [], None
-        if getattr(cluster, "state", None) and callable(getattr(cluster, "fault_residue", None)):
+        running = isinstance(cluster, ShowsFaultResidue) and cluster.state is not None
+        if running:
             try:
                 left, waited = examine(cluster)
             except Exception as e:  # noqa: BLE001 - a cluster we cannot vouch for is stopped
@@ -125,8 +127,7 @@ class Pool:
             # Until that is understood such a cluster is stopped. For the same reason a scenario
             # whose faults take a node down or restart one hands nothing on (``reusable``), even
             # with every node back: its restarted node is the one Ray may declare dead later.
-            keep = reusable and key is not None and \
-                getattr(cluster, "state", None) is not None and waited is not None and \
+            keep = reusable and key is not None and running and waited is not None and \
                 all(x.owner == "ray" for x in left) and \
                 all(n.alive and n.pids for n in cluster.nodes())
             if keep and any(x.owner == "ray" for x in left):

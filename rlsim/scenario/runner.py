@@ -22,8 +22,17 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rlsim.adapters import ADAPTERS, TrainerLaunch
-from rlsim.backends import DEFAULT, cluster_class, every_class
-from rlsim.backends.base import ClusterStartError, HoldsGpuMemory, StartsClusters, Unsupported
+from rlsim.backends import DEFAULT, chosen, cluster_class, every_class
+from rlsim.backends.base import (
+    ClusterStartError,
+    HoldsGpuMemory,
+    KeepsLogs,
+    ReportsRay,
+    SpreadsOverMachines,
+    StartsClusters,
+    Unsupported,
+    WarmsWorkers,
+)
 from rlsim.checks import CHECKS
 from rlsim.events import ATTEMPT_VAR, HOLD_VAR, RUN_DIR_VAR
 from rlsim.faults import FAULTS, FaultContext
@@ -70,7 +79,7 @@ def warm_up(sc: Scenario, cluster, log: Recorder) -> None:
     its modules while the harness does other things (the doctor, the twin): where the backend
     starts workers and the adapter says how many. Called when the cluster is ready, when the
     twin starts (for the run after it) and before a relaunch."""
-    if not (warm() and hasattr(cluster, "prestart_workers")):
+    if not (warm() and isinstance(cluster, WarmsWorkers)):
         return
     _, per_node = ADAPTERS[sc.trainer.adapter].warm_workers(sc.trainer,
                                                             cluster.spec.node_shapes())
@@ -110,11 +119,7 @@ def make_cluster(sc: Scenario, backend: str = DEFAULT, ray_address: str | None =
                        else [str(sc.trainer.workdir)],
                        node_local=[str(checkpoint_dir(out_dir))] if out_dir and node_local
                        else [])
-    if sc.cluster.on:  # spread over a substrate's machines, each node run as a local one
-        from rlsim.backends.substrate import SubstrateCluster
-
-        return SubstrateCluster(spec, on=sc.cluster.on)
-    return cls.make(spec, ray_address, gpu_faults=any(
+    return cls.make(spec, ray_address, on=sc.cluster.on, gpu_faults=any(
         HoldsGpuMemory in FAULTS[f.kind].needs for f in sc.faults))
 
 
@@ -163,14 +168,13 @@ def _runnable(sc: Scenario, backend: str) -> type:
         if not installed(module):
             raise Unsupported(f"trainer.requires: {module} is not installed in {sys.prefix} "
                               f"({how})")
-    try:
-        cls = cluster_class(backend)
+    try:  # cluster.on: its nodes, and its faults, are a substrate's
+        name = chosen(backend, sc.cluster.on)
+        cls = cluster_class(name)
     except ValueError as e:
         raise Unsupported(str(e)) from None
-    if sc.cluster.on:  # its nodes, and its faults, are a substrate's (see make_cluster)
-        from rlsim.backends.substrate import SubstrateCluster
-
-        cls, backend = SubstrateCluster, "local with cluster.on (a substrate)"
+    if name != backend:  # how the faults' refusals name it
+        backend = f"{backend} with cluster.on (a {name})"
     node_local = sc.cluster.checkpoint_storage == "node_local"
     if refused := cls.refusal(sc.cluster, node_local):
         raise refused
@@ -270,7 +274,7 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
                 return outcome
         # a cluster spread over a substrate says where each node runs: what differs from one
         # machine (rlsim.backends.substrate)
-        where = cluster.spread() if hasattr(cluster, "spread") else {}
+        where = cluster.spread() if isinstance(cluster, SpreadsOverMachines) else {}
         log.emit("cluster_ready", nodes=[n.address for n in cluster.nodes()], reused=reused,
                  **where)
         _ray_report(sc, cluster, log)
@@ -327,7 +331,7 @@ def _ray_report(sc, cluster, log: Recorder) -> None:
     from rlsim.ray_internals.gcs import auth_in_force
 
     try:
-        report = (cluster.ray_report() if callable(getattr(cluster, "ray_report", None)) else
+        report = (cluster.ray_report() if isinstance(cluster, ReportsRay) else
                   {**ray_internals.summary(), "auth": auth_in_force(cluster.address)})
         report["trainer_env"] = _adapter_ray_env(sc)
         report["leaves_out"] = _left_out(cluster)
@@ -358,9 +362,9 @@ def _keep_node_logs(cluster, where: Path, log: Recorder, lines: int = 300) -> No
     """The tail of each node's Ray logs as ``nodes/node-<i>.log`` beside the timeline (the report
     links them): the cluster's own directory goes when it is stopped. A real cluster's logs are
     its owner's (not read). Never raises: a log that cannot be kept is a timeline event."""
-    # the class is asked, not the instance: a protocol's isinstance reads the instance's
-    # properties, which raise for a cluster that refused to start
-    if not callable(getattr(type(cluster), "logs", None)):
+    # a protocol of methods alone: its isinstance reads none of the instance's properties,
+    # which raise for a cluster that refused to start
+    if not isinstance(cluster, KeepsLogs):
         return
     try:
         where.mkdir(exist_ok=True)

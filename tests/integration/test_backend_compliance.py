@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from waits import alive, wait_until
 
-from rlsim.backends import cluster_class, names
+from rlsim.backends import DEFAULT, chosen, cluster_class, names
 from rlsim.host.spec import ClusterSpec
 from rlsim.plugin.session import require
 
@@ -28,27 +28,26 @@ SHAPE = {"memory_gb": 2.5, "accelerator": "A100", "resources": {"nvme": 1.0},
          "node": {2: {"like": "g6e.12xlarge", "gpus": 1, "labels": {"tier": "small"}}}}
 
 
-# A substrate (a Ray cluster of machines the simulated nodes spread over, rlsim.substrate) is
-# asked for by its GCS address: test_machines.py runs this suite inside one of the namespace
-# machines it made, with the address of the Ray cluster it started on them
+# A substrate (a Ray cluster of machines the simulated nodes spread over,
+# rlsim.backends.substrate) is asked for by its GCS address: test_machines.py runs this suite
+# inside one of the namespace machines it made, with the address of the Ray cluster it started
+# on them
 SUBSTRATE = os.environ.get("RLSIM_TEST_SUBSTRATE")
+# (backend named, substrate's address) as a user asks for a cluster: the registry chooses
+CHOICES = [(name, None) for name in names(starts=True)] + [(DEFAULT, SUBSTRATE)] * bool(SUBSTRATE)
 
 
-@pytest.fixture(scope="module", params=names(starts=True) + ["substrate"] * bool(SUBSTRATE))
+@pytest.fixture(scope="module", params=CHOICES, ids=lambda choice: chosen(*choice))
 def cluster(request, tmp_path_factory):  # every backend that starts clusters
+    name, on = chosen(*request.param), request.param[1]
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
-    shared = tmp_path_factory.mktemp(f"shared-{request.param}")  # every node sees it
-    spec = ClusterSpec(name=f"pt-comp-{request.param}-{worker}-{os.getpid()}", nodes=NODES,
+    shared = tmp_path_factory.mktemp(f"shared-{name}")  # every node sees it
+    spec = ClusterSpec(name=f"pt-comp-{name}-{worker}-{os.getpid()}", nodes=NODES,
                        gpus_per_node=GPUS, mounts=[str(shared)], **SHAPE)
-    if request.param == "substrate":
-        from rlsim.backends.substrate import SubstrateCluster
-
-        backend = SubstrateCluster(spec, on=SUBSTRATE)
-    else:
-        cls = cluster_class(request.param)
-        if (refused := cls.refusal(spec, False)) is not None and refused.missing_part:
-            require(str(refused))  # no engine here: fails under RLSIM_STRICT, as in CI
-        backend = cls(spec)
+    cls = cluster_class(name)
+    if (refused := cls.refusal(spec, False)) is not None and refused.missing_part:
+        require(str(refused))  # no engine here: fails under RLSIM_STRICT, as in CI
+    backend = cls.make(spec, on=on)
     # started from a shell whose PATH lacks the virtualenv (`.venv/bin/rlsim cluster` without
     # activating it): the nodes' processes must still find its python (Ray Jobs below)
     path = os.environ.get("PATH", "")

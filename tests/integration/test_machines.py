@@ -1,9 +1,9 @@
 """Network namespaces as machines (rlsim.host.machines), the test bed of clusters that span
 machines: a plain Ray cluster started with `ray start` in three namespace machines joins up at
 their own addresses and runs a task on each; a rule in one machine cuts exactly its link to
-another; rlsim's host actors (rlsim.substrate) start processes on their own machines and take
-them down; and nothing is left after: no namespace, bridge, FORWARD rule or process. Only
-addresses of the namespaces this test made are contacted."""
+another; rlsim's host actors (rlsim.backends.substrate.hosts) start processes on their own
+machines and take them down; and nothing is left after: no namespace, bridge, FORWARD rule or
+process. Only addresses of the namespaces this test made are contacted."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ while True:
 SUBSTRATE = """
 import json, sys, time
 import ray
-from rlsim import substrate
+from rlsim.backends.substrate import hosts as substrate
 address, listen, port = sys.argv[1], sys.argv[2], sys.argv[3]
 found = substrate.hosts(address)
 machines = [m.address for m, _ in found]
@@ -205,7 +205,7 @@ def test_host_actors_start_processes_on_their_machines_and_take_them_down():
 
 SPREAD = """
 import json, os, sys
-from rlsim.backends.substrate import SubstrateCluster
+from rlsim.backends.substrate.cluster import SubstrateCluster
 from rlsim.host import procs
 from rlsim.host.spec import ClusterSpec
 cluster = SubstrateCluster(ClusterSpec(name="spread-" + sys.argv[2], nodes=2, gpus_per_node=2),
@@ -352,7 +352,7 @@ def test_a_detached_cluster_on_a_substrate_lives_on_until_rlsim_down():
 CUT = """
 import json, sys, time
 import ray
-from rlsim.backends.substrate import SubstrateCluster
+from rlsim.backends.substrate.cluster import SubstrateCluster
 from rlsim.host.spec import ClusterSpec
 cluster = SubstrateCluster(ClusterSpec(name="cut-" + sys.argv[2], nodes=3, gpus_per_node=1),
                            on=sys.argv[1])

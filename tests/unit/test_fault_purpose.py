@@ -255,7 +255,7 @@ def test_a_restart_of_a_node_running_the_trainers_tasks_reaches_them():
 def test_the_footprint_counts_tasks_bundles_and_drivers_of_the_trainers_jobs_only():
     gcs = chaos_gcs()
     gcs.actors = [gcs_actor(0, "JobSupervisor", job=DASHBOARD_JOB),
-                  gcs_actor(3, "HostAgent", job=RLSIM_JOB, module="rlsim.substrate")]
+                  gcs_actor(3, "HostAgent", job=RLSIM_JOB, module="rlsim.backends.substrate.hosts")]
     gcs.bundles = [{"group": "aa", "name": "", "bundle": 0, "node_id": node_id(1),
                     "job": TRAINER_JOB, "state": "CREATED"},
                    {"group": "bb", "name": "agents", "bundle": 0, "node_id": node_id(3),

@@ -35,7 +35,8 @@ def test_signoff_and_junit(tmp_path):
     for cell in ("<td>8 x NVIDIA H100 80GB HBM3 (79 GiB)</td><td>570.86.15</td><td>12.8</td>"
                  "<td>2.27.3</td>", "<td>ens5</td>", "<td>probe timed out</td>",
                  "<td>node_failure_mid_run</td><td>PASS</td><td>61.2 s</td><td>0.81</td>"
-                 "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>1</td>",  # replacements: none
+                 # goodput, progress, recovered, replacements: none
+                 "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>1</td>",
                  "<td>head_lost</td><td>FAIL</td>",
                  "the trainer logged no error", "node-local"):
         assert cell in page, cell

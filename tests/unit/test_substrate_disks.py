@@ -5,9 +5,9 @@ from dataclasses import replace
 
 import pytest
 
-from rlsim.backends.substrate import SubstrateCluster
+from rlsim.backends.substrate.cluster import SubstrateCluster
+from rlsim.backends.substrate.hosts import Machine
 from rlsim.host import disk
-from rlsim.substrate import Machine
 
 HERE = Machine(node_id="a", address="10.0.0.1", cpus=2, memory_bytes=1 << 30, root=True,
                iptables=True, cgroups=True, interface="eth0", mounts=disk.mount_table())

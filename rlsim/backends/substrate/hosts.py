@@ -238,7 +238,7 @@ def connect(address: str, own_address: bool = False) -> None:
     import ray
 
     if not ray.is_initialized():
-        mine = {"_node_ip_address": _route_to(address)} if own_address else {}
+        mine = {"_node_ip_address": route_to(address)} if own_address else {}
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
                  logging_level="ERROR", **mine)
 
@@ -254,7 +254,7 @@ def leave_other(address: str) -> None:
         ray.shutdown()
 
 
-def _route_to(address: str) -> str:
+def route_to(address: str) -> str:
     """This machine's address on the way to ``address`` (a UDP socket's choice: nothing sent).
     Ray 2.48 took the hostname's instead, loopback on namespace machines, and the host actors
     this driver owned died at once (their workers could not reach their owner)."""

@@ -1,18 +1,19 @@
 """A simulated cluster spread over the machines of a substrate (a plain Ray cluster of CPU
-machines, :mod:`rlsim.substrate`): node ``i`` runs on machine ``i % machines``, the first node on
-each machine at the machine's address and the others at addresses of their own there
-(:mod:`rlsim.host.overlay`), started by the cluster's own host actor as a docker node is started
-in its container (``python -m rlsim.backends.node_start NAME I`` with every node's address); the
-head on the first machine. The cluster's state and token are written to each machine first, so
-the machines need no shared file system; the node's ports are the cluster's slot's, as on one
-machine.
+machines, each with a host actor of :mod:`rlsim.backends.substrate.hosts`): node ``i`` runs on
+machine ``i % machines``, the first node on each machine at the machine's address and the others
+at addresses of their own there (:mod:`rlsim.host.overlay`), started by the cluster's own host
+actor as a docker node is started in its container (``python -m rlsim.backends.node_start NAME
+I`` with every node's address); the head on the first machine. The cluster's state and token are
+written to each machine first, so the machines need no shared file system; the node's ports are
+the cluster's slot's, as on one machine.
 
 The hosts belong to the process that started the cluster: when it ends, they end, and the nodes
 with them, on every machine (``--detach``: they are detached, found by name by ``rlsim status``
 and ended by ``rlsim down``). A teardown also removes the nodes' cgroups, addresses and routes.
 
 Each node lives in a cgroup of its own on its machine (where the machine has cgroups): a network
-fault's rules match a node's traffic by it on the node's machine (:class:`MachineFirewall`).
+fault's rules match a node's traffic by it on the node's machine
+(:class:`rlsim.backends.substrate.remote.MachineFirewall`).
 
 What is built: bring-up, the nodes as Ray sees them, a node killed and restarted (the head with
 ``gcs_ft: redis``: the cluster's Redis on the head's machine), partitions, blocked ports and
@@ -46,10 +47,12 @@ from rlsim.backends.disks_here import DisksHere
 from rlsim.backends.node_start import ADDRESSES_VAR
 from rlsim.backends.node_verbs import NodeVerbs
 from rlsim.backends.ray_state import alive_nodes
-from rlsim.backends.started import PROBE_TIMEOUT_S, StartedCluster
-from rlsim.host import cgroups, disk, iptables, nodeops, overlay, procs, state
+from rlsim.backends.reaper import reap_local
+from rlsim.backends.started import StartedCluster
+from rlsim.backends.substrate import hosts
+from rlsim.backends.substrate.remote import HostTalk, MachineFirewall, answer
+from rlsim.host import cgroups, disk, nodeops, overlay, procs, state
 from rlsim.host.home import auth_token_path, rlsim_home
-from rlsim.host.iptables import Drop
 from rlsim.host.spec import ClusterSpec
 from rlsim.host.state import ClusterState
 from rlsim.ray_internals import gcs
@@ -77,6 +80,22 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
         self.firewall = MachineFirewall(self)
 
     @classmethod
+    def make(cls, spec: ClusterSpec, ray_address: str | None = None, gpu_faults: bool = False,
+             *, on: str | None = None, detached: bool = False) -> SubstrateCluster:
+        """The cluster of ``spec`` on the substrate at ``on``, the address that chose this
+        backend (:func:`rlsim.backends.chosen`)."""
+        if not on:
+            raise ValueError("a cluster on a substrate needs the substrate's GCS address "
+                             "(cluster.on, rlsim cluster --on)")
+        return cls(spec, on=on, detached=detached)
+
+    @staticmethod
+    def reap_orphans(known_sessions: set[str]) -> list[str]:
+        """Nothing: a cluster on a substrate is found by its state file, and its nodes end with
+        its owner's host actors (a detached cluster's, with `rlsim down`)."""
+        return []
+
+    @classmethod
     def refusal(cls, shape, node_local: bool) -> Unsupported | None:
         if refused := standin_refusal(shape, False):
             return refused
@@ -88,7 +107,6 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
         seconds (:func:`gcs.no_answer`), before Ray's own connect, which retries for minutes:
         on a closed port, and on a GCS that takes connections but answers nothing (`rlsim
         status` of a detached cluster there waited past 60 s)."""
-        from rlsim import substrate
         from rlsim.reach import parse_address
 
         try:
@@ -101,7 +119,7 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
                                     f"(HOST:PORT, as `ray start --address` takes it)")
         gcs.join_open_cluster(self.on)
         try:
-            substrate.connect(self.on, own_address=ray_internals.available("driver_address"))
+            hosts.connect(self.on, own_address=ray_internals.available("driver_address"))
         except Exception as e:  # noqa: BLE001 - said in words, with the address
             raise ClusterStartError(f"--on {self.on}: cannot reach the substrate's GCS "
                                     f"({type(e).__name__}: {e})") from None
@@ -110,21 +128,24 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
     def attach(cls, st: ClusterState) -> SubstrateCluster:
         """A handle on a cluster started on a substrate with ``--detach`` by another process: its
         host actors found by name there, each node on the machine it was started on.
-        LookupError (in words) where the substrate does not answer or a machine's host is gone."""
-        from rlsim import substrate
-
+        LookupError (in words) for a cluster its owner holds (not detached: its hosts are the
+        owner's), where the substrate does not answer or where a machine's host is gone."""
+        if not (st.on and st.detached):
+            raise LookupError(f"cluster {st.spec.name!r} runs on a substrate ({st.backend}), "
+                              f"held by its owner, process {st.owner_pid}: stop it there")
         cluster = cls._visit(st)
         try:
             cluster._check_can_start()
         except ClusterStartError as e:
             raise LookupError(f"cluster {st.spec.name!r}: {e}") from None
-        found = {m.address: (m, h) for m, h in substrate.cluster_hosts(st.on, st.session)}
+        found = {m.address: (m, h) for m, h in hosts.cluster_hosts(st.on, st.session)}
         missing = [a for a in st.machines if a not in found]
         if missing or not found:
             raise LookupError(f"cluster {st.spec.name!r}: the host actor of machine(s) "
                               f"{', '.join(missing) or 'all'} is gone from the substrate at "
                               f"{st.on}; fix: `rlsim down {st.spec.name}` ends what is left")
         cluster.state = st
+        cluster._home = rlsim_home()  # where its state was found
         cluster._place([found[a] for a in st.machines], st.slot)
         return cluster
 
@@ -132,10 +153,12 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
     def reap_state(cls, st: ClusterState) -> None:
         """``rlsim down`` of a detached cluster: every trace on every machine whose host is
         still there (:meth:`_reap`), then what is on this machine. RuntimeError, the state kept,
-        where the substrate does not answer: its nodes may run on."""
-        from rlsim import substrate
-        from rlsim.backends.reaper import reap_local
-
+        where the substrate does not answer: its nodes may run on. A cluster that was not
+        detached ended on its machines with its owner's host actors: what is left is here, as
+        a local cluster's (:func:`reap_local`)."""
+        if not (st.on and st.detached):
+            reap_local(st)
+            return
         cluster = cls._visit(st)
         try:
             cluster._check_can_start()
@@ -144,7 +167,7 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
                                f"down {st.spec.name}` again once the substrate answers, or "
                                f"delete {state.state_path(st.spec.name)} if its machines are "
                                f"gone for good") from None
-        found = substrate.cluster_hosts(st.on, st.session)
+        found = hosts.cluster_hosts(st.on, st.session)
         cluster.state = st
         cluster._machines, cluster._hosts = [m for m, _ in found], [h for _, h in found]
         cluster._reap(st)
@@ -154,15 +177,11 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
     def _visit(cls, st: ClusterState) -> SubstrateCluster:
         """A handle on ``st`` from another process than its owner's, connected to no other
         substrate."""
-        from rlsim import substrate
-
-        substrate.leave_other(st.on)
+        hosts.leave_other(st.on)
         return cls(st.spec, on=st.on, detached=st.detached)
 
     def _prepare(self, st: ClusterState) -> None:
         import ray
-
-        from rlsim import substrate
 
         if self.detached and (why := ray_internals.detached_actors_problem()):
             raise ClusterStartError(f"--detach on a substrate: {why}; fix: run without --detach "
@@ -170,7 +189,7 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
                                     f"{ray_internals.DETACHED_PORTS_SINCE} or later")
         st.on = self.on
         state.save(st)  # before a detached host exists: `rlsim down` finds them through it
-        found = substrate.hosts(self.on, tag=st.session, detached=self.detached)
+        found = hosts.hosts(self.on, tag=st.session, detached=self.detached)
         used = min(len(found), self.spec.nodes)
         for _, spare in found[used:]:  # a machine beyond the cluster's nodes: nothing to host
             ray.kill(spare)
@@ -180,7 +199,7 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
             raise ClusterStartError(f"--on {self.on}: rlsim's nodes run as root on the "
                                     f"substrate's machines (firewall rules, cgroups)")
         if used < self.spec.nodes:
-            mine = substrate._route_to(self.on)
+            mine = hosts.route_to(self.on)
             if mine not in {m.address for m in self._machines}:
                 raise ClusterStartError(
                     f"--on {self.on}: {self.spec.nodes} nodes on {used} machines put several "
@@ -255,7 +274,7 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
         ray.get(self._hosts[0].put.remote({secret: (redis_store.password(st), 0o600)}))
         host, key = self._hosts[0], f"{st.session}-gcs-store"
         try:
-            _answer(host.start.remote(key, argv, env))
+            answer(host.start.remote(key, argv, env))
         except OSError as e:  # redis-server missing there, most likely
             raise ClusterStartError(f"cluster.gcs_ft: the GCS store could not start on "
                                     f"{self.addresses[0]} ({e}); "
@@ -285,8 +304,6 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
     def _reap(self, st: ClusterState) -> None:
         import ray
 
-        from rlsim import substrate
-
         with contextlib.suppress(Exception):  # a machine gone took its rules with it
             self.firewall.heal()
         with contextlib.suppress(Exception):  # what left the nodes' process groups, and the
@@ -300,7 +317,7 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
                 self._machines, ray.get([h.overlay.remote("leave", st.slot) for h in self._hosts]),
                 strict=True) for x in left]
         with contextlib.suppress(Exception):  # a substrate gone: its machines took the nodes
-            substrate.release(self.on, tag=st.session)
+            hosts.release(self.on, tag=st.session)
         self._hosts = []
         state.forget(st)
 
@@ -467,7 +484,7 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
             raise ProcessLookupError(f"{ip} is no node of cluster {self._st.spec.name!r}")
         index = self.addresses.index(ip)
         refusal = f"pid {pid} ({ip}) is not a process of cluster {self._st.spec.name!r}"
-        return _answer(self._host(index).signal.remote(self._st.session, pid, int(signum),
+        return answer(self._host(index).signal.remote(self._st.session, pid, int(signum),
                                                        refusal))
 
     def _node(self, index: int, verb: str, *args, remote: bool = False):
@@ -475,7 +492,7 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
         the call's ref, to gather several); what it raised there, raised here."""
         ref = self._host(index).node.remote(str(rlsim_home()), self._st.session, index, verb,
                                              *args)
-        return ref if remote else _answer(ref)
+        return ref if remote else answer(ref)
 
     def _no_cgroups(self) -> str:
         bare = [m.address for m in self._machines if not m.cgroups]
@@ -488,124 +505,3 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
 
         ray.get(self._host(index).put.remote(self._state_file()))
         self._start(index)
-
-
-def _answer(ref):
-    """A host's answer to a call; what it raised, raised as it was (its words, not Ray's
-    wrapping with the remote traceback)."""
-    import ray
-
-    try:
-        return ray.get(ref)
-    except ray.exceptions.RayTaskError as e:
-        raise e.cause from None
-
-
-class HostTalk:
-    """A :class:`rlsim.host.talk.Talk` held by a machine's host actor: the same ``ask`` and
-    ``close``, each a call to the host."""
-
-    def __init__(self, host, key: str, argv: list[str], env: dict[str, str]) -> None:
-        self.host, self.key, self.argv, self.env = host, key, argv, env
-
-    def ask(self, phase: str, args: dict) -> dict:
-        import ray
-
-        try:
-            return ray.get(self.host.talk.remote(self.key, self.argv, self.env, phase, args,
-                                                 PROBE_TIMEOUT_S))
-        except ray.exceptions.RayTaskError as e:  # the host's words, not Ray's wrapping
-            raise RuntimeError(str(e.cause)) from None
-
-    def close(self) -> None:
-        import ray
-
-        with contextlib.suppress(Exception):  # a host gone took the probe with it
-            ray.get(self.host.end_talks.remote(self.key))
-
-
-class MachineFirewall:
-    """A fault's drops, planned as on one machine (a sender node's cgroup -> a receiver node's
-    address in the plan), applied on the substrate's machines: a drop goes to its sender's
-    machine, where the sender's cgroup lives, aimed at the receiver node's address there. The
-    substrate's own Ray traffic between the same machines is in no node's cgroup and passes. A
-    drop from anyone but a node goes to every machine: the node's own keeps its exclusion, the
-    others drop every sender to those ports."""
-
-    def __init__(self, cluster: SubstrateCluster) -> None:
-        self.cluster = cluster
-
-    def available(self) -> str | None:
-        """None when every machine of the cluster can take rules, else the reason."""
-        lacking = [m.address for m in self.cluster._machines if not (m.iptables and m.cgroups)]
-        return (f"network faults need iptables and rlsim's node cgroups on every machine; "
-                f"{', '.join(lacking)} lack(s) them (a container machine: privileged)"
-                if lacking else None)
-
-    def _placed(self, drop: Drop) -> list[tuple[int, Drop]]:
-        c = self.cluster
-        by_plan = {n.address: n.index for n in c._st.layout.nodes}
-        target = by_plan[drop.dst]
-        aimed = dataclasses.replace(drop, dst=c.addresses[target])
-        if drop.exclude_src:
-            return [(c._at[target], aimed)] + [
-                (k, dataclasses.replace(aimed, src=None, exclude_src=False))
-                for k in range(len(c._machines)) if k != c._at[target]]
-        return [(c._at[iptables.node_of(drop.src)], aimed)]
-
-    def _per_machine(self, drops: list[Drop]) -> dict[int, list[dict]]:
-        """Machine index -> its drops."""
-        per: dict[int, list[dict]] = {}
-        for drop in drops:
-            for index, placed in self._placed(drop):
-                per.setdefault(index, []).append(dataclasses.asdict(placed))
-        return per
-
-    def _send(self, verb: str, per: dict[int, list[dict]]) -> list:
-        """``verb`` on each machine of ``per`` with its drops; each machine's answer."""
-        import ray
-
-        c = self.cluster
-        st = c._st
-        return ray.get([c._hosts[i].firewall.remote(str(rlsim_home()), st.slot, st.session,
-                                                     verb, ds) for i, ds in per.items()])
-
-    def apply(self, drops: list[Drop]) -> list[Drop]:
-        self._send("apply", self._per_machine(drops))
-        return drops
-
-    def remove(self, drops: list[Drop]) -> None:
-        self._send("remove", self._per_machine(drops))
-
-    def heal(self) -> None:
-        self._send("heal", dict.fromkeys(range(len(self.cluster._hosts)), []))
-
-    def left(self) -> list[list[str]]:
-        """The rules still in the cluster's chain, machine by machine."""
-        return self._send("left", dict.fromkeys(range(len(self.cluster._hosts)), []))
-
-
-def machines(address: str) -> list:
-    """The machines of the substrate at ``address`` (:class:`rlsim.substrate.Machine`), joined as
-    a cluster's owner joins it, as hosts of this call's own see them; the hosts end before it
-    returns (a detached host left behind would give its worker port to the next driver on its
-    machine on Ray below 2.54, see :func:`rlsim.ray_internals.detached_actors_problem`).
-    ClusterStartError where nothing answers there."""
-    import os
-
-    from rlsim import substrate
-
-    SubstrateCluster(on=address)._check_can_start()
-    tag = f"list{os.getpid()}"
-    try:
-        return [m for m, _ in substrate.hosts(address, tag=tag)]
-    finally:
-        substrate.release(address, tag=tag)
-
-
-if __name__ == "__main__":  # `python -m rlsim.backends.substrate ADDRESS`: the machines, as JSON
-    try:
-        for machine in machines(sys.argv[1]):
-            print(json.dumps(machine.__dict__))
-    except ClusterStartError as e:
-        sys.exit(f"rlsim.backends.substrate: {e}")
