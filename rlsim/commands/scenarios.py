@@ -185,7 +185,7 @@ def run(
 
 def _dry_run(scenarios: list, session) -> None:
     """Each scenario as it would go on its backend: RUN, SKIP with the reason, or REFUSED."""
-    from rlsim.scenario.runner import check_runnable
+    from rlsim.scenario.runnable import check_runnable
 
     harmful = session.disruptive(scenarios)
     for sc in scenarios:

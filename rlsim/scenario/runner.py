@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rlsim.adapters import ADAPTERS, TrainerLaunch
-from rlsim.backends import DEFAULT, chosen, cluster_class, every_class
+from rlsim.backends import DEFAULT, chosen
 from rlsim.backends.base import (
     ClusterStartError,
     HoldsGpuMemory,
@@ -30,7 +30,6 @@ from rlsim.backends.base import (
     ReportsRay,
     SpreadsOverMachines,
     StartsClusters,
-    Unsupported,
     WarmsWorkers,
 )
 from rlsim.checks import CHECKS
@@ -44,6 +43,7 @@ from rlsim.result import ScenarioResult
 from rlsim.scenario import twins as twin_records
 from rlsim.scenario.nemesis import Nemesis
 from rlsim.scenario.pool import Pool, preload_modules, warm
+from rlsim.scenario.runnable import check_runnable
 from rlsim.scenario.schema import Scenario
 from rlsim.scenario.watch import WatchProcess
 from rlsim.scenario.watchdog import Watchdog
@@ -123,88 +123,6 @@ def make_cluster(sc: Scenario, backend: str = DEFAULT, ray_address: str | None =
         HoldsGpuMemory in FAULTS[f.kind].needs for f in sc.faults))
 
 
-def check_runnable(sc: Scenario, backend: str) -> type:
-    """The backend's class if it can run ``sc``; else ``Unsupported`` (a skip, not a failure): the
-    scenario's own ``skip_on``, the backend's refusal of the cluster section, or a fault it cannot
-    inject. Touches no cluster (``rlsim run --dry-run`` lists these). Decided once per backend."""
-    if backend not in sc._runnable:
-        try:
-            sc._runnable[backend] = _runnable(sc, backend)
-        except Unsupported as e:
-            sc._runnable[backend] = e
-    if isinstance(found := sc._runnable[backend], Unsupported):
-        raise Unsupported(str(found), found.missing_part)
-    return found
-
-
-def installed(module: str) -> bool:
-    """Whether ``module`` (a dotted name) could be imported here, decided without importing
-    anything: ``importlib.util.find_spec("a.b")`` imports ``a`` to find ``b``, and reading a
-    scenario (``rlsim validate``, ``run --dry-run``, pytest's collection) must never run code a
-    scenario names. The top package is found as ``import`` would find it; each submodule in its
-    parent's folders."""
-    import importlib.machinery
-
-    if module in sys.modules:  # already imported here (os.path, rlsim's own)
-        return True
-    top, *rest = module.split(".")
-    try:
-        spec = importlib.util.find_spec(top)  # a top-level name: found, not imported
-    except (ImportError, ValueError):
-        return False
-    name = top
-    for part in rest:
-        if spec is None or not spec.submodule_search_locations:
-            return False
-        name = f"{name}.{part}"
-        spec = importlib.machinery.PathFinder.find_spec(name, list(spec.submodule_search_locations))
-    return spec is not None
-
-
-def _runnable(sc: Scenario, backend: str) -> type:
-    if backend in sc.cluster.skip_on:
-        raise Unsupported(sc.cluster.skip_on[backend])
-    for module, how in sc.trainer.requires.items():
-        if not installed(module):
-            raise Unsupported(f"trainer.requires: {module} is not installed in {sys.prefix} "
-                              f"({how})")
-    try:  # cluster.on: its nodes, and its faults, are a substrate's
-        name = chosen(backend, sc.cluster.on)
-        cls = cluster_class(name)
-    except ValueError as e:
-        raise Unsupported(str(e)) from None
-    if name != backend:  # how the faults' refusals name it
-        backend = f"{backend} with cluster.on (a {name})"
-    node_local = sc.cluster.checkpoint_storage == "node_local"
-    if refused := cls.refusal(sc.cluster, node_local):
-        raise refused
-    check_faults(sc, cls, backend)
-    return cls
-
-
-def harmful_faults(sc: Scenario) -> list[str]:
-    """The faults of ``sc`` that destroy work or capacity on a real cluster (refused there
-    without --allow-disruptive)."""
-    return sorted({f.kind for f in sc.faults if FAULTS[f.kind].harms_real_cluster})
-
-
-def harmful_on(sc: Scenario, backend: str) -> list[str]:
-    """:func:`harmful_faults` of a scenario ``backend`` would run (one it skips anyway is no
-    reason to refuse the others)."""
-    try:
-        check_runnable(sc, backend)
-    except Unsupported:
-        return []
-    return harmful_faults(sc)
-
-
-def check_faults(sc: Scenario, cls: type, backend: str) -> None:
-    """Raise Unsupported naming the first fault of ``sc`` the backend cannot inject."""
-    others = every_class()
-    for entry in sc.faults:
-        FAULTS[entry.kind].check_backend(cls, backend, others)
-
-
 def checkpoint_dir(out_dir: Path) -> Path:
     """The trainer's checkpoint directory in a scenario's output directory (its default)."""
     return out_dir.resolve() / "run" / "checkpoints"
@@ -250,7 +168,9 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
         shutil.rmtree(previous, ignore_errors=True)
         out_dir.rename(previous)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cluster, reused = pool.take(fresh, backend)  # from here on it is always given back
+    # kept by the backend that runs it: a substrate's cluster (cluster.on) is no local one
+    kept_as = chosen(backend, sc.cluster.on)
+    cluster, reused = pool.take(fresh, kept_as)  # from here on it is always given back
     try:
         outcome = Outcome(sc, out_dir / "run")
         log = Recorder(outcome)
@@ -262,7 +182,7 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
     except BaseException:
         # a fault that cannot be built (a plugin's constructor raised): the kept cluster this
         # scenario was handed goes back too, or it ran on with no one to stop it
-        pool.give_back(cluster, backend)
+        pool.give_back(cluster, kept_as)
         raise
     try:
         if not reused:
@@ -297,7 +217,7 @@ def run_scenario(sc: Scenario, out_dir: Path, seed: int | None = None,
         finally:
             try:
                 outcome.leaks, outcome.leaks_waited_s = pool.give_back(
-                    cluster, backend, log, reusable=not downs_a_node(sc))
+                    cluster, kept_as, log, reusable=not downs_a_node(sc))
             finally:
                 log.emit("scenario_end", leaks=[asdict(x) for x in outcome.leaks],
                          leaks_waited_s=outcome.leaks_waited_s,

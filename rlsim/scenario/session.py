@@ -56,7 +56,7 @@ class Session:
     def disruptive(self, scenarios: Iterable[Scenario]) -> dict[str, list[str]]:
         """The scenarios refused for harming a cluster rlsim did not start, by name, with the
         faults that would harm it; empty with ``allow_disruptive``."""
-        from rlsim.scenario.runner import harmful_on
+        from rlsim.scenario.runnable import harmful_on
 
         if self.allow_disruptive:
             return {}

@@ -50,7 +50,8 @@ def test_the_catalogue_runs_each_shape_in_a_row_node_killers_last():
     own spec (rlsim.scenario.runner.make_cluster) must agree: equal keys, equal pool keys."""
     from rlsim.scenario.loader import load
     from rlsim.scenario.pool import hand_on_order, scenario_key
-    from rlsim.scenario.runner import check_runnable, make_cluster
+    from rlsim.scenario.runnable import check_runnable
+    from rlsim.scenario.runner import make_cluster
 
     def runs_here(sc) -> bool:  # not one that this host skips (trainer.requires a framework)
         try:

@@ -72,7 +72,7 @@ def test_without_backend_each_scenario_runs_on_the_backend_its_file_names(tmp_pa
     of ``--backend docker``; ``--backend`` still decides for all of them."""
     from rlsim.backends.base import Unsupported
     from rlsim.scenario.loader import load
-    from rlsim.scenario.runner import check_runnable
+    from rlsim.scenario.runnable import check_runnable
 
     sc = load("scenarios/checkpoint_node_local.yaml")
     try:

@@ -123,7 +123,7 @@ def test_a_node_interpreter_this_host_lacks_is_a_skip_not_a_bad_file(tmp_path):
 
 def test_a_framework_the_trainer_requires_missing_here_is_a_skip_saying_how(tmp_path):
     from rlsim.backends.base import Unsupported
-    from rlsim.scenario.runner import check_runnable
+    from rlsim.scenario.runnable import check_runnable
 
     sc = load(write(tmp_path, "name: s\ntrainer:\n  adapter: events\n  command: [\"{python}\", "
                     "\"-c\", \"pass\"]\n  requires: {no_such_framework_x: \"pip install x\"}\n"
@@ -168,7 +168,7 @@ def test_a_substrate_scenario_is_checked_against_the_substrate(tmp_path, fault):
     """`cluster: {on: ...}`: the faults are checked against the substrate's cluster, not the
     backend named (whose nodes would be on this machine only); every catalogue fault is built
     across machines."""
-    from rlsim.scenario.runner import check_runnable
+    from rlsim.scenario.runnable import check_runnable
 
     sc = load(write(tmp_path, "name: s\ncluster: {nodes: 2, gpus_per_node: 1, on: "
                     "\"10.0.0.1:6379\"}\ntrainer: {config: grpo_tiny}\nfaults:\n"
@@ -180,7 +180,7 @@ def test_a_substrate_scenario_is_refused_what_a_substrate_cannot_run(tmp_path):
     """A disk per node needs container nodes: refused before anything starts, with the field
     and the fix for a substrate (not another backend: its nodes are processes)."""
     from rlsim.backends.base import Unsupported
-    from rlsim.scenario.runner import check_runnable
+    from rlsim.scenario.runnable import check_runnable
 
     sc = load(write(tmp_path, "name: s\ncluster: {nodes: 2, gpus_per_node: 1, checkpoint_storage: "
                     "node_local, on: \"10.0.0.1:6379\"}\ntrainer: {config: grpo_tiny}\n"
