@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlsim.backends import zygote
+from rlsim.ray_internals import worker_setup as ws
 
 CLIENT = """
 import os, sys
@@ -150,7 +151,7 @@ print(json.dumps({"pid": os.getpid(), "parent": os.getppid(), "argv": sys.argv,
                   "name": __name__}))
 sys.exit(int(sys.argv[1]))
 """
-SETUP = str(Path(zygote.__file__).parent / "ray_internals" / "worker_setup.py")
+SETUP = ws.__file__
 
 
 def agent(tmp_path, env):
