@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from rlsim import ray_internals as ri
+from rlsim.ray_internals import installed
 from rlsim.ray_internals.worker_setup import AGENT_FLAG, FORKSERVER_FLAG
 
 # What a raylet runs to start a worker: Ray's setup_worker.py without its imports (see there)
@@ -349,8 +350,8 @@ def version_stamp(claimed: str) -> tuple[Path, str]:
     installed version (a node of ray_version_mismatch mounts it over the real one). The value is
     written as a Python literal (repr), so no string given as a version can become code."""
     ri.require("version_stamp")
-    path = ri.surface().root / "_version.py"
-    return path, version_source(path.read_text(), ri.ray_version() or "", claimed)
+    path = installed.surface().root / "_version.py"
+    return path, version_source(path.read_text(), installed.ray_version() or "", claimed)
 
 
 def version_source(source: str, version: str, claimed: str) -> str:

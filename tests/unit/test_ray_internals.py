@@ -15,8 +15,9 @@ import pytest
 from packaging.version import Version
 
 from rlsim import ray_internals as ri
+from rlsim.ray_internals import answers as kept_answers
+from rlsim.ray_internals import installed, train
 from rlsim.ray_internals import record as kept
-from rlsim.ray_internals import train
 
 INSTALLED = Version(ri.ray_version())
 
@@ -270,11 +271,11 @@ def test_ray_train_v2_default_read_from_ray(tmp_path, monkeypatch):
     root.mkdir(parents=True)
     (root / "constants.py").write_text(
         "def is_v2_enabled() -> bool:\n    return env_bool(V2_ENABLED_ENV_VAR, False)\n")
-    monkeypatch.setattr(ri, "surface", lambda: ri.RaySurface(tmp_path / "ray", "2.48.0"))
+    monkeypatch.setattr(installed, "surface", lambda: ri.RaySurface(tmp_path / "ray", "2.48.0"))
     assert train.v2_by_default() is False
     (root / "constants.py").write_text(
         "def is_v2_enabled() -> bool:\n    return env_bool(V2_ENABLED_ENV_VAR, True)\n")
-    monkeypatch.setattr(ri, "surface", lambda: ri.RaySurface(tmp_path / "ray", "2.51.0"))
+    monkeypatch.setattr(installed, "surface", lambda: ri.RaySurface(tmp_path / "ray", "2.51.0"))
     assert train.v2_by_default() is True
 
 
@@ -286,18 +287,18 @@ def kept_record(tmp_path, monkeypatch):
     fake = ri.RaySurface(root, "9.9.9")
     monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir(mode=0o700)
-    monkeypatch.setattr(ri, "surface", lambda: fake)
+    monkeypatch.setattr(installed, "surface", lambda: fake)
     monkeypatch.delenv(ri.PLAIN_VAR, raising=False)
 
     def answers() -> dict:
-        ri._installed_answers.cache_clear()
-        ri._installed.cache_clear()
+        kept_answers._installed_answers.cache_clear()
+        kept_answers._installed.cache_clear()
         return {c.name: ri.status(c.name).why for c in ri.CAPABILITIES}
 
     answers()
-    yield ri._record_path(), answers
-    ri._installed_answers.cache_clear()
-    ri._installed.cache_clear()
+    yield kept_answers._record_path(), answers
+    kept_answers._installed_answers.cache_clear()
+    kept_answers._installed.cache_clear()
 
 
 def test_probe_answers_are_kept_in_the_home_until_a_file_they_read_changes(tmp_path,
@@ -318,7 +319,7 @@ def test_probe_answers_are_kept_in_the_home_until_a_file_they_read_changes(tmp_p
     root = tmp_path / "ray"
     _edit(root / "_private/node.py", "def start_api_server(", "def start_api_server_(")
     fresh = ri.RaySurface(root, "9.9.9")  # as the next process sees the install
-    monkeypatch.setattr(ri, "surface", lambda: fresh)
+    monkeypatch.setattr(installed, "surface", lambda: fresh)
     again = answers()
     assert again["node_start"] == first["node_start"] != "read from the record"
     assert "start_api_server" in again["no_api_server"]
@@ -377,12 +378,12 @@ def test_a_damaged_probe_record_is_probed_again_and_said(kept_record, how, said)
     assert note and said in note and "probed again" in note, note
     if how != "a FIFO":
         assert "the record rewritten" in note, note
-        ri._installed_answers.cache_clear()
+        kept_answers._installed_answers.cache_clear()
         assert ri.record_note() is None  # rewritten whole: read back as kept
     else:
         assert "not rewritten" in note and "is a FIFO" in note, note
-    ri._installed_answers.cache_clear()
-    ri._installed.cache_clear()
+    kept_answers._installed_answers.cache_clear()
+    kept_answers._installed.cache_clear()
     if how != "a FIFO":  # (a FIFO is never replaced: still there)
         _tamper(path, how)
     result = CliRunner().invoke(cli.app, ["ray", "--json"])
@@ -396,7 +397,7 @@ def test_detached_actors_are_refused_where_the_raylet_gives_their_port_away(monk
                                                                             version, refused):
     """Seen on 2.48, 2.52 and 2.53 (the substrate's detach test): a later driver on the machine
     was handed a detached host's worker port and aborted; 2.54 on keep it."""
-    monkeypatch.setattr(ri, "ray_version", lambda: version)
+    monkeypatch.setattr(installed, "ray_version", lambda: version)
     why = ri.detached_actors_problem()
     assert (why is not None) == refused, why
     if refused:
