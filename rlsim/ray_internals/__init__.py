@@ -30,6 +30,8 @@ The modules, by what they know of Ray:
 - :mod:`.installed`, :mod:`.probes`, :mod:`.capabilities`, :mod:`.answers`: the probes, and
   which capabilities are in force;
 - :mod:`.auth`: token authentication; :mod:`.tuning`: Ray's settings rlsim tunes;
+- :mod:`.nodes`: the head's resource, and how a node's processes read in ``/proc``;
+  :mod:`.session`: a node's session directory (its logs, its sockets);
 - :mod:`.gcs`: the GCS's tables and raw RPCs; :mod:`.launch`, :mod:`.worker_setup`,
   :mod:`.node_agent`, :mod:`.forkserver`: a simulated node's start; :mod:`.train`: Ray Train's
   callbacks.
@@ -85,15 +87,15 @@ from rlsim.ray_internals.settings import (
     QUIET_FLAGS,
     RECONNECT_FLAGS,
 )
-from rlsim.ray_internals.tuning import driver_env, flag_env, health_check_env
+from rlsim.ray_internals.tuning import driver_env, flag_env, health_check_env, init_from
 
 __all__ = [
     "ALLOW_OPEN_VAR", "ALL_FLAGS", "AUTH_CLIENT", "BY_NAME", "CAPABILITIES", "CONNECT_FLAGS",
-    "DASHBOARD_FORKSERVER_SINCE", "DETACHED_PORTS_SINCE", "HEALTH_FLAGS", "NO_IDLE_FLAGS",
-    "PLAIN_VAR", "PRELOAD_FLAGS", "QUIET_FLAGS", "RECONNECT_FLAGS", "RECORD_NAME",
-    "SUPPORTED_RAY", "SUPPORTED_TEXT", "TOKEN_AUTH_SINCE", "Capability", "RayInternalsError",
-    "RaySurface", "Status", "auth_refusal", "available", "cluster_report", "connect_env",
+    "Capability", "DASHBOARD_FORKSERVER_SINCE", "DETACHED_PORTS_SINCE", "HEALTH_FLAGS",
+    "NO_IDLE_FLAGS", "PLAIN_VAR", "PRELOAD_FLAGS", "QUIET_FLAGS", "RECONNECT_FLAGS",
+    "RECORD_NAME", "RayInternalsError", "RaySurface", "SUPPORTED_RAY", "SUPPORTED_TEXT",
+    "Status", "TOKEN_AUTH_SINCE", "auth_refusal", "available", "cluster_report", "connect_env",
     "detached_actors_problem", "driver_env", "export_auth_env", "flag_env", "health_check_env",
-    "open_cluster_line", "probe", "ray_version", "record_note", "require", "status", "statuses",
-    "summary", "surface", "token_auth", "version_problem",
+    "init_from", "open_cluster_line", "probe", "ray_version", "record_note", "require",
+    "status", "statuses", "summary", "surface", "token_auth", "version_problem",
 ]

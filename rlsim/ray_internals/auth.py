@@ -10,7 +10,7 @@ import os
 from rlsim.ray_internals import installed
 from rlsim.ray_internals.answers import available, status
 from rlsim.ray_internals.releases import TOKEN_AUTH_SINCE
-from rlsim.ray_internals.settings import ALLOW_OPEN_VAR
+from rlsim.ray_internals.settings import ALLOW_OPEN_VAR, AUTH_MODE_VAR, AUTH_TOKEN_PATH_VAR
 
 
 def token_auth() -> bool:
@@ -21,7 +21,7 @@ def token_auth() -> bool:
 def connect_env(token_path: str) -> dict[str, str]:
     """What a process needs in its environment to talk to an rlsim cluster: the token settings
     where this Ray has token auth, nothing where it has none (an open cluster)."""
-    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path} if token_auth() else {}
+    return {AUTH_MODE_VAR: "token", AUTH_TOKEN_PATH_VAR: token_path} if token_auth() else {}
 
 
 def open_cluster_line() -> str:

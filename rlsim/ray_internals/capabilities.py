@@ -30,9 +30,11 @@ from rlsim.ray_internals.settings import (
     CONNECT_FLAGS,
     HEALTH_FLAGS,
     NO_IDLE_FLAGS,
+    PIPE_CHECK_VAR,
     PRELOAD_FLAGS,
     QUIET_FLAGS,
     RECONNECT_FLAGS,
+    TRAIN_CALLBACKS_VAR,
 )
 
 
@@ -185,7 +187,7 @@ CAPABILITIES: tuple[Capability, ...] = (
                              '"--dashboard_agent_command={}"',
                              '"--runtime_env_agent_command={}"'),
                 has_text("dashboard/consts.py",
-                          "RAY_enable_pipe_based_agent_to_parent_health_check"),
+                          PIPE_CHECK_VAR),
                 has_text("_private/runtime_env/agent/main.py", "create_check_raylet_task"),
                 has_text("dashboard/agent.py", "create_check_raylet_task")),
         acceleration=True),
@@ -283,7 +285,7 @@ CAPABILITIES: tuple[Capability, ...] = (
     Capability(
         "train_callbacks", "Ray Train jobs observed through RAY_TRAIN_CALLBACKS (Train V2's "
         "controller callbacks)", "the ray_train adapter refuses: it cannot see the job",
-        all_of(has_text("train/v2/_internal/callbacks/env_callback.py", "RAY_TRAIN_CALLBACKS"),
+        all_of(has_text("train/v2/_internal/callbacks/env_callback.py", TRAIN_CALLBACKS_VAR),
                 has_text("train/v2/_internal/execution/callback.py", "class ControllerCallback",
                           "class WorkerGroupCallback", "class ReportCallback",
                           "def after_report", "def after_controller_state_update"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -415,3 +416,35 @@ def test_rays_own_namespaces_are_still_rays():
     internal, supervisor = RAY_OWN_NAMESPACES
     assert f'"{internal}' in head, f"Ray's job_head no longer names {internal!r}"
     assert f'SUPERVISOR_ACTOR_RAY_NAMESPACE = "{supervisor}"' in common
+
+
+def test_rays_own_names_are_still_rays():
+    """What the annex knows of a node without asking Ray (its head's resource, its processes'
+    names, titles and flags, its session directory, the setting that keeps a process's GPUs)
+    is read here from the installed Ray's own sources: a release that renames one fails here,
+    naming it, before a fault signals nothing or the head is not found."""
+    from rlsim.ray_internals import nodes, session, settings
+
+    root = ri.surface().root
+
+    def text(*rels: str) -> str:
+        return "\n".join((root / rel).read_text() for rel in rels if (root / rel).is_file())
+
+    prefix, _, head = nodes.HEAD_RESOURCE.partition(":")
+    constants = text("_common/constants.py", "_private/resource_spec.py")
+    assert f'NODE_ID_PREFIX = "{prefix}:"' in constants, "Ray's node resources have no node: prefix"
+    assert f'NODE_ID_PREFIX + "{head}"' in constants, f"Ray's head resource is no longer {head}"
+    # Ray's own list of its processes, which `ray stop` kills
+    processes = text("autoscaler/_private/constants.py")
+    for name in (nodes.RAYLET, nodes.GCS_SERVER, nodes.WORKER_SCRIPT, nodes.TITLE_PREFIX):
+        assert f'"{name}"' in processes, f"Ray no longer names its process {name!r}"
+    services = text("_private/services.py")
+    for flag in (nodes.NODE_ID_FLAGS[0], nodes.GCS_PORT_FLAG, nodes.NODE_IP_FLAGS[0]):
+        assert f'"{flag}=' in services, f"Ray no longer starts its daemons with {flag}"
+    ray_constants = text("_private/ray_constants.py")
+    titles = set(re.findall(r'^AGENT_PROCESS_TYPE_\w+ = "([^"]+)"', ray_constants, re.M))
+    assert titles <= set(nodes.AGENT_TITLES), f"Ray titles its agents {sorted(titles)}"
+    assert f'SESSION_LATEST = "{session.LATEST}"' in ray_constants
+    assert '"sockets"' in text("_private/node.py"), "Ray's session dir has no sockets folder"
+    nvidia = text("_private/accelerators/nvidia_gpu.py")
+    assert f'NOSET_CUDA_VISIBLE_DEVICES_ENV_VAR = "{settings.NOSET_CUDA_VAR}"' in nvidia
