@@ -27,6 +27,7 @@ from rlsim.ray_internals.probes import (
 from rlsim.ray_internals.releases import TOKEN_AUTH_SINCE
 from rlsim.ray_internals.settings import (
     ALLOW_OPEN_VAR,
+    AUTH_MODE_VAR,
     CONNECT_FLAGS,
     HEALTH_FLAGS,
     NO_IDLE_FLAGS,
@@ -103,7 +104,7 @@ CAPABILITIES: tuple[Capability, ...] = (
         f"an unauthenticated cluster (Ray has token auth from {TOKEN_AUTH_SINCE}): root needs "
         f"{ALLOW_OPEN_VAR}=1 to start one",
         all_of(has_text(AUTH_CLIENT, "def _get_authentication_metadata_tuple"),
-                flags("RAY_AUTH_MODE"))),
+                flags(AUTH_MODE_VAR))),
     Capability(
         "auth_reread", "a process that imported Ray before it was given the token settings "
         "still presents the token (Ray's config read again, as Ray does when it turns token auth "

@@ -53,7 +53,7 @@ def node_env(*, token_path: str, metrics_ports: tuple[int, int],
     autoscaler_port, dashboard_port = metrics_ports
     return {
         **ri.connect_env(token_path),
-        "RAY_USAGE_STATS_ENABLED": "0",
+        settings.USAGE_STATS_VAR: "0",
         # No metrics export: a raylet otherwise waits for its dashboard agent's exporter before
         # it registers (0.7 s a node here: 4 x 8 up in 7.5 s instead of 8.7 s), and nothing of a
         # simulated cluster reads the metrics (Ray's own `ray.util.metrics` calls become no-ops)

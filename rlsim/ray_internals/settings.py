@@ -44,6 +44,23 @@ NOSET_CUDA_VAR = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 # the callbacks Ray Train (V2) builds in the driver, by class path: its internal constants'
 TRAIN_CALLBACKS_VAR = "RAY_TRAIN_CALLBACKS"
 
+# Ray's settings of its Python that its documentation names
+ADDRESS_VAR = "RAY_ADDRESS"  # the cluster Ray's libraries and CLI join (rlsim names it anywhere)
+USAGE_STATS_VAR = "RAY_USAGE_STATS_ENABLED"
+USE_TLS_VAR = "RAY_USE_TLS"
+TRAIN_V2_VAR = "RAY_TRAIN_V2_ENABLED"  # Ray Train's own switch between its V1 and V2 APIs
+
+# Ray's settings that Ray's documentation names: any module of rlsim may name these.
+DOCUMENTED = (ADDRESS_VAR, AUTH_MODE_VAR, AUTH_TOKEN_PATH_VAR, USAGE_STATS_VAR, USE_TLS_VAR,
+              TRAIN_V2_VAR)
+# Every setting of Ray's the annex names that Ray's documentation does not: Ray may rename or
+# drop any of them in a release without a word, so only the annex names them, each once, here
+# (tests/unit/test_layers.py fails on any other module that names one, and on a setting named
+# in the annex that is in neither list).
+UNDOCUMENTED = (*HEALTH_FLAGS, *QUIET_FLAGS, *CONNECT_FLAGS, *NO_IDLE_FLAGS, *PRELOAD_FLAGS,
+                *RECONNECT_FLAGS, PIPE_CHECK_VAR, OVERRIDE_LABELS_VAR, AUTOSCALER_METRIC_PORT_VAR,
+                DASHBOARD_METRIC_PORT_VAR, NOSET_CUDA_VAR, TRAIN_CALLBACKS_VAR)
+
 PLAIN_VAR = "RLSIM_RAY_PLAIN"  # "all" or capability names: take Ray's plain path for those
 # Root may start a cluster no token protects only when the user says so (see `auth_refusal`).
 ALLOW_OPEN_VAR = "RLSIM_ALLOW_UNAUTHENTICATED"

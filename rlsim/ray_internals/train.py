@@ -21,8 +21,9 @@ import re
 
 from rlsim import ray_internals as ri
 from rlsim.ray_internals import installed
+from rlsim.ray_internals.settings import TRAIN_V2_VAR
 
-V2_VAR = "RAY_TRAIN_V2_ENABLED"  # Ray Train's own switch between its V1 and V2 APIs
+V2_VAR = TRAIN_V2_VAR  # Ray Train's own switch between its V1 and V2 APIs
 
 
 def v2_by_default() -> bool:
