@@ -74,6 +74,7 @@ from rlsim.ray_internals.releases import (
     DASHBOARD_FORKSERVER_SINCE,
     DETACHED_PORTS_SINCE,
     SUPPORTED_TEXT,
+    SUPPORTED_WORDS,
     TOKEN_AUTH_SINCE,
 )
 from rlsim.ray_internals.settings import (
@@ -94,8 +95,9 @@ __all__ = [
     "Capability", "DASHBOARD_FORKSERVER_SINCE", "DETACHED_PORTS_SINCE", "HEALTH_FLAGS",
     "NO_IDLE_FLAGS", "PLAIN_VAR", "PRELOAD_FLAGS", "QUIET_FLAGS", "RECONNECT_FLAGS",
     "RECORD_NAME", "RayInternalsError", "RaySurface", "SUPPORTED_RAY", "SUPPORTED_TEXT",
-    "Status", "TOKEN_AUTH_SINCE", "auth_refusal", "available", "cluster_report", "connect_env",
-    "detached_actors_problem", "driver_env", "export_auth_env", "flag_env", "health_check_env",
-    "init_from", "open_cluster_line", "probe", "ray_version", "record_note", "require",
-    "status", "statuses", "summary", "surface", "token_auth", "version_problem",
+    "SUPPORTED_WORDS", "Status", "TOKEN_AUTH_SINCE", "auth_refusal", "available",
+    "cluster_report", "connect_env", "detached_actors_problem", "driver_env",
+    "export_auth_env", "flag_env", "health_check_env", "init_from", "open_cluster_line",
+    "probe", "ray_version", "record_note", "require", "status", "statuses", "summary",
+    "surface", "token_auth", "version_problem",
 ]

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from rlsim.ray_internals.releases import DETACHED_PORTS_SINCE, SUPPORTED_TEXT
+from rlsim.ray_internals.releases import BELOW, DETACHED_PORTS_SINCE, FIRST, SUPPORTED_TEXT
 from rlsim.ray_internals.settings import ALL_FLAGS
 
-SUPPORTED_RAY = (Version("2.48.0"), Version("2.61.0"))  # from, up to (excluded)
+SUPPORTED_RAY = (Version(FIRST), Version(BELOW))  # from, up to (excluded)
 
 
 class RaySurface:

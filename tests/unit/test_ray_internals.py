@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from rlsim import ray_internals as ri
 from rlsim.ray_internals import answers as kept_answers
-from rlsim.ray_internals import installed, train
+from rlsim.ray_internals import installed, releases, train
 from rlsim.ray_internals import record as kept
 
 INSTALLED = Version(ri.ray_version())
@@ -247,10 +247,14 @@ def test_a_rewrite_that_matched_less_than_it_saw_is_reported_plain(monkeypatch):
 
 
 def test_version_range():
-    assert ri.version_problem("2.48.0") is None and ri.version_problem("2.60.1") is None
-    assert "outside" in ri.version_problem("2.47.1")
-    assert "outside" in ri.version_problem("2.61.0")
-    assert ri.version_problem("2.55.0rc1") is None
+    """rlsim is proven on every release of the minor releases PROVEN names, from the first to
+    the last, patches and candidates included, and on nothing below or above."""
+    first, last = releases.PROVEN
+    major, minor = first.split(".")
+    assert ri.version_problem(f"{first}.0") is None and ri.version_problem(f"{last}.1") is None
+    assert "outside" in ri.version_problem(f"{major}.{int(minor) - 1}.1")
+    assert "outside" in ri.version_problem(f"{releases.BELOW}.0")
+    assert ri.version_problem(f"{last}.0rc1") is None
 
 
 class _Report:
