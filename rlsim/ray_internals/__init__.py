@@ -36,8 +36,8 @@ The modules, by what they know of Ray:
   :mod:`.node_agent`, :mod:`.forkserver`: a simulated node's start; :mod:`.train`: Ray Train's
   callbacks.
 
-This package's own modules import only the standard library and ``packaging``; Ray is imported
-by the functions of the modules that need it, never at import.
+Importing this package loads only the standard library and ``packaging``; Ray is imported by the
+functions that need it, never at import.
 """
 
 from __future__ import annotations
