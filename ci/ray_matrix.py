@@ -32,6 +32,7 @@ docs page of what works per release. Exit 1 when any step failed.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -44,16 +45,60 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# the releases the matrix proves by default: the oldest our users pin (ROLL), rlsim's old floor,
-# the first with token auth, OpenRLHF's and SkyRL's pins, and the newest; --all takes the newest
-# patch of every minor release from 2.48 to 2.60
-DEFAULT = ["2.60.0", "2.48.0", "2.50.0", "2.52.1", "2.55.0", "2.57.0"]
-EVERY = ["2.60.0", "2.48.0", "2.49.2", "2.50.1", "2.51.2", "2.52.1", "2.53.0", "2.54.1",
-         "2.55.1", "2.56.1", "2.57.1", "2.58.1", "2.59.0"]
+
+
+def _releases():
+    """rlsim's own statement of the Ray releases it is proven on (rlsim/ray_internals/
+    releases.py, standard library only), read from this checkout without importing rlsim."""
+    path = ROOT / "rlsim" / "ray_internals" / "releases.py"
+    spec = importlib.util.spec_from_file_location("rlsim_ray_releases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RELEASES = _releases()
+# The newest patch of each Ray minor release the matrix knows: when Ray ships a release, or the
+# proven range (RELEASES.PROVEN) moves, name its newest patch here
+NEWEST_PATCH = {"2.48": "2.48.0", "2.49": "2.49.2", "2.50": "2.50.1", "2.51": "2.51.2",
+                "2.52": "2.52.1", "2.53": "2.53.0", "2.54": "2.54.1", "2.55": "2.55.1",
+                "2.56": "2.56.1", "2.57": "2.57.1", "2.58": "2.58.1", "2.59": "2.59.0",
+                "2.60": "2.60.0"}
+# releases our users pin, run by default beside the newest and the oldest rlsim claims (the
+# oldest is ROLL's pin too): rlsim's old floor, the first with token auth, OpenRLHF's and SkyRL's
+PINS = ["2.50.0", "2.52.1", "2.55.0", "2.57.0"]
+
+
+def _minor(release: str) -> tuple[int, int]:
+    major, minor = release.split(".")[:2]
+    return int(major), int(minor)
+
+
+def proven_minors() -> list[str]:
+    """Every minor release from the first to the last rlsim claims, oldest first."""
+    (major, first), (last_major, last) = map(_minor, RELEASES.PROVEN)
+    if major != last_major:
+        raise SystemExit(f"ci/ray_matrix.py: the proven range {RELEASES.PROVEN} spans two major "
+                         "releases: list its minor releases in proven_minors")
+    return [f"{major}.{m}" for m in range(first, last + 1)]
+
+
+def unknown_minors() -> list[str]:
+    """The minor releases rlsim claims whose newest patch the matrix does not know."""
+    return [m for m in proven_minors() if m not in NEWEST_PATCH]
+
+
+# --all: the newest patch of every minor release rlsim claims, the newest release first (the
+# reference the others' verdicts are compared with)
+_KNOWN = [NEWEST_PATCH[m] for m in proven_minors() if m in NEWEST_PATCH]
+EVERY = _KNOWN[-1:] + _KNOWN[:-1]
+# the releases the matrix proves by default: the newest, the oldest, and the pins in the range
+DEFAULT = EVERY[:1] + [f"{RELEASES.FIRST}.0"] + [
+    p for p in PINS if _minor(RELEASES.FIRST) <= _minor(p) <= _minor(RELEASES.LAST)]
 STEPS = ["probe", "bringup", "compliance", "main", "partition", "ray_train"]
 SCENARIOS = {"main": "node_failure_mid_run", "partition": "partitioned_worker",
              "ray_train": "ray_train_node_lost"}
-TOKEN_AUTH_SINCE = (2, 52)
+TOKEN_AUTH_SINCE = _minor(RELEASES.TOKEN_AUTH_SINCE)
 
 
 def build_wheel(into: Path) -> Path:
@@ -240,7 +285,8 @@ def docs_page(results: list[dict], steps: list[str]) -> str:
         "rlsim is proven on the Ray releases below by its Ray matrix (`python ci/ray_matrix.py`,",
         "generated this page): each row is rlsim's wheel installed beside that Ray in a fresh",
         "virtualenv, run from a project folder outside the repository. `pyproject.toml` declares",
-        "the same range (`ray[default]>=2.48,<2.61`); `rlsim doctor` warns outside it, and",
+        f"the same range (`ray[default]{RELEASES.SUPPORTED_TEXT}`); `rlsim doctor` warns outside "
+        "it, and",
         "`rlsim ray` prints what rlsim uses of the Ray you have installed.", "",
         "(open): a Ray without token authentication, run as root: the matrix opted in with",
         "`RLSIM_ALLOW_UNAUTHENTICATED=1` (see [simulated nodes](concepts/cluster.md)).", "",
@@ -262,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="a folder for each release's results as JSON")
     ap.add_argument("--docs", type=Path, help="write the docs page of the releases here")
     args = ap.parse_args(argv)
+    if unknown := unknown_minors():
+        ap.error(f"rlsim claims Ray {', '.join(unknown)} (rlsim/ray_internals/releases.py), "
+                 "whose newest patch NEWEST_PATCH in ci/ray_matrix.py does not name: add it")
     releases = args.releases.split(",") if args.releases else (EVERY if args.all else DEFAULT)
     steps = [s for s in args.steps.split(",") if s]
     if unknown := set(steps) - set(STEPS):

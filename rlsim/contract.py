@@ -41,6 +41,3 @@ MEMORY_LABEL = "rlsim-gpu-memory-gb"
 
 # Event types by which the trainer says it noticed a fault (see trainer.events).
 DETECTION_EVENTS = ("worker_died", "stalled", "node_lost", "preemption_notice", "error", "oom")
-
-# The resource Ray gives the head node only: how the trainer and the harness tell the head apart.
-HEAD_RESOURCE = "node:__internal_head__"

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import ray
 
-from rlsim.contract import HEAD_RESOURCE
 from rlsim.ray_internals.gcs import draining_nodes
 from rlsim.ray_internals.gcs import refusal as gcs_refusal
+from rlsim.ray_internals.nodes import HEAD_RESOURCE
 from rlsim.reach import gcs_silence, parse_address
 from trainer import checkpoint as ckpt
 from trainer import grpo, ppo

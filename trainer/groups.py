@@ -17,7 +17,8 @@ from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayT
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from rlsim.contract import HEAD_RESOURCE, MEMORY_LABEL
+from rlsim.contract import MEMORY_LABEL
+from rlsim.ray_internals.nodes import HEAD_RESOURCE
 from trainer.checkpoint import storage_refused
 from trainer.config import TrainerConfig
 from trainer.errors import (

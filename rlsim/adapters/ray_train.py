@@ -1,6 +1,7 @@
 """A Ray Train (V2) job, unmodified: the scenario's ``command`` is started as given, and Ray Train
 builds rlsim's callback (:mod:`rlsim.adapters.ray_train_callback`) from ``RAY_TRAIN_CALLBACKS``,
-its documented way of adding callbacks without touching the script. The callback writes the run's
+its way of adding callbacks without touching the script (a setting of Ray Train's internals: its
+name is the annex's, :mod:`rlsim.ray_internals.settings`). The callback writes the run's
 ``events.jsonl``: reports as steps, checkpoints, failures Ray Train retries, the end.
 
 Ray Train restarts a failed worker group itself (``FailureConfig``), so a relaunch is rarely
@@ -19,9 +20,9 @@ import re
 from rlsim import ray_internals
 from rlsim.adapters.base import Adapter, TrainerLaunch, TrainerProblem, trainer_files
 from rlsim.ray_internals import train
+from rlsim.ray_internals.settings import TRAIN_CALLBACKS_VAR
 
 CALLBACK = "rlsim.adapters.ray_train_callback.RlsimCallback"
-CALLBACKS_VAR = "RAY_TRAIN_CALLBACKS"
 # a line of the job's own code that imports torch (TorchTrainer's jobs)
 TORCH_IMPORT = re.compile(rb"^[ \t]*(?:import|from)[ \t]+(?:torch|ray\.train\.torch)\b", re.M)
 MAX_READ = 1 << 20  # bytes of each code file looked at
@@ -52,9 +53,9 @@ class RayTrainAdapter(Adapter):
     def env(self, trainer, launch: TrainerLaunch) -> dict[str, str]:
         """The user's own RAY_TRAIN_CALLBACKS (scenario env) are kept, rlsim's is added; Train V2
         turned on where this Ray's default is V1 and the scenario does not say."""
-        own = trainer.env.get(CALLBACKS_VAR, "")
+        own = trainer.env.get(TRAIN_CALLBACKS_VAR, "")
         v2 = {} if train.v2_by_default() or train.V2_VAR in trainer.env else {train.V2_VAR: "1"}
-        return {CALLBACKS_VAR: ",".join(c for c in (own, CALLBACK) if c), **v2}
+        return {TRAIN_CALLBACKS_VAR: ",".join(c for c in (own, CALLBACK) if c), **v2}
 
     def facts(self, trainer, refusals: list[str]):
         where = ("trainer", "adapter")

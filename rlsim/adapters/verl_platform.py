@@ -41,6 +41,8 @@ from typing import Any
 
 import torch
 
+from rlsim.ray_internals.settings import NOSET_CUDA_VAR
+
 try:
     from verl.plugin.platform.platform_base import PlatformBase
     from verl.plugin.platform.platform_manager import PlatformRegistry
@@ -248,7 +250,7 @@ if PlatformBase is not None:
             return "GPU"
 
         def ray_noset_envvars(self) -> list[str]:
-            return ["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"]
+            return [NOSET_CUDA_VAR]
 
         def is_ipc_supported(self) -> bool:
             return False

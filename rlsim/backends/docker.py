@@ -61,6 +61,7 @@ from rlsim.host import cgroups, disk, links, mountns, procs, squeeze, state
 from rlsim.host.home import auth_token_path, home_id, rlsim_home
 from rlsim.host.spec import ClusterShape, ClusterSpec
 from rlsim.host.state import ClusterState
+from rlsim.ray_internals import session as ray_session
 from rlsim.ray_internals.launch import version_stamp
 
 # Ryuk cannot be pulled on machines without a registry; where it can, set this to false.
@@ -318,9 +319,7 @@ class DockerCluster(StartedCluster):
             out = self._container(index).logs(tail=lines).decode(errors="replace").strip()
             if out:
                 chunks.append(f"--- container rlsim-{self._st.session}-n{index}\n{out}")
-        logs_dir = self._st.node_dir(index) / "session_latest" / "logs"
-        for name in ["raylet.err", "raylet.out"]:
-            path = logs_dir / name
+        for path in ray_session.daemon_logs(self._st.node_dir(index), gcs=False):
             if path.exists():
                 tail = path.read_text(errors="replace").splitlines()[-lines:]
                 if tail:

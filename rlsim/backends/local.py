@@ -31,10 +31,11 @@ from rlsim.backends.ray_state import alive_nodes, by_address
 from rlsim.backends.reaper import reap, reap_local
 from rlsim.backends.started import StartedCluster
 from rlsim.host import cgroups, disk, iptables, links, nodeops, procs, state
-from rlsim.host.home import auth_token_path, rlsim_home, socket_path_problem
+from rlsim.host.home import auth_token_path, rlsim_home
 from rlsim.host.iptables import Firewall, Rule
 from rlsim.host.spec import ClusterShape, ClusterSpec
 from rlsim.host.state import ClusterState
+from rlsim.ray_internals import session as ray_session
 
 
 class LocalCluster(NodeVerbs, DisksHere, StartedCluster):
@@ -77,7 +78,7 @@ class LocalCluster(NodeVerbs, DisksHere, StartedCluster):
         return cluster
 
     def _prepare(self, st: ClusterState) -> None:
-        problem = socket_path_problem(st.node_dir(st.spec.nodes - 1))
+        problem = ray_session.socket_path_problem(st.node_dir(st.spec.nodes - 1))
         if problem:
             raise ClusterStartError(f"cluster {st.spec.name!r}: {problem}")
         st.cgroups = cgroups.available() is None
@@ -175,11 +176,9 @@ class LocalCluster(NodeVerbs, DisksHere, StartedCluster):
                 for node in st.layout.nodes]
 
     def logs(self, index: int, lines: int = 40) -> str:
-        logs_dir = self._st.node_dir(index) / "session_latest" / "logs"
-        names = ["raylet.err", "raylet.out"] + (["gcs_server.err", "gcs_server.out"] * (index == 0))
+        logs = ray_session.daemon_logs(self._st.node_dir(index), gcs=index == 0)
         chunks = []
-        for name in names:
-            path = logs_dir / name
+        for path in logs:
             if path.exists():
                 tail = path.read_text(errors="replace").splitlines()[-lines:]
                 if tail:
@@ -188,7 +187,7 @@ class LocalCluster(NodeVerbs, DisksHere, StartedCluster):
         if launch_log.exists() and launch_log.stat().st_size:
             tail = launch_log.read_text(errors="replace").splitlines()[-lines:]
             chunks.append(f"--- {launch_log}\n" + "\n".join(tail))
-        return "\n".join(chunks) or f"(no logs under {logs_dir})"
+        return "\n".join(chunks) or f"(no logs under {logs[0].parent})"
 
     # ---- node control ----------------------------------------------------------------------
 

@@ -13,7 +13,8 @@ A host may run more than this cluster (a second Ray cluster, a CI job, the user'
 agent signals nothing on a name or a parent pid alone: the raylet is the agent's ancestor whose
 ``--node_id`` is the agent's node, the GCS is the ``gcs_server`` serving this cluster's GCS port,
 and a role's pid must be a Ray worker below that raylet. Which pids qualify is decided by pure
-functions over a snapshot of the host's processes (:class:`Proc`), apart from the signalling.
+functions over a snapshot of the host's processes (:class:`Proc`), apart from the signalling;
+how Ray's processes read there (names, titles, flags) is Ray's annex's (rlsim.ray_internals.nodes).
 - ``gpu_oom``: a real CUDA allocation of ``gb`` on each GPU of the node, held until heal.
 - ``corrupt_checkpoint``: as on every backend, in the run directory, which must be storage the
   runner sees (the trainer needs it shared across nodes anyway).
@@ -45,8 +46,11 @@ from rlsim.backends.base import (
     needs_containers,
     standin_refusal,
 )
-from rlsim.contract import HEAD_RESOURCE, distinct_devices
+from rlsim.contract import distinct_devices
 from rlsim.host.spec import ClusterShape, ClusterSpec
+from rlsim.ray_internals import nodes
+from rlsim.ray_internals.nodes import HEAD_RESOURCE
+from rlsim.ray_internals.settings import NOSET_CUDA_VAR
 
 
 class NodeAgent:
@@ -175,8 +179,6 @@ class NodeAgent:
 
 # ---- which processes a fault may signal (pure, over a snapshot of the host) ------------------
 
-RAY_DAEMON_TITLES = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")  # children of the raylet
-
 
 class NotThisCluster(ProcessLookupError):
     """The process a fault would signal is not the one it must be; nothing was signalled."""
@@ -191,14 +193,6 @@ class Proc:
     ppid: int
     name: str
     cmdline: tuple[str, ...] = ()
-
-    def flag(self, *names: str) -> str | None:
-        """The value of ``--NAME=value`` on the command line (the first of ``names`` found)."""
-        for arg in self.cmdline:
-            for name in names:
-                if arg.startswith(f"--{name}="):
-                    return arg.split("=", 1)[1]
-        return None
 
     def describe(self) -> str:
         cmd = " ".join(a for a in self.cmdline if a)[:120]
@@ -233,8 +227,7 @@ def descendants(procs: Mapping[int, Proc], root: int) -> list[int]:
 
 def is_raylet(proc: Proc, node_id: str) -> bool:
     """``proc`` is the raylet of node ``node_id`` (its id is on the raylet's command line)."""
-    exe = proc.cmdline[0].rsplit("/", 1)[-1] if proc.cmdline else ""
-    return "raylet" in (proc.name, exe) and proc.flag("node_id", "node-id") == node_id
+    return nodes.is_raylet(proc.name, proc.cmdline, node_id)
 
 
 def find_raylet(procs: Mapping[int, Proc], agent_pid: int, node_id: str) -> Proc:
@@ -253,8 +246,7 @@ def gcs_servers(procs: Mapping[int, Proc], port: int, hosts: frozenset[str]) -> 
     """The ``gcs_server`` serving ``port`` (at one of ``hosts``, where its command line names an
     address): another cluster's GCS on the same host serves another port or address."""
     return sorted(p.pid for p in procs.values()
-                  if p.name == "gcs_server" and p.flag("gcs_server_port") == str(port)
-                  and p.flag("node-ip-address", "node_ip_address") in {None, *hosts})
+                  if nodes.is_gcs_server(p.name, p.cmdline, port, hosts))
 
 
 def node_kill_plan(procs: Mapping[int, Proc], agent_pid: int, node_id: str,
@@ -275,13 +267,8 @@ def node_kill_plan(procs: Mapping[int, Proc], agent_pid: int, node_id: str,
 
 
 def is_ray_worker(proc: Proc) -> bool:
-    """A Ray worker process: retitled ``ray::...`` (not one of the raylet's agents), or an
-    interpreter still running ``default_worker.py`` before it retitles itself (a wrapper that
-    merely passes that script on, ``sh wrap.sh default_worker.py``, is not the worker)."""
-    title = proc.cmdline[0] if proc.cmdline else proc.name
-    if title.startswith("ray::"):
-        return title.split(maxsplit=1)[0] not in RAY_DAEMON_TITLES
-    return len(proc.cmdline) > 1 and proc.cmdline[1].endswith("default_worker.py")
+    """A Ray worker process (:func:`rlsim.ray_internals.nodes.is_worker`)."""
+    return nodes.is_worker(proc.name, proc.cmdline)
 
 
 def check_worker(procs: Mapping[int, Proc], pid: int, raylet_pid: int) -> None:
@@ -425,7 +412,7 @@ class RealCluster:
                     f"has {len(nodes)} alive ({', '.join(n['NodeManagerAddress'] for n in nodes)})")
             agent_cls = ray.remote(num_cpus=0, max_restarts=0)(NodeAgent)
             # An agent sees every GPU of its host (Ray would hide them from a 0-GPU actor).
-            env = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
+            env = {"env_vars": {NOSET_CUDA_VAR: "1"}}
             for i, node in enumerate(nodes[: self.spec.nodes]):
                 self._node_ids[i] = node["NodeID"]
                 self.ips[i] = node["NodeManagerAddress"]

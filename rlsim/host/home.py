@@ -33,7 +33,7 @@ def rlsim_home() -> Path:
     the socket path budget.
 
     Kept short on purpose: Ray puts unix sockets under it and socket paths are limited to 107 bytes
-    (see :func:`socket_path_problem`).
+    (see :func:`rlsim.ray_internals.session.socket_path_problem`).
     """
     if (held := _pinned.get()) is not None:
         return held
@@ -65,23 +65,6 @@ def pinned(path: Path | None) -> Iterator[None]:
 class HomeError(RuntimeError):
     """The rlsim home, or an entry in it, is not safe to use (another user's, a symlink, writable
     by others). The message names the path and the fix."""
-
-
-# What Ray adds under a node's temp dir for its longest unix socket: the head's dashboard modules
-# listen on "<session dir>/sockets/dash_<module>" (dash_TaskEventsHead is the longest name in
-# Ray 2.60; one more byte of room), and the session dir holds the head's pid (up to 7 digits).
-RAY_SOCKET_TAIL = len("/session_2026-01-01_00-00-00_000000_4194304/sockets/") + 20
-SOCKET_PATH_MAX = 107  # AF_UNIX sun_path on Linux, less its terminating NUL
-
-
-def socket_path_problem(node_dir: Path) -> str | None:
-    """Why Ray could not bind its sockets under ``node_dir`` (too long a path), or None."""
-    longest = len(str(node_dir).encode()) + RAY_SOCKET_TAIL
-    if longest <= SOCKET_PATH_MAX:
-        return None
-    return (f"Ray's unix sockets under {node_dir} would be {longest} bytes long, over the "
-            f"{SOCKET_PATH_MAX} a socket path may have: set RLSIM_HOME to a shorter directory "
-            f"(at most {len(str(rlsim_home()).encode()) - longest + SOCKET_PATH_MAX} bytes)")
 
 
 def home_id() -> str:

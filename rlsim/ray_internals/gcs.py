@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 
 from rlsim import ray_internals as ri
+from rlsim.ray_internals.settings import AUTH_MODE_VAR, USE_TLS_VAR
 
 # a GCS method every Ray release here serves, with an empty request: the cheapest question that
 # passes (or fails) the GCS's token check
@@ -62,10 +63,10 @@ def join_open_cluster(gcs_address: str) -> None:
     the calls it serves, and the open cluster's GCS presents none: it took the driver for dead
     and cancelled every actor the driver owned before it ran. rlsim's own clusters are read
     with the token again afterwards (:func:`_set_auth`, read again as this is)."""
-    if os.environ.get("RAY_AUTH_MODE", "disabled") == "disabled" or \
+    if os.environ.get(AUTH_MODE_VAR, "disabled") == "disabled" or \
             auth_in_force(gcs_address) != "none":
         return
-    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ[AUTH_MODE_VAR] = "disabled"
     if "ray._raylet" in sys.modules and ri.available("auth_reread"):
         from ray._raylet import Config
 
@@ -469,7 +470,7 @@ def unanswered(host: str, port: int, timeout_s: float = 3.0) -> str | None:
     Asked after :func:`rlsim.reach.gcs_silence`, which hears a server's greeting alone: a server
     that greets and then answers nothing (a GCS whose handlers are stuck) passed it, and Ray's own
     connect then waited 45 s per try, twice, printing only warnings."""
-    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+    if os.environ.get(USE_TLS_VAR, "0").lower() in ("1", "true"):
         return None
     try:
         import grpc

@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from rlsim import ray_internals as ri
+from rlsim.ray_internals import installed, settings
 from rlsim.ray_internals.worker_setup import AGENT_FLAG, FORKSERVER_FLAG
 
 # What a raylet runs to start a worker: Ray's setup_worker.py without its imports (see there)
@@ -36,14 +37,6 @@ AGENT_MODULES = ["ray.dashboard.agent", "ray._private.runtime_env.agent.main"]
 # which the head and each node's full agent import by walking the package at their start
 # (0.25 s of CPU apiece here)
 DASHBOARD_MODULES = ["ray.dashboard.dashboard", "ray.dashboard.modules.*"]
-# An agent forked from the agent zygote has the zygote for its parent. Ray's default watch on
-# the raylet compares the agent's parent with RAY_RAYLET_PID and ends an agent whose parent
-# differs (five checks, 2 s); with the pipe check the raylet hands each agent a pipe on stdin,
-# which the client passes on, and the agent ends when it reads the end of it: the raylet gone.
-PIPE_CHECK_VAR = "RAY_enable_pipe_based_agent_to_parent_health_check"
-# Set on a node's launcher while Ray builds the raylet: the node's labels as Ray's autoscaler
-# sets them for the nodes it launches (user labels may not use Ray's "ray.io/" prefix)
-OVERRIDE_LABELS_VAR = "RAY_OVERRIDE_LABELS"
 DASHBOARD_AGENT_FLAG = "--dashboard_agent_command="
 RUNTIME_ENV_AGENT_FLAG = "--runtime_env_agent_command="
 # raylet commands seen, and agent commands rewritten, by kind ("lean", "forked")
@@ -60,31 +53,30 @@ def node_env(*, token_path: str, metrics_ports: tuple[int, int],
     autoscaler_port, dashboard_port = metrics_ports
     return {
         **ri.connect_env(token_path),
-        "RAY_USAGE_STATS_ENABLED": "0",
+        settings.USAGE_STATS_VAR: "0",
         # No metrics export: a raylet otherwise waits for its dashboard agent's exporter before
         # it registers (0.7 s a node here: 4 x 8 up in 7.5 s instead of 8.7 s), and nothing of a
         # simulated cluster reads the metrics (Ray's own `ray.util.metrics` calls become no-ops)
-        **ri.flag_env("quiet_nodes", {"RAY_enable_metrics_collection": "0"}),
+        **ri.flag_env("quiet_nodes", {settings.METRICS_FLAG: "0"}),
         # A raylet connects to its own object store, started by a thread of its own a moment
         # before; a first try that finds no socket yet waited 1000 ms (Ray's default) before
         # the next: seen here on every second node start, 1.0 s to the millisecond. Tries every
         # 50 ms instead, as many as keep Ray's 10 s in all (10 x 1 s), for every process of the
         # node that connects to a local socket (workers to their raylet too)
-        **ri.flag_env("fast_local_connect",
-                      {"RAY_raylet_client_connect_timeout_milliseconds": "50",
-                       "RAY_raylet_client_num_connect_attempts": "200"}),
+        **ri.flag_env("fast_local_connect", {settings.CONNECT_TIMEOUT_FLAG: "50",
+                                             settings.CONNECT_ATTEMPTS_FLAG: "200"}),
         # No idle workers forked ahead of demand: on 2 cores they steal CPU from bring-up. The
         # scenario runner asks each raylet for the ones its trainer will use instead
         # (StartedCluster.prestart_workers).
-        **ri.flag_env("no_idle_workers", {"RAY_enable_worker_prestart": "0",
-                                          "RAY_prestart_worker_first_driver": "0"}),
+        **ri.flag_env("no_idle_workers", {settings.PRESTART_FLAG: "0",
+                                          settings.PRESTART_FIRST_DRIVER_FLAG: "0"}),
         # the head's metrics servers inside the cluster's own port block
-        "AUTOSCALER_METRIC_PORT": str(autoscaler_port),
-        "DASHBOARD_METRIC_PORT": str(dashboard_port),
+        settings.AUTOSCALER_METRIC_PORT_VAR: str(autoscaler_port),
+        settings.DASHBOARD_METRIC_PORT_VAR: str(dashboard_port),
         # the modules a worker imports before it registers (Ray's --worker-preload-modules)
-        **(ri.flag_env("preload_modules", {"RAY_preload_python_modules": ",".join(
+        **(ri.flag_env("preload_modules", {settings.PRELOAD_FLAG: ",".join(
             preload_modules)}) if preload_modules else {}),
-        **({PIPE_CHECK_VAR: "1"} if forked_agents else {}),
+        **({settings.PIPE_CHECK_VAR: "1"} if forked_agents else {}),
     }
 
 
@@ -318,11 +310,11 @@ def start(params, *, head: bool, labels: dict[str, str] | None = None) -> int:
     autoscaler sets a launched node's labels (its accelerator type). Must run under the
     caller's spawn lock: Ray's ``Node()`` reads this process's environment."""
     if labels:
-        os.environ[OVERRIDE_LABELS_VAR] = json.dumps(labels)
+        os.environ[settings.OVERRIDE_LABELS_VAR] = json.dumps(labels)
     try:
         node = node_class()(params, head=head, shutdown_at_exit=False, spawn_reaper=False)
     finally:
-        os.environ.pop(OVERRIDE_LABELS_VAR, None)
+        os.environ.pop(settings.OVERRIDE_LABELS_VAR, None)
     return node.all_processes["raylet"][0].process.pid
 
 
@@ -349,8 +341,8 @@ def version_stamp(claimed: str) -> tuple[Path, str]:
     installed version (a node of ray_version_mismatch mounts it over the real one). The value is
     written as a Python literal (repr), so no string given as a version can become code."""
     ri.require("version_stamp")
-    path = ri.surface().root / "_version.py"
-    return path, version_source(path.read_text(), ri.ray_version() or "", claimed)
+    path = installed.surface().root / "_version.py"
+    return path, version_source(path.read_text(), installed.ray_version() or "", claimed)
 
 
 def version_source(source: str, version: str, claimed: str) -> str:

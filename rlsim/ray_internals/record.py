@@ -1,5 +1,5 @@
 """The probe answers kept in the rlsim home, one record per install of Ray (see
-:func:`rlsim.ray_internals._installed_answers`).
+:func:`rlsim.ray_internals.answers._installed_answers`).
 
 Probing costs every rlsim process a quarter second, so its answers are kept; but an answer read
 back is shown as Ray's ("in force", or why not) and decides what rlsim does with Ray, so a record

@@ -20,13 +20,15 @@ from __future__ import annotations
 import re
 
 from rlsim import ray_internals as ri
+from rlsim.ray_internals import installed
+from rlsim.ray_internals.settings import TRAIN_V2_VAR
 
-V2_VAR = "RAY_TRAIN_V2_ENABLED"  # Ray Train's own switch between its V1 and V2 APIs
+V2_VAR = TRAIN_V2_VAR  # Ray Train's own switch between its V1 and V2 APIs
 
 
 def v2_by_default() -> bool:
     """Whether the installed Ray runs Ray Train V2 when ``RAY_TRAIN_V2_ENABLED`` is unset."""
-    text = ri.surface().source("train/v2/_internal/constants.py") or ""
+    text = installed.surface().source("train/v2/_internal/constants.py") or ""
     m = re.search(r"def is_v2_enabled\(\).*?env_bool\(\s*V2_ENABLED_ENV_VAR\s*,\s*(True|False)",
                   text, re.S)
     return m is None or m.group(1) == "True"

@@ -16,9 +16,10 @@ import pytest
 from rlsim.backends.reaper import reap, reap_abandoned
 from rlsim.host import home as home_dir
 from rlsim.host import state
-from rlsim.host.home import HomeError, auth_token_path, rlsim_home, socket_path_problem
+from rlsim.host.home import HomeError, auth_token_path, rlsim_home
 from rlsim.host.spec import ClusterSpec
 from rlsim.host.state import ClusterState
+from rlsim.ray_internals.session import socket_path_problem
 
 OTHER_UID = 65534  # nobody
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 RLSIM = Path(__file__).parents[2] / "rlsim"
@@ -153,29 +153,64 @@ def test_the_graph_sees_imports_inside_functions(tmp_path):
 # ---- Ray's private surface lives in one annex ----------------------------------------------------
 
 ANNEX = RLSIM / "ray_internals"
+SETTINGS = ANNEX / "settings.py"  # where the annex names each setting it uses, once
 # what the layering may scan for Ray's private surface: rlsim, the reference trainer, the
 # catalogue's own trainers
 SCANNED = [RLSIM, RLSIM.parent / "trainer", RLSIM.parent / "scenarios" / "trainers"]
 PRIVATE_MODULES = ("ray._private", "ray._raylet", "ray.core.generated", "ray._common")
-# Ray's settings read from the environment that Ray does not document (its C++ config is every
-# RAY_<lower_case> name; these upper-case ones are read by its Python)
-UNDOCUMENTED_VARS = {"RAY_OVERRIDE_LABELS", "AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT"}
 RAW_RPC = re.compile(r"^/ray\.rpc\.")
-CONFIG_FLAG = re.compile(r"\bRAY_[a-z]")
-RAYLET_FLAG = re.compile(r"^--[a-z_]+_command=")
+CONFIG_FLAG = re.compile(r"\bRAY_[a-z]")  # Ray's C++ config: every RAY_<lower_case> name
+RAY_SETTING = re.compile(r"^(RAY_[A-Z][A-Z0-9_]*)=?$")  # a setting of Ray's Python, by name
+# a flag of a command line Ray builds: an agent's command in the raylet's, the raylet's node, the
+# GCS's port and address (``ray start``'s own flags are kebab-case and public)
+RAY_FLAG = re.compile(r"^--([a-z_]+_command=|(node_id|node-id|gcs_server_port|node_ip_address)"
+                      r"(=|$))")
+# what Ray's processes are called: its daemons' executables, its workers' script and titles
+RAY_PROCESSES = {"raylet", "gcs_server"}
+RAY_SCRIPT = re.compile(r"(^|/)(default_worker|setup_worker)\.py$")
+RAY_TITLE = "ray::"
+HEAD_RESOURCE = "__internal_head__"  # Ray's resource of the head node: node:__internal_head__
+# an environment variable's name, such as Ray's Python reads (AUTOSCALER_METRIC_PORT)
+ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)+=?$")
 
 
-def private_ray_uses(path: Path) -> list[str]:
-    """Each use of Ray's private surface in the module at ``path``: an import of a private
-    module (``ray._private``, ``ray._raylet``, ``ray.core.generated``, any ``_internal``), an
-    attribute ``ray._x``, a raw RPC path, a RAY_ config setting or an undocumented variable, a
-    raylet flag rewritten. Docstrings are prose, not uses."""
-    tree = ast.parse(path.read_text())
+def _declared() -> tuple[set[str], set[str]]:
+    """The settings of Ray's that Ray documents, and those it does not, as the annex declares
+    them (rlsim.ray_internals.settings): the list the scan holds every module to."""
+    from rlsim.ray_internals.settings import DOCUMENTED, UNDOCUMENTED
+
+    return set(DOCUMENTED), set(UNDOCUMENTED)
+
+
+def _strings(tree: ast.Module):
+    """Every string constant of ``tree`` that is not a docstring (docstrings are prose)."""
     docstrings = {id(n.body[0].value) for n in ast.walk(tree)
                   if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef
                                 | ast.AsyncFunctionDef)
                   and n.body and isinstance(n.body[0], ast.Expr)
                   and isinstance(n.body[0].value, ast.Constant)}
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docstrings]
+
+
+def _names_private(text: str, documented: set[str], undocumented: set[str]) -> bool:
+    """``text`` (a string of code) names a part of Ray's private surface."""
+    setting = RAY_SETTING.match(text)
+    return bool(RAW_RPC.search(text) or CONFIG_FLAG.search(text) or RAY_FLAG.search(text)
+                or text in undocumented or (setting and setting.group(1) not in documented)
+                or text.startswith(RAY_TITLE) or text in RAY_PROCESSES
+                or RAY_SCRIPT.search(text) or HEAD_RESOURCE in text)
+
+
+def private_ray_uses(path: Path) -> list[str]:
+    """Each use of Ray's private surface in the module at ``path``: an import of a private
+    module (``ray._private``, ``ray._raylet``, ``ray.core.generated``, any ``_internal``), an
+    attribute ``ray._x``, a raw RPC path, a RAY_ config setting, a setting of Ray's its docs do
+    not name, a flag of a command line Ray builds (a raylet's agent command, ``--node_id``), a
+    name or title of Ray's processes (``raylet``, ``ray::...``, ``default_worker.py``), the
+    head's resource. Docstrings are prose, not uses."""
+    tree = ast.parse(path.read_text())
+    documented, undocumented = _declared()
     found = []
     for node in ast.walk(tree):
         names = []
@@ -191,12 +226,8 @@ def private_ray_uses(path: Path) -> list[str]:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
                 node.value.id == "ray" and node.attr.startswith("_"):
             found.append(f"{path}:{node.lineno} uses ray.{node.attr}")
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
-                id(node) not in docstrings:
-            text = node.value
-            if RAW_RPC.search(text) or CONFIG_FLAG.search(text) or RAYLET_FLAG.search(text) \
-                    or text in UNDOCUMENTED_VARS:
-                found.append(f"{path}:{node.lineno} names {text[:60]!r}")
+    found += [f"{path}:{node.lineno} names {node.value[:60]!r}" for node in _strings(tree)
+              if _names_private(node.value, documented, undocumented)]
     return found
 
 
@@ -218,10 +249,84 @@ def test_the_scan_sees_every_kind_of_private_use(tmp_path):
                    "    ray._private.state.state.get_draining_nodes()\n"
                    "    env = {'RAY_enable_metrics_collection': '0', 'RAY_ADDRESS': 'x'}\n"
                    "    m = '/ray.rpc.NodeManagerService/PrestartWorkers'\n"
-                   "    a = '--dashboard_agent_command=' + 'RAY_OVERRIDE_LABELS'\n")
+                   "    a = '--dashboard_agent_command=' + 'RAY_OVERRIDE_LABELS'\n"
+                   "    b = {'RAY_SOMETHING_NEW': '1', 'AUTOSCALER_METRIC_PORT': '1'}\n"
+                   "    c = ['ray::DashboardAgent', 'raylet', 'gcs_server', 'raylet pid']\n"
+                   "    d = ['--node_id', '--gcs_server_port=', '--node-ip-address']\n"
+                   "    o = '--ckpt_path'\n"
+                   "    e = ('default_worker.py', 'x/ray/_private/workers/setup_worker.py')\n"
+                   "    h = {'node:__internal_head__': 1}\n")
     uses = sorted(u.split(" ", 1)[1] for u in private_ray_uses(mod))
     assert uses == sorted(["imports ray._private.services", "imports ray.core.generated",
                     "imports ray.train.v2._internal.execution", "uses ray._private",
                     "names 'RAY_enable_metrics_collection'",
                     "names '/ray.rpc.NodeManagerService/PrestartWorkers'",
-                    "names '--dashboard_agent_command='", "names 'RAY_OVERRIDE_LABELS'"])
+                    "names '--dashboard_agent_command='", "names 'RAY_OVERRIDE_LABELS'",
+                    "names 'RAY_SOMETHING_NEW'", "names 'AUTOSCALER_METRIC_PORT'",
+                    "names 'ray::DashboardAgent'", "names 'raylet'", "names 'gcs_server'",
+                    "names '--node_id'", "names '--gcs_server_port='",
+                    "names 'default_worker.py'",
+                    "names 'x/ray/_private/workers/setup_worker.py'",
+                    "names 'node:__internal_head__'"])
+
+
+# ---- the annex names each setting it uses, once, and declares it ---------------------------------
+
+
+def setting_names(path: Path) -> list[tuple[int, str]]:
+    """The settings the module at ``path`` names (line, name): a string that is a RAY_ setting's
+    name (``RAY_x``, ``RAY_X``, with or without ``=``), and an environment variable's name
+    (upper case, with an underscore) where a module gives or reads one: a key of a dict, an
+    ``os.environ`` subscript, the first argument of ``getenv`` or of ``environ.get``, ``pop``,
+    ``setdefault``, or, in rlsim.ray_internals.settings, a name's value."""
+    tree = ast.parse(path.read_text())
+    env_like = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            env_like |= {id(k) for k in node.keys if k is not None}
+        elif isinstance(node, ast.Subscript):
+            env_like.add(id(node.slice))
+        elif isinstance(node, ast.Call) and node.args and getattr(node.func, "attr", getattr(
+                node.func, "id", "")) in ("getenv", "get", "pop", "setdefault"):
+            env_like.add(id(node.args[0]))
+        elif isinstance(node, ast.Assign) and path.name == SETTINGS.name:
+            env_like |= {id(n) for n in ast.walk(node.value)}
+    found = [n for n in _strings(tree) if re.fullmatch(r"RAY_\w+=?", n.value)
+             or id(n) in env_like and ENV_NAME.match(n.value)]
+    return [(n.lineno, n.value.rstrip("=")) for n in sorted(
+        found, key=lambda n: (n.lineno, n.col_offset))]
+
+
+def test_the_annex_declares_every_setting_it_names():
+    """Every setting of Ray's the annex names is in the annex's list of Ray's documented or of
+    its undocumented settings (rlsim's own, RLSIM_*, aside), and is spelled once, in
+    rlsim/ray_internals/settings.py, which every other module takes it from: the list the
+    layering holds rlsim to cannot drift from what the annex uses."""
+    documented, undocumented = _declared()
+    assert documented.isdisjoint(undocumented), \
+        f"declared both documented and not: {sorted(documented & undocumented)}"
+    named = [(path, line, name) for path in sorted(ANNEX.rglob("*.py"))
+             for line, name in setting_names(path) if not name.startswith("RLSIM_")]
+    undeclared = [f"{p.relative_to(RLSIM.parent)}:{line} {name}" for p, line, name in named
+                  if name not in documented | undocumented]
+    assert undeclared == [], ("settings the annex uses but does not declare in "
+                              "rlsim/ray_internals/settings.py (DOCUMENTED or UNDOCUMENTED): "
+                              + ", ".join(undeclared))
+    elsewhere = [f"{p.relative_to(RLSIM.parent)}:{line} {name}" for p, line, name in named
+                 if p != SETTINGS]
+    assert elsewhere == [], ("a setting spelled outside rlsim/ray_internals/settings.py (name "
+                             "it there and import it): " + ", ".join(elsewhere))
+    spelled = Counter(name for p, _, name in named if p == SETTINGS)
+    assert {n: c for n, c in spelled.items() if c > 1} == {}, "a setting spelled twice there"
+
+
+def test_the_settings_check_sees_a_setting_the_annex_does_not_declare(tmp_path):
+    mod = tmp_path / "m.py"
+    mod.write_text('"""RAY_NEW in a docstring is prose."""\n'
+                   "import os\n"
+                   "ENV = {'RAY_ADDRESS': 'x', 'NEW_PORT': '1', 'lower': '2', 'PATH': '/'}\n"
+                   "a = os.environ.get('RAY_new_flag'), os.getenv('OTHER_VAR')\n"
+                   "os.environ['SET_HERE'] = '1'\n"
+                   "b = ('NORMAL_TASK', 'RAY_X=')\n")
+    assert setting_names(mod) == [(3, "RAY_ADDRESS"), (3, "NEW_PORT"), (4, "RAY_new_flag"),
+                                  (4, "OTHER_VAR"), (5, "SET_HERE"), (6, "RAY_X")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,8 +16,9 @@ import pytest
 from packaging.version import Version
 
 from rlsim import ray_internals as ri
+from rlsim.ray_internals import answers as kept_answers
+from rlsim.ray_internals import installed, releases, train
 from rlsim.ray_internals import record as kept
-from rlsim.ray_internals import train
 
 INSTALLED = Version(ri.ray_version())
 
@@ -245,10 +247,14 @@ def test_a_rewrite_that_matched_less_than_it_saw_is_reported_plain(monkeypatch):
 
 
 def test_version_range():
-    assert ri.version_problem("2.48.0") is None and ri.version_problem("2.60.1") is None
-    assert "outside" in ri.version_problem("2.47.1")
-    assert "outside" in ri.version_problem("2.61.0")
-    assert ri.version_problem("2.55.0rc1") is None
+    """rlsim is proven on every release of the minor releases PROVEN names, from the first to
+    the last, patches and candidates included, and on nothing below or above."""
+    first, last = releases.PROVEN
+    major, minor = first.split(".")
+    assert ri.version_problem(f"{first}.0") is None and ri.version_problem(f"{last}.1") is None
+    assert "outside" in ri.version_problem(f"{major}.{int(minor) - 1}.1")
+    assert "outside" in ri.version_problem(f"{releases.BELOW}.0")
+    assert ri.version_problem(f"{last}.0rc1") is None
 
 
 class _Report:
@@ -270,11 +276,11 @@ def test_ray_train_v2_default_read_from_ray(tmp_path, monkeypatch):
     root.mkdir(parents=True)
     (root / "constants.py").write_text(
         "def is_v2_enabled() -> bool:\n    return env_bool(V2_ENABLED_ENV_VAR, False)\n")
-    monkeypatch.setattr(ri, "surface", lambda: ri.RaySurface(tmp_path / "ray", "2.48.0"))
+    monkeypatch.setattr(installed, "surface", lambda: ri.RaySurface(tmp_path / "ray", "2.48.0"))
     assert train.v2_by_default() is False
     (root / "constants.py").write_text(
         "def is_v2_enabled() -> bool:\n    return env_bool(V2_ENABLED_ENV_VAR, True)\n")
-    monkeypatch.setattr(ri, "surface", lambda: ri.RaySurface(tmp_path / "ray", "2.51.0"))
+    monkeypatch.setattr(installed, "surface", lambda: ri.RaySurface(tmp_path / "ray", "2.51.0"))
     assert train.v2_by_default() is True
 
 
@@ -286,18 +292,18 @@ def kept_record(tmp_path, monkeypatch):
     fake = ri.RaySurface(root, "9.9.9")
     monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir(mode=0o700)
-    monkeypatch.setattr(ri, "surface", lambda: fake)
+    monkeypatch.setattr(installed, "surface", lambda: fake)
     monkeypatch.delenv(ri.PLAIN_VAR, raising=False)
 
     def answers() -> dict:
-        ri._installed_answers.cache_clear()
-        ri._installed.cache_clear()
+        kept_answers._installed_answers.cache_clear()
+        kept_answers._installed.cache_clear()
         return {c.name: ri.status(c.name).why for c in ri.CAPABILITIES}
 
     answers()
-    yield ri._record_path(), answers
-    ri._installed_answers.cache_clear()
-    ri._installed.cache_clear()
+    yield kept_answers._record_path(), answers
+    kept_answers._installed_answers.cache_clear()
+    kept_answers._installed.cache_clear()
 
 
 def test_probe_answers_are_kept_in_the_home_until_a_file_they_read_changes(tmp_path,
@@ -318,7 +324,7 @@ def test_probe_answers_are_kept_in_the_home_until_a_file_they_read_changes(tmp_p
     root = tmp_path / "ray"
     _edit(root / "_private/node.py", "def start_api_server(", "def start_api_server_(")
     fresh = ri.RaySurface(root, "9.9.9")  # as the next process sees the install
-    monkeypatch.setattr(ri, "surface", lambda: fresh)
+    monkeypatch.setattr(installed, "surface", lambda: fresh)
     again = answers()
     assert again["node_start"] == first["node_start"] != "read from the record"
     assert "start_api_server" in again["no_api_server"]
@@ -377,12 +383,12 @@ def test_a_damaged_probe_record_is_probed_again_and_said(kept_record, how, said)
     assert note and said in note and "probed again" in note, note
     if how != "a FIFO":
         assert "the record rewritten" in note, note
-        ri._installed_answers.cache_clear()
+        kept_answers._installed_answers.cache_clear()
         assert ri.record_note() is None  # rewritten whole: read back as kept
     else:
         assert "not rewritten" in note and "is a FIFO" in note, note
-    ri._installed_answers.cache_clear()
-    ri._installed.cache_clear()
+    kept_answers._installed_answers.cache_clear()
+    kept_answers._installed.cache_clear()
     if how != "a FIFO":  # (a FIFO is never replaced: still there)
         _tamper(path, how)
     result = CliRunner().invoke(cli.app, ["ray", "--json"])
@@ -396,7 +402,7 @@ def test_detached_actors_are_refused_where_the_raylet_gives_their_port_away(monk
                                                                             version, refused):
     """Seen on 2.48, 2.52 and 2.53 (the substrate's detach test): a later driver on the machine
     was handed a detached host's worker port and aborted; 2.54 on keep it."""
-    monkeypatch.setattr(ri, "ray_version", lambda: version)
+    monkeypatch.setattr(installed, "ray_version", lambda: version)
     why = ri.detached_actors_problem()
     assert (why is not None) == refused, why
     if refused:
@@ -414,3 +420,35 @@ def test_rays_own_namespaces_are_still_rays():
     internal, supervisor = RAY_OWN_NAMESPACES
     assert f'"{internal}' in head, f"Ray's job_head no longer names {internal!r}"
     assert f'SUPERVISOR_ACTOR_RAY_NAMESPACE = "{supervisor}"' in common
+
+
+def test_rays_own_names_are_still_rays():
+    """What the annex knows of a node without asking Ray (its head's resource, its processes'
+    names, titles and flags, its session directory, the setting that keeps a process's GPUs)
+    is read here from the installed Ray's own sources: a release that renames one fails here,
+    naming it, before a fault signals nothing or the head is not found."""
+    from rlsim.ray_internals import nodes, session, settings
+
+    root = ri.surface().root
+
+    def text(*rels: str) -> str:
+        return "\n".join((root / rel).read_text() for rel in rels if (root / rel).is_file())
+
+    prefix, _, head = nodes.HEAD_RESOURCE.partition(":")
+    constants = text("_common/constants.py", "_private/resource_spec.py")
+    assert f'NODE_ID_PREFIX = "{prefix}:"' in constants, "Ray's node resources have no node: prefix"
+    assert f'NODE_ID_PREFIX + "{head}"' in constants, f"Ray's head resource is no longer {head}"
+    # Ray's own list of its processes, which `ray stop` kills
+    processes = text("autoscaler/_private/constants.py")
+    for name in (nodes.RAYLET, nodes.GCS_SERVER, nodes.WORKER_SCRIPT, nodes.TITLE_PREFIX):
+        assert f'"{name}"' in processes, f"Ray no longer names its process {name!r}"
+    services = text("_private/services.py")
+    for flag in (nodes.NODE_ID_FLAGS[0], nodes.GCS_PORT_FLAG, nodes.NODE_IP_FLAGS[0]):
+        assert f'"{flag}=' in services, f"Ray no longer starts its daemons with {flag}"
+    ray_constants = text("_private/ray_constants.py")
+    titles = set(re.findall(r'^AGENT_PROCESS_TYPE_\w+ = "([^"]+)"', ray_constants, re.M))
+    assert titles <= set(nodes.AGENT_TITLES), f"Ray titles its agents {sorted(titles)}"
+    assert f'SESSION_LATEST = "{session.LATEST}"' in ray_constants
+    assert '"sockets"' in text("_private/node.py"), "Ray's session dir has no sockets folder"
+    nvidia = text("_private/accelerators/nvidia_gpu.py")
+    assert f'NOSET_CUDA_VISIBLE_DEVICES_ENV_VAR = "{settings.NOSET_CUDA_VAR}"' in nvidia

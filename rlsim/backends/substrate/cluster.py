@@ -119,7 +119,7 @@ class SubstrateCluster(NodeVerbs, DisksHere, StartedCluster):
                                     f"(HOST:PORT, as `ray start --address` takes it)")
         gcs.join_open_cluster(self.on)
         try:
-            hosts.connect(self.on, own_address=ray_internals.available("driver_address"))
+            hosts.connect(self.on, own_address=True)
         except Exception as e:  # noqa: BLE001 - said in words, with the address
             raise ClusterStartError(f"--on {self.on}: cannot reach the substrate's GCS "
                                     f"({type(e).__name__}: {e})") from None

@@ -233,12 +233,14 @@ def _signal_group(pid: int, sig: int) -> None:
 
 def connect(address: str, own_address: bool = False) -> None:
     """This process as a driver of the substrate at ``address`` (``host:port`` of its GCS);
-    ``own_address``: from the address that routes there (where Ray takes it: the caller asks
-    rlsim.ray_internals, capability driver_address), not the hostname's."""
+    ``own_address``: from the address that routes there, not the hostname's, where Ray takes it
+    (:func:`rlsim.ray_internals.tuning.init_from`, capability driver_address)."""
     import ray
 
+    from rlsim.ray_internals.tuning import init_from
+
     if not ray.is_initialized():
-        mine = {"_node_ip_address": route_to(address)} if own_address else {}
+        mine = init_from(route_to(address)) if own_address else {}
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
                  logging_level="ERROR", **mine)
 
