@@ -203,12 +203,12 @@ def ray_view(cluster) -> dict:
     """What this process's Ray offers rlsim (:func:`rlsim.ray_internals.summary`) and
     the auth mode ``cluster``'s GCS enforces, read from the GCS (a question without a token)."""
     from rlsim import ray_internals
+    from rlsim.backends.base import ReportsRay
     from rlsim.ray_internals.gcs import auth_in_force
 
-    report = getattr(cluster, "ray_report", None)
     try:
-        if callable(report):
-            return report()
+        if isinstance(cluster, ReportsRay):
+            return cluster.ray_report()
         return {**ray_internals.summary(), "auth": auth_in_force(cluster.address)}
     except Exception as e:  # noqa: BLE001 - the doctor's findings stand without this view
         return {**ray_internals.summary(), "error": f"{type(e).__name__}: {e}"[:300]}

@@ -235,8 +235,8 @@ def downs_a_node(sc: Scenario) -> bool:
 def _standin_report(cluster, log: Recorder) -> None:
     """The ``cuda_standin`` event where the cluster has the device stand-in: on which nodes
     torch saw the fake GPUs as CUDA devices, and where what it fakes is told."""
-    spec = getattr(cluster, "spec", None)
-    if spec is None or not getattr(spec, "cuda_standin", False):
+    spec = cluster.spec  # a real cluster's may be None until it is started
+    if spec is None or not spec.cuda_standin:
         return
     nodes = [n.index for n in spec.node_shapes() if not n.cuda_devices]
     log.emit("cuda_standin", nodes=nodes, fidelity="docs/concepts/device-standin.md")
@@ -262,12 +262,12 @@ def _ray_report(sc, cluster, log: Recorder) -> None:
 
 def _left_out(cluster) -> dict[str, str]:
     """The daemons of a real Ray cluster this lean one runs without, and why."""
-    spec = getattr(cluster, "spec", None)
+    spec = cluster.spec
     out = {}
-    if spec is not None and not getattr(spec, "dashboard", True):
+    if spec is not None and not spec.dashboard:
         out["dashboard"] = ("the trainer's adapter uses no Ray library that reads it (Ray "
                             "Train, Data, Jobs); its agents run minimal")
-    if spec is not None and not getattr(spec, "forward_logs", True):
+    if spec is not None and not spec.forward_logs:
         out["log monitors"] = "actors' prints stay in each node's worker logs"
     return out
 

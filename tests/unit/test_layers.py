@@ -330,3 +330,36 @@ def test_the_settings_check_sees_a_setting_the_annex_does_not_declare(tmp_path):
                    "b = ('NORMAL_TASK', 'RAY_X=')\n")
     assert setting_names(mod) == [(3, "RAY_ADDRESS"), (3, "NEW_PORT"), (4, "RAY_new_flag"),
                                   (4, "OTHER_VAR"), (5, "SET_HERE"), (6, "RAY_X")]
+
+
+# ---- what a cluster can do is declared, never probed ---------------------------------------------
+
+def capability_probes(path: Path) -> list[str]:
+    """``hasattr``/``getattr`` asked of a cluster (a name or attribute ``cluster``): what a
+    backend can do is declared by the protocols of rlsim/backends/base.py and asked with
+    ``isinstance``, so a method renamed on one backend fails loudly, not silently skipped."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("hasattr", "getattr") and node.args:
+            target = node.args[0]
+            name = target.id if isinstance(target, ast.Name) else \
+                target.attr if isinstance(target, ast.Attribute) else \
+                getattr(target.func, "id", "") if isinstance(target, ast.Call) else ""
+            if name in ("cluster", "type") and "cluster" in ast.unparse(target):
+                found.append(f"{path}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_no_capability_of_a_cluster_is_found_by_hasattr():
+    found = [p for path in sorted(RLSIM.rglob("*.py")) for p in capability_probes(path)]
+    assert found == []
+
+
+def test_the_probe_scan_sees_one(tmp_path):
+    mod = tmp_path / "m.py"
+    mod.write_text("def f(cluster, self):\n    hasattr(cluster, 'spread')\n"
+                   "    getattr(self.cluster, 'x', None)\n    callable(getattr(type(cluster), "
+                   "'logs', None))\n    hasattr(opts, 'y')\n")
+    assert [line.split(" ", 1)[0].rsplit(":", 1)[1] for line in capability_probes(mod)] == \
+        ["2", "3", "4"]
