@@ -110,6 +110,16 @@ def load_prompts(path: str | Path) -> np.ndarray:
     return np.array(read_prompts(path), dtype=np.int64)
 
 
+def fingerprint(path: str | Path, prompts: np.ndarray) -> dict:
+    """What a checkpoint records of the prompts it was trained on, to be compared on resume:
+    where they came from, how many, and a digest of the prompts themselves (the token ids, so
+    the same prompts formatted otherwise are the same data)."""
+    import hashlib
+
+    return {"path": str(path), "prompts": int(len(prompts)),
+            "sha256": hashlib.sha256(np.ascontiguousarray(prompts).tobytes()).hexdigest()[:16]}
+
+
 def reward(prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
     """Rule-based reward in [0, 1]: share of response tokens equal to the prompt's last digit.
     Computed on a worker, with tensor methods only: this module imports no torch."""

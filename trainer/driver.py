@@ -26,13 +26,14 @@ from rlsim.reach import gcs_silence, parse_address
 from trainer import checkpoint as ckpt
 from trainer import grpo, ppo
 from trainer.config import TrainerConfig, preflight
-from trainer.data import PromptLoader, load_prompts
+from trainer.data import PromptLoader, fingerprint, load_prompts
 from trainer.errors import (
     ActorsNeverStarted,
     CheckpointError,
     CheckpointNotShared,
     CheckpointWriteFailed,
     ClusterUnreachable,
+    DataChanged,
     JobLost,
     StepTimeout,
     TrainerError,
@@ -55,6 +56,7 @@ class Run:
         self.cfg, self.plan, self.log, self.lease = cfg, plan, log, lease
         self.prompts = load_prompts(cfg.data.path)
         self.loader = PromptLoader(len(self.prompts), cfg.data.prompts_per_step, cfg.seed)
+        self.data = fingerprint(cfg.data.path, self.prompts)
         self.step = 0
         self.restarts = 0
         self.nodes: list[dict] = []  # the nodes of the current attempt
@@ -89,6 +91,16 @@ class Run:
 
     def load(self, roles: Roles, path: str) -> None:
         state = ckpt.read_state(ckpt.Path(path))
+        made = state.get("data")  # absent in checkpoints written before it was recorded
+        if isinstance(made, dict) and {k: made.get(k) for k in ("prompts", "sha256")} != \
+                {k: self.data[k] for k in ("prompts", "sha256")}:
+            raise DataChanged(
+                f"cannot resume from {path}: it was trained on {made.get('prompts')} prompts "
+                f"of {made.get('path')} (digest {made.get('sha256')}), and this run is given "
+                f"{self.data['prompts']} prompts of {self.data['path']} (digest "
+                f"{self.data['sha256']}); the data position it restores would skip or repeat "
+                "samples. Fix: resume with the data it was trained on, or start over with "
+                "resume=disable (or another checkpoint_dir)")
         roles.load(path)
         self.step = state["step"]
         self.loader.load_state(state["loader"])
@@ -106,7 +118,8 @@ class Run:
             not_here = ckpt.unseen(tmp, roles.listings(str(tmp)))
             if not_here:
                 self._warn_not_shared(not_here)
-            state = {"step": self.step, "loader": self.loader.state(), "seed": self.cfg.seed,
+            state = {"step": self.step, "loader": self.loader.state(), "data": self.data,
+                     "seed": self.cfg.seed,
                      "algorithm": self.cfg.algorithm, "restarts": self.restarts}
             final = ckpt.commit(self.lease, self.step, tmp, state, self.cfg.keep_last, not_here)
         except Exception as e:

@@ -111,6 +111,14 @@ class CheckpointWriteFailed(CheckpointError):
     kind = "checkpoint_write_failed"
 
 
+class DataChanged(CheckpointError):
+    """The checkpoint to resume from was made from other prompts than this run was given: the
+    data position it restores (epoch, cursor) would skip or repeat samples of the new set (a
+    resume with a changed dataset went on silently, NeMo-RL PR#2519). Names both and the fix."""
+
+    kind = "data_changed"
+
+
 class CheckpointNotShared(CheckpointError):
     """The checkpoint directory is node-local: workers wrote files the driver cannot see, so no
     node can resume from it. Names the nodes, example files and the fix."""

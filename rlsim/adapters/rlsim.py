@@ -34,7 +34,7 @@ class RlsimAdapter(Adapter):
 
     def command(self, trainer, launch: TrainerLaunch) -> list[str]:
         return [launch.python, "-m", "trainer", "--config", trainer.config,
-                f"run_dir={launch.run_dir}", *overrides(trainer)]
+                f"run_dir={launch.run_dir}", *overrides(trainer, launch.attempt)]
 
 
     def resolve_paths(self, trainer, folder: Path) -> None:
@@ -136,10 +136,22 @@ def _problem(trainer, msg: str) -> TrainerProblem:
                           f"the trainer refuses its config: {msg}")
 
 
-def overrides(trainer) -> list[str]:
-    """The section's overrides as the trainer's ``key=value`` arguments. JSON is flow-style YAML:
-    the trainer parses each value back with yaml.safe_load."""
-    return [f"{k}={json.dumps(v)}" for k, v in trainer.overrides.items()]
+def overrides(trainer, attempt: int = 0) -> list[str]:
+    """The section's overrides as the trainer's ``key=value`` arguments, ``{attempt}`` in a
+    string value made the launch's number (0 for the first, n for the n-th relaunch: what a
+    user changed before relaunching, such as the data). JSON is flow-style YAML: the trainer
+    parses each value back with yaml.safe_load."""
+    return [f"{k}={json.dumps(_at(v, attempt))}" for k, v in trainer.overrides.items()]
+
+
+def _at(value, attempt: int):
+    if isinstance(value, str):
+        return value.replace("{attempt}", str(attempt))
+    if isinstance(value, dict):
+        return {k: _at(v, attempt) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_at(v, attempt) for v in value]
+    return value
 
 
 def _torch_cpu_build() -> bool:

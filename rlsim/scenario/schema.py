@@ -142,7 +142,8 @@ class TrainerSection(Strict):
                                "(grpo_tiny, ppo_tiny) or a YAML file, relative to the scenario's "
                                "folder (adapter rlsim)")
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted key -> value "
-                                      "(adapter rlsim)")
+                                      "(adapter rlsim); {attempt} in a string value is the "
+                                      "launch's number (0, then n for the n-th relaunch)")
     command: list[str] | None = Field(None, min_length=1, description="argv, run in the "
                                       "scenario's folder (or cwd), so relative paths mean what "
                                       "they mean in a shell there; placeholders {python}, "

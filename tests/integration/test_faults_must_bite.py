@@ -59,6 +59,7 @@ def disabled(cls):
     ("engine_error_swallowed", "kill_role", {"restarts", "event", "blamed"}),
     ("rollout_worker_frozen", "hang_role", {"restarts", "event", "blamed"}),
     ("epoch_boundary_resume", "kill_role", {"restarts", "resumed_from_step", "blamed"}),
+    ("resume_with_changed_data", "kill_role", {"fails", "restarts"}),
 ])
 def test_the_scenario_fails_with_its_fault_disabled(tmp_path, monkeypatch, scenario, fault,
                                                     failing):

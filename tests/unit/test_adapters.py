@@ -71,3 +71,27 @@ def test_ray_is_watched_for_own_trainers_and_where_a_scenario_names_its_events()
     named = Scenario.model_validate({"name": "s", "trainer": {"config": "x.yaml"},
                                      "expect": [{"event": "ray_node_dead"}]})
     assert (own.watches_ray, ours.watches_ray, named.watches_ray) == (True, False, True)
+
+
+def test_attempt_in_an_override_is_the_launchs_number(tmp_path):
+    """What a user changed before relaunching (the data): ``{attempt}`` in a string override,
+    at any depth, is 0 for the first launch and n for the n-th relaunch."""
+    from rlsim.adapters.rlsim import overrides
+    from rlsim.scenario.schema import TrainerSection
+
+    trainer = TrainerSection(config="grpo_tiny", overrides={
+        "data": {"path": "data/prompts-{attempt}.jsonl"}, "save_freq": 2})
+    assert overrides(trainer) == ['data={"path": "data/prompts-0.jsonl"}', "save_freq=2"]
+    assert overrides(trainer, 1)[0] == 'data={"path": "data/prompts-1.jsonl"}'
+
+
+def test_the_checkpoints_record_of_its_data_tells_changed_prompts_from_reformatted():
+    import numpy as np
+
+    from trainer.data import fingerprint
+
+    a = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int64)
+    same = fingerprint("a.jsonl", a.copy())
+    assert fingerprint("b.jsonl", a)["sha256"] == same["sha256"]  # the tokens, not the file
+    assert fingerprint("a.jsonl", a[::-1])["sha256"] != same["sha256"]
+    assert fingerprint("a.jsonl", a[:1])["prompts"] == 1
