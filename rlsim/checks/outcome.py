@@ -95,6 +95,9 @@ def fails(o: Outcome, p) -> Verdict:
     ok = o.returncode not in (0, None) and matched and in_time
     if ok:
         msg = f"failed as expected after {took:.1f} s: {text[:300]}"
+    elif o.returncode == 0:  # an earlier launch's error, and a relaunch that went on to the end
+        msg = f"expected a failure matching {p.pattern!r}, but the trainer's last launch exited " \
+              f"0 (its errors before: {text[:300] or 'none'})"
     elif not errors:
         msg = f"expected a failure matching {p.pattern!r}, but the trainer logged no error " \
               f"(exit {o.returncode})"

@@ -108,3 +108,15 @@ def test_blaming_a_fault_the_scenario_does_not_have_is_refused_when_read(tmp_pat
                     "expect:\n  - blamed: {fault: 1}\n")
     with pytest.raises(ScenarioError, match=r"no faults\[1\] to blame; name one of 0..0"):
         load(path)
+
+
+def test_fails_says_a_run_that_went_on_to_exit_0_after_an_error_did_not_fail():
+    """A first launch that failed and a relaunch that completed is no failure: the verdict says
+    the last launch exited 0, not that the trainer failed with the wrong error."""
+    o = Outcome(scenario=None, run_dir=Path("."), returncode=0, started=0.0, timeline=[
+        {"ts": 1.0, "source": "trainer", "type": "error", "kind": "worker_died",
+         "message": "actor rank 1 died"}])
+    v = judge("fails", o, {"pattern": "data_changed"})
+    assert not v.ok and "last launch exited 0" in v.message and "worker_died" in v.message
+    o.returncode = 2
+    assert "failed, but not with 'data_changed'" in judge("fails", o, "data_changed").message
