@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator
 
 from rlsim.files import FileRefused, read_file, write_file
+from rlsim.goodput import of_outcome
 from rlsim.history import Outcome
 
 
@@ -51,8 +52,6 @@ class ScenarioResult:
     @classmethod
     def of(cls, name: str, verdicts: list[Verdict], seconds: float,
            outcome: Outcome | None = None) -> ScenarioResult:
-        from rlsim.goodput import of_outcome
-
         measured = of_outcome(outcome) if outcome is not None else None
         return cls(name, all(v.ok for v in verdicts), round(seconds, 2), verdicts, outcome,
                    measured)

@@ -155,6 +155,15 @@ def _seconds(name: str, value: Any) -> dict:
     return {"seconds": value}
 
 
+def _ratio(field_name: str) -> Callable[[str, Any], dict]:
+    """A number that fills ``field_name`` (``throughput_within: 0.8`` is its ratio)."""
+    def read(name: str, value: Any) -> dict:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"write a ratio (`{name}: 0.8`) or the mapping form, not {value!r}")
+        return {field_name: value}
+    return read
+
+
 def _text(field_name: str) -> Callable[[str, Any], dict]:
     def read(name: str, value: Any) -> dict:
         if not isinstance(value, str):

@@ -6,11 +6,9 @@ how it is measured and whose definition it is), at least a bound.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
-from rlsim.checks.base import _interesting, check
+from rlsim.checks.base import _interesting, _ratio, check
 from rlsim.fields import Strict
 from rlsim.goodput import DEFINITION, of_outcome, said
 from rlsim.history import Outcome
@@ -22,14 +20,7 @@ class Goodput(Strict):
                        "steps it kept, at least (" + DEFINITION + ")")
 
 
-def _share(name: str, value: Any) -> dict:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"write a share of the wall time (`{name}: 0.5`) or the mapping form, "
-                         f"not {value!r}")
-    return {"min": value}
-
-
-@check(Goodput, _share, needs=("step_end",), figure="goodput")
+@check(Goodput, _ratio("min"), needs=("step_end",), figure="goodput")
 def goodput(o: Outcome, p) -> Verdict:
     """At least ``min`` of the run's wall time went into the steps it kept: a fault that cost
     more (a late detection, a restart from an old checkpoint, steps redone) fails it."""

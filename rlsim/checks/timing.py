@@ -9,7 +9,6 @@ its heal (the window arithmetic is pure, over ``step_end`` times).
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 from pydantic import Field, model_validator
 
@@ -17,6 +16,7 @@ from rlsim.checks.base import (
     _first_fault,
     _interesting,
     _needs_a_fault,
+    _ratio,
     _restarts,
     _seconds,
     _twin,
@@ -152,12 +152,6 @@ class ThroughputWithin(Strict):
         return self
 
 
-def _ratio(name: str, value: Any) -> dict:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"write a ratio (`{name}: 0.8`) or the mapping form, not {value!r}")
-    return {"ratio": value}
-
-
 def step_seconds(steps: list[dict]) -> dict[int, tuple[float, float]]:
     """Each step's (start, end) from ``step_end`` events: it starts where the step before it
     ended (the first has no start and is left out); a step redone after a restart counts as it
@@ -217,7 +211,8 @@ def window_ratios(run: dict[int, tuple[float, float]], twin: dict[int, tuple[flo
     return out
 
 
-@check(ThroughputWithin, _ratio, needs=("step_end",), figure="throughput vs twin", twin="timed",
+@check(ThroughputWithin, _ratio("ratio"), needs=("step_end",), figure="throughput vs twin",
+       twin="timed",
        cannot=_needs_a_fault("it compares the fault's window with the twin's"))
 def throughput_within(o: Outcome, p) -> Verdict:
     """Steps per second against the fault-free twin over the same steps, judged separately in
