@@ -35,6 +35,7 @@ def installed(module: str) -> bool:
     scenario names. The top package is found as ``import`` would find it; each submodule in its
     parent's folders."""
     import importlib.machinery
+    import importlib.util
 
     if module in sys.modules:  # already imported here (os.path, rlsim's own)
         return True
