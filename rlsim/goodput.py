@@ -23,7 +23,7 @@ DEFINITION = ("effective training time ratio: the time of the steps the run kept
               "last")
 
 
-def _key(e: dict) -> int:
+def _attempt(e: dict) -> int:
     attempt = e.get("attempt", 0)
     return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 0
 
@@ -48,7 +48,7 @@ def measure(events: list[dict]) -> dict | None:
     last_mark: dict[int, float] = {}
     runs: list[tuple[int, float]] = []  # (step, seconds) in order of completion
     for e in timed:
-        attempt, ts = _key(e), _ts(e)
+        attempt, ts = _attempt(e), _ts(e)
         if e.get("type") in ("run_start", "resume"):
             last_mark[attempt] = ts
         elif e.get("type") == "step_end" and (step := _step(e)) is not None:

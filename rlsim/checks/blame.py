@@ -72,7 +72,7 @@ def hit(fault: dict) -> dict:
                 else ():
             if isinstance(rank, int):
                 ranks.add((role, rank))
-    return {"ips": ips - {None}, "pids": pids, "ranks": ranks}
+    return {"ips": ips, "pids": pids, "ranks": ranks}
 
 
 def named(e: dict, target: dict) -> list[str]:
