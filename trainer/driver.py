@@ -388,7 +388,7 @@ def _raylets_answer(nodes: list[dict]) -> bool:
 def _record_loss(log: RunLog, r: Run, e: TrainerError) -> list[dict]:
     """Log what was lost: the failing call (a call that hung: ``stalled``, naming who did not
     answer), then any node Ray declares dead. Returns the nodes."""
-    if isinstance(e, StepTimeout):
+    if isinstance(e, (StepTimeout, ActorsNeverStarted)):  # a call that hung, a start too
         log.emit("stalled", cause=e.kind, call=getattr(e, "call", None),
                  stuck=getattr(e, "stuck", []), message=str(e)[:500])
     else:

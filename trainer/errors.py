@@ -1,7 +1,8 @@
 """Typed errors of the reference trainer. Each names what failed, where, and the setting to change.
 
 The driver turns every one of them into an ``error`` event and a non-zero exit; the recoverable
-ones (:class:`WorkerLost`, :class:`CollectiveError`, :class:`StepTimeout`) first trigger a
+ones (:class:`WorkerLost`, :class:`CollectiveError`, :class:`StepTimeout`,
+:class:`ActorsNeverStarted`) first trigger a
 restart from the latest valid checkpoint while ``fault_tolerance.max_restarts`` allows.
 """
 
@@ -47,10 +48,15 @@ class ResourceTimeout(TrainerError):
 
 
 class ActorsNeverStarted(ResourceTimeout):
-    """The workers' first calls did not return within ``fault_tolerance.init_timeout_s``. After
-    a restart this is also what a driver whose job the GCS no longer serves sees (restarted from
-    its store, Ray 2.60 leaves such a job's actor creations waiting forever); the driver then
-    reconnects once as a new driver and tries again."""
+    """The workers' first calls did not return within ``fault_tolerance.init_timeout_s``; the
+    message names the workers that did not answer. Recoverable: a start that is slow once (an
+    engine compiling its kernels, a cold cache) comes up on the next try, and a run that gave
+    up on it for good would lose the whole job to one slow start. After a restart this is also
+    what a driver whose job the GCS no longer serves sees (restarted from its store, Ray 2.60
+    leaves such a job's actor creations waiting forever); the driver then reconnects once as a
+    new driver and tries again."""
+
+    recoverable = True
 
 
 class WorkerLost(TrainerError):

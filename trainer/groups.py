@@ -130,12 +130,15 @@ class Roles:
         for trains, slots in worlds.items():
             slots.sort(key=lambda s: s.ranks[trains[0]])
             store = self._get([self.workers[slots[0].index].open_store.remote()], deadline,
-                              "rendezvous store", ActorsNeverStarted)[0]
+                              "rendezvous store", ActorsNeverStarted,
+                              owners=[slots[0].index], setting="fault_tolerance.init_timeout_s")[0]
             for rank, slot in enumerate(slots):
                 join[slot.index] = (store, rank, len(slots))
         refs = [self.workers[s.index].setup.remote(*join.get(s.index, (None, 0, 1)))
                 for s in self.plan.workers]
-        self.where = self._get(refs, deadline, "worker set-up", ActorsNeverStarted)
+        self.where = self._get(refs, deadline, "worker set-up", ActorsNeverStarted,
+                               owners=[s.index for s in self.plan.workers],
+                               setting="fault_tolerance.init_timeout_s")
 
     def __enter__(self) -> Roles:
         return self
@@ -158,6 +161,8 @@ class Roles:
         """``rollout rank 0 (worker 2 on 127.77.0.3)``: a worker as an error names it."""
         slot = self.plan.workers[index]
         ip = next((w["ip"] for w in self.where if w.get("index") == index), None)
+        if ip is None and slot.node < len(self.nodes):  # not set up yet: where it was placed
+            ip = self.nodes[slot.node]["NodeManagerAddress"]
         roles = ", ".join(f"{r} rank {k}" for r, k in slot.ranks.items())
         return f"{roles} (worker {index} on " + (ip or f"logical node {slot.node}") + ")"
 

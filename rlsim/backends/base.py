@@ -224,6 +224,18 @@ class PausesNodes(Protocol):
 
 
 @runtime_checkable
+class HoldsWorkers(Protocol):
+    """Stop and go on with Ray's worker processes of a node (SIGSTOP, SIGCONT), its raylet and
+    agents left running."""
+
+    def stop_workers(self, index: int, spare: list[int]) -> list[int]:
+        """SIGSTOP node ``index``'s Ray worker processes but those in ``spare``; the pids."""
+
+    def continue_workers(self, index: int, stopped: list[int]) -> list[int]:
+        """SIGCONT those of ``stopped`` still on node ``index``; the pids."""
+
+
+@runtime_checkable
 class CutsNetwork(Protocol):
     """Drop traffic between nodes or to a node's ports (iptables rules this cluster owns)."""
 

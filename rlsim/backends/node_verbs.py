@@ -33,9 +33,9 @@ class NodeVerbsNeed(Protocol):
 
 
 class NodeVerbs:
-    """``pause_node``/``resume_node``, ``throttle_cpu``, ``squeeze_memory``/``lift_memory`` as
-    :mod:`rlsim.host.nodeops` verbs on the node's machine, for a cluster that gives what
-    :class:`NodeVerbsNeed` says."""
+    """``pause_node``/``resume_node``, ``stop_workers``/``continue_workers``, ``throttle_cpu``,
+    ``squeeze_memory``/``lift_memory`` as :mod:`rlsim.host.nodeops` verbs on the node's machine,
+    for a cluster that gives what :class:`NodeVerbsNeed` says."""
 
     def pause_node(self: NodeVerbsNeed, index: int) -> list[int]:
         """Freeze node ``index``: cgroup freeze (atomic, covers processes forked meanwhile), or
@@ -46,6 +46,16 @@ class NodeVerbs:
     def resume_node(self: NodeVerbsNeed, index: int) -> list[int]:
         self._check_index(index)
         return self._node(index, "set_paused", False, bool(self._st.cgroups))
+
+    def stop_workers(self: NodeVerbsNeed, index: int, spare: list[int]) -> list[int]:
+        """SIGSTOP node ``index``'s Ray workers but ``spare`` (:func:`rlsim.host.nodeops.
+        stop_workers`); the pids stopped."""
+        self._check_index(index)
+        return self._node(index, "stop_workers", bool(self._st.cgroups), list(spare))
+
+    def continue_workers(self: NodeVerbsNeed, index: int, stopped: list[int]) -> list[int]:
+        self._check_index(index)
+        return self._node(index, "continue_workers", bool(self._st.cgroups), list(stopped))
 
     def throttle_cpu(self: NodeVerbsNeed, index: int,
                      cores: float | None) -> dict[str, float] | None:

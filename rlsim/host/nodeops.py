@@ -50,6 +50,32 @@ def throttle_writes(session: str, indexes, in_cgroup: bool, device: str,
     return cgroups.throttle_writes(device, bps, cgroups.io_groups_of(found))
 
 
+def stop_workers(session: str, index: int, in_cgroup: bool, spare: list[int]) -> list[int]:
+    """SIGSTOP node ``index``'s Ray worker processes (:func:`rlsim.host.procs.ray_worker`: not
+    its raylet or agents) but those in ``spare``; the pids stopped."""
+    stopped = []
+    for pid in pids(session, index, in_cgroup):
+        if pid in spare or not procs.ray_worker(pid):
+            continue
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile: nothing to hold
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+    return stopped
+
+
+def continue_workers(session: str, index: int, in_cgroup: bool, stopped: list[int]) -> list[int]:
+    """SIGCONT those of ``stopped`` that are still processes of node ``index`` (a pid reused
+    since by another process is left alone); the pids continued."""
+    alive = set(pids(session, index, in_cgroup))
+    went_on = []
+    for pid in stopped:
+        if pid in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+                went_on.append(pid)
+    return went_on
+
+
 def kill(session: str, index: int, in_cgroup: bool) -> list[int]:
     """SIGKILL every process of node ``index`` and wait until they are gone: its cgroup (what
     left the node's process group too: a forked agent, a resource tracker), or its labelled

@@ -34,7 +34,7 @@ def disabled(cls):
                 did["groups"], self.aimed = self.ctx.groups(p.groups)
             elif hasattr(p, "link"):
                 did["groups"], self.aimed = self.ctx.groups(p.link())
-            elif "role" in type(p).model_fields:  # the rank's process, found and left alone
+            elif getattr(p, "role", None) is not None:  # the rank's process, found, left alone
                 worker = role_process(self.ctx, p.role, p.rank)
                 did.update(role=p.role, rank=p.rank, pid=worker["pid"], ip=worker["ip"])
             elif "node" in type(p).model_fields:
@@ -58,6 +58,7 @@ def disabled(cls):
     ("head_lost", "kill_head", {"fails"}),
     ("engine_error_swallowed", "kill_role", {"restarts", "event", "blamed"}),
     ("rollout_worker_frozen", "hang_role", {"restarts", "event", "blamed"}),
+    ("engine_start_slow", "slow_start", {"restarts", "event", "blamed"}),
     ("epoch_boundary_resume", "kill_role", {"restarts", "resumed_from_step", "blamed"}),
     ("resume_with_changed_data", "kill_role", {"fails", "restarts"}),
 ])

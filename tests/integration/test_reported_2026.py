@@ -1,8 +1,13 @@
-"""A failure users reported in 2026, as its reported code would run it: verl-omni#433, a rollout
-engine that dies where the error is swallowed, so the trainer waits forever in its replay
-buffer's ``sample()``. The catalogue's engine_error_swallowed runs the fixed trainer (a bounded
-``sample()``) and passes; here the same scenario runs the reported code (``WAIT=forever``) and
-rlsim must fail it in seconds, not at a CI timeout, naming the dead engine."""
+"""Failures users reported in 2026, as their reported code would run them. The catalogue's
+scenarios run the fixed trainer and pass; here the same scenarios run the reported behaviour,
+and rlsim must fail them, naming what was hit.
+
+- verl-omni#433: a rollout engine dies where the error is swallowed, so the trainer waits
+  forever in its replay buffer's ``sample()`` (``WAIT=forever``): failed in seconds, not at a CI
+  timeout, naming the dead engine.
+- modal training-gym PR#307 (slime): an early health probe kills a slow-starting engine for
+  good. engine_start_slow with no restart left (``max_restarts: 0``) is that code: its run
+  fails on the rollout's start, and the failure names the rollout rank and its node."""
 
 from __future__ import annotations
 
@@ -36,3 +41,19 @@ def test_the_swallowed_engine_error_fails_in_seconds_naming_the_engine(tmp_path)
     fault = next(e for e in timeline if e["type"] == "fault_injected")
     stalled = next(e for e in timeline if e["type"] == "trainer_stalled")
     assert stalled["ts"] - fault["ts"] < 30, stalled  # rlsim's watchdog, not a CI timeout
+
+
+def test_an_early_probe_that_gives_up_for_good_fails_naming_the_slow_engine(tmp_path):
+    text = (CATALOGUE / "engine_start_slow.yaml").read_text()
+    assert "fault_tolerance: {init_timeout_s: 4}" in text
+    (tmp_path / "s.yaml").write_text(text.replace(
+        "fault_tolerance: {init_timeout_s: 4}",
+        "fault_tolerance: {init_timeout_s: 4, max_restarts: 0}"))
+    result = play(load(tmp_path / "s.yaml"), tmp_path / "out")
+    assert not result.ok
+    verdicts = {v.check: v for v in result.checks}
+    assert not verdicts["completes"].ok and not verdicts["restarts"].ok
+    assert verdicts["blamed"].ok, verdicts["blamed"].message  # it says which, then gives up
+    error = next(e for e in result.outcome.timeline
+                 if e["type"] == "error" and e.get("source") == "trainer")
+    assert "worker set-up" in error["message"] and "rollout rank 0" in error["message"], error

@@ -58,7 +58,8 @@ def fault(kind: str, params: dict, c: FaultContext | None = None):
                                         and "node" in f.Params.model_fields))
 def test_every_node_fault_takes_a_role_or_an_index_but_one(kind):
     extra = {"cpu": 0.5} if kind == "slow_node" else {"gb": 1.0} if kind == "gpu_oom" else \
-        {"gpu": 0} if kind == "gpu_lost" else {"port": "gcs"} if kind == "block_port" else {}
+        {"gpu": 0} if kind == "gpu_lost" else {"port": "gcs"} if kind == "block_port" else \
+        {"seconds": 2.0} if kind == "slow_start" else {}
     assert FAULTS[kind].Params.model_validate({"role": "actor", "rank": 1, **extra}).node is None
     assert FAULTS[kind].Params.model_validate({"node": 1, **extra}).role is None
     for wrong in ({"node": 1, "role": "actor"}, {}, {"node": 1, "rank": 2}):
@@ -71,8 +72,8 @@ def test_the_node_faults_that_name_a_node_all_take_a_role():
     by_index = {k for k, f in FAULTS.items() if "node" in f.Params.model_fields}
     assert by_index == {k for k, f in FAULTS.items() if "role" in f.Params.model_fields} - {
         "kill_role", "hang_role", "segfault_role"}
-    assert {"kill_node", "restart_node", "pause_node", "slow_node", "preempt_node", "gpu_lost",
-            "host_oom", "gpu_oom", "block_port"} <= by_index
+    assert {"kill_node", "restart_node", "pause_node", "slow_node", "slow_start", "preempt_node",
+            "gpu_lost", "host_oom", "gpu_oom", "block_port"} <= by_index
 
 
 def test_a_role_resolves_to_the_node_hosting_its_rank_when_the_fault_fires():
