@@ -236,6 +236,15 @@ class HoldsWorkers(Protocol):
 
 
 @runtime_checkable
+class LabelsProcesses(Protocol):
+    """Label a process started beside the cluster on this machine as the cluster's own, so its
+    teardown and the reaper end it."""
+
+    def process_labels(self) -> dict[str, str]:
+        """The environment variables that make a process this cluster's."""
+
+
+@runtime_checkable
 class CutsNetwork(Protocol):
     """Drop traffic between nodes or to a node's ports (iptables rules this cluster owns)."""
 

@@ -161,6 +161,11 @@ class StartedCluster:
                                         standin.without(dict(os.environ)).get("PYTHONPATH")))
         return env
 
+    def process_labels(self) -> dict[str, str]:
+        """The labels (:func:`rlsim.host.procs.labels`) of a process started beside this
+        cluster on this machine: the cluster's teardown and the reaper end it with the nodes."""
+        return procs.labels(self._st.session)
+
     def connect_hints(self) -> list[str]:
         """Lines ``rlsim cluster`` prints beside the connection settings: an unauthenticated
         cluster says so (this Ray has no token auth)."""

@@ -59,6 +59,7 @@ def disabled(cls):
     ("engine_error_swallowed", "kill_role", {"restarts", "event", "blamed"}),
     ("rollout_worker_frozen", "hang_role", {"restarts", "event", "blamed"}),
     ("engine_start_slow", "slow_start", {"restarts", "event", "blamed"}),
+    ("neighbour_job_ended", "neighbour_job", {"faults_landed"}),
     ("epoch_boundary_resume", "kill_role", {"restarts", "resumed_from_step", "blamed"}),
     ("resume_with_changed_data", "kill_role", {"fails", "restarts"}),
 ])

@@ -7,10 +7,16 @@ and rlsim must fail them, naming what was hit.
   timeout, naming the dead engine.
 - modal training-gym PR#307 (slime): an early health probe kills a slow-starting engine for
   good. engine_start_slow with no restart left (``max_restarts: 0``) is that code: its run
-  fails on the rollout's start, and the failure names the rollout rank and its node."""
+  fails on the rollout's start, and the failure names the rollout rank and its node.
+- ROLL#348: two jobs on one machine, one ending with ``ray stop --force``. As the catalogue's
+  neighbour_job_ended tells it (another user's job), the trainer is untouched: every one of its
+  cluster's processes that the ``ray stop`` reached for refused it. As the same user (the
+  report) it would kill the trainer's cluster, and every other Ray cluster of that user on the
+  machine, so the fault refuses that user and nothing here plays it."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -57,3 +63,16 @@ def test_an_early_probe_that_gives_up_for_good_fails_naming_the_slow_engine(tmp_
     error = next(e for e in result.outcome.timeline
                  if e["type"] == "error" and e.get("source") == "trainer")
     assert "worker set-up" in error["message"] and "rollout rank 0" in error["message"], error
+
+
+@pytest.mark.root
+def test_another_users_job_ending_with_ray_stop_leaves_the_trainer_untouched(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the other user's job is started as that user: root only")
+    result = play(load(CATALOGUE / "neighbour_job_ended.yaml"), tmp_path / "out")
+    assert result.ok, {v.check: v.message for v in result.checks}
+    ended = next(e for e in result.outcome.timeline if e["type"] == "fault_injected")
+    said = ended["ray_stop"]
+    # it stopped its own job's Ray, and reached for this cluster's processes in vain
+    assert said["stopped"] > 0 and said["refused_of_this_cluster"] > 0, ended
+    assert ended["job_tasks"] > 0 and not ended["gone"], ended
