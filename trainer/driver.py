@@ -1,8 +1,9 @@
 """The driver: plan, start role groups, train, checkpoint; rebuild and resume after a loss.
 
-Fault tolerance: when a worker or its node dies, a collective fails or times out, or a call hangs
-past ``fault_tolerance.step_timeout_s``, the driver records the cause (``worker_died``,
-``node_lost``), tears every worker group down, waits (bounded) for the GPUs it needs, rebuilds and
+Fault tolerance: when a worker or its node dies, a collective fails or times out, a call hangs
+past ``fault_tolerance.step_timeout_s``, or the workers do not start within
+``fault_tolerance.init_timeout_s``, the driver records the cause (``worker_died``, ``node_lost``,
+``stalled``), tears every worker group down, waits (bounded) for the GPUs it needs, rebuilds and
 resumes from the latest valid checkpoint, up to ``fault_tolerance.max_restarts`` times. Anything
 else, or one failure too many, ends the run with an ``error`` event and a non-zero exit.
 """
@@ -176,8 +177,11 @@ class Run:
         with Roles(cfg, self.plan, self.micro) as roles:
             roles.events = lambda type, **fields: self.log.emit(type, step=self.step + 1,
                                                                  **fields)
-            roles.start()
-            self.nodes, self.where = roles.nodes, roles.where
+            self.nodes, self.where = [], []  # a start that fails reports its own, not the last
+            try:
+                roles.start()
+            finally:
+                self.nodes, self.where = roles.nodes, roles.where
             self.log.emit("placement", workers=roles.where, seconds=roles.timings)
             path = self.resume_point()
             if path:

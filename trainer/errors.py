@@ -56,6 +56,7 @@ class ActorsNeverStarted(ResourceTimeout):
     leaves such a job's actor creations waiting forever); the driver then reconnects once as a
     new driver and tries again."""
 
+    kind = "start_timeout"
     recoverable = True
 
 

@@ -225,23 +225,26 @@ class PausesNodes(Protocol):
 
 @runtime_checkable
 class HoldsWorkers(Protocol):
-    """Stop and go on with Ray's worker processes of a node (SIGSTOP, SIGCONT), its raylet and
-    agents left running."""
+    """See a node's Ray workers (those that run tasks and actors) and what each is doing, and
+    signal them (SIGSTOP holds one, SIGCONT lets it go on), its raylet and agents untouched."""
 
-    def stop_workers(self, index: int, spare: list[int]) -> list[int]:
-        """SIGSTOP node ``index``'s Ray worker processes but those in ``spare``; the pids."""
+    def workers(self, index: int) -> dict[int, str]:
+        """Node ``index``'s Ray workers: pid -> what it runs (``""`` idle, else its title)."""
 
-    def continue_workers(self, index: int, stopped: list[int]) -> list[int]:
-        """SIGCONT those of ``stopped`` still on node ``index``; the pids."""
+    def signal_workers(self, index: int, chosen: list[int], signum: int) -> list[int]:
+        """``signum`` to those of ``chosen`` still on node ``index``; the pids signalled."""
 
 
 @runtime_checkable
 class LabelsProcesses(Protocol):
     """Label a process started beside the cluster on this machine as the cluster's own, so its
-    teardown and the reaper end it."""
+    teardown and the reaper end it; and say which processes here are the cluster's."""
 
     def process_labels(self) -> dict[str, str]:
         """The environment variables that make a process this cluster's."""
+
+    def processes_here(self) -> set[int]:
+        """The pids of this cluster's processes on this machine."""
 
 
 @runtime_checkable

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from rlsim.host.state import ClusterState
+from rlsim.ray_internals import nodes
 
 
 class NodeVerbsNeed(Protocol):
@@ -33,7 +34,7 @@ class NodeVerbsNeed(Protocol):
 
 
 class NodeVerbs:
-    """``pause_node``/``resume_node``, ``stop_workers``/``continue_workers``, ``throttle_cpu``,
+    """``pause_node``/``resume_node``, ``workers``/``signal_workers``, ``throttle_cpu``,
     ``squeeze_memory``/``lift_memory`` as :mod:`rlsim.host.nodeops` verbs on the node's machine,
     for a cluster that gives what :class:`NodeVerbsNeed` says."""
 
@@ -47,15 +48,21 @@ class NodeVerbs:
         self._check_index(index)
         return self._node(index, "set_paused", False, bool(self._st.cgroups))
 
-    def stop_workers(self: NodeVerbsNeed, index: int, spare: list[int]) -> list[int]:
-        """SIGSTOP node ``index``'s Ray workers but ``spare`` (:func:`rlsim.host.nodeops.
-        stop_workers`); the pids stopped."""
-        self._check_index(index)
-        return self._node(index, "stop_workers", bool(self._st.cgroups), list(spare))
+    def workers(self: NodeVerbsNeed, index: int) -> dict[int, str]:
+        """Node ``index``'s Ray workers that run tasks and actors, each with what it is doing
+        (:func:`rlsim.ray_internals.nodes.work_of` of its title: ``""`` idle). Needs the node's
+        cgroup: Ray's retitling of a worker overwrites the labels in its environment, by which
+        a node without one finds its processes."""
+        self._check_cgroup(index, "finding a node's Ray workers")
+        found = {pid: nodes.work_of([title])
+                 for pid, title in self._node(index, "titles", True).items()}
+        return {pid: work for pid, work in found.items() if work is not None}
 
-    def continue_workers(self: NodeVerbsNeed, index: int, stopped: list[int]) -> list[int]:
-        self._check_index(index)
-        return self._node(index, "continue_workers", bool(self._st.cgroups), list(stopped))
+    def signal_workers(self: NodeVerbsNeed, index: int, chosen: list[int],
+                       signum: int) -> list[int]:
+        """``signum`` to those of ``chosen`` still on node ``index``; the pids signalled."""
+        self._check_cgroup(index, "finding a node's Ray workers")
+        return self._node(index, "signal_some", True, list(chosen), int(signum))
 
     def throttle_cpu(self: NodeVerbsNeed, index: int,
                      cores: float | None) -> dict[str, float] | None:

@@ -166,6 +166,17 @@ class StartedCluster:
         cluster on this machine: the cluster's teardown and the reaper end it with the nodes."""
         return procs.labels(self._st.session)
 
+    def processes_here(self) -> set[int]:
+        """This cluster's processes on this machine: its nodes' (by their cgroups where they
+        have them: Ray's retitled workers and agents keep no labels) and its labelled others."""
+        from rlsim.host import nodeops
+
+        found = set(procs.find(self._st.session))
+        if self._st.cgroups:
+            for index in range(self.spec.nodes):
+                found.update(nodeops.pids(self._st.session, index, True))
+        return found
+
     def connect_hints(self) -> list[str]:
         """Lines ``rlsim cluster`` prints beside the connection settings: an unauthenticated
         cluster says so (this Ray has no token auth)."""

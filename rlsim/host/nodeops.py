@@ -50,30 +50,29 @@ def throttle_writes(session: str, indexes, in_cgroup: bool, device: str,
     return cgroups.throttle_writes(device, bps, cgroups.io_groups_of(found))
 
 
-def stop_workers(session: str, index: int, in_cgroup: bool, spare: list[int]) -> list[int]:
-    """SIGSTOP node ``index``'s Ray worker processes (:func:`rlsim.host.procs.ray_worker`: not
-    its raylet or agents) but those in ``spare``; the pids stopped."""
-    stopped = []
+def titles(session: str, index: int, in_cgroup: bool) -> dict[int, str]:
+    """The title (argv[0], as the process may have rewritten it) of each process of node
+    ``index``."""
+    found = {}
     for pid in pids(session, index, in_cgroup):
-        if pid in spare or not procs.ray_worker(pid):
-            continue
-        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile: nothing to hold
-            os.kill(pid, signal.SIGSTOP)
-            stopped.append(pid)
-    return stopped
+        with contextlib.suppress(OSError):  # it ended meanwhile
+            argv = (procs.PROC / str(pid) / "cmdline").read_bytes().split(b"\0", 1)
+            found[pid] = argv[0].decode(errors="replace")
+    return found
 
 
-def continue_workers(session: str, index: int, in_cgroup: bool, stopped: list[int]) -> list[int]:
-    """SIGCONT those of ``stopped`` that are still processes of node ``index`` (a pid reused
-    since by another process is left alone); the pids continued."""
+def signal_some(session: str, index: int, in_cgroup: bool, chosen: list[int],
+                signum: int) -> list[int]:
+    """Send ``signum`` to those of ``chosen`` that are still processes of node ``index``;
+    the pids signalled (one gone meanwhile is skipped, never the others)."""
     alive = set(pids(session, index, in_cgroup))
-    went_on = []
-    for pid in stopped:
+    sent = []
+    for pid in chosen:
         if pid in alive:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-                went_on.append(pid)
-    return went_on
+            with contextlib.suppress(OSError):
+                os.kill(pid, signum)
+                sent.append(pid)
+    return sent
 
 
 def kill(session: str, index: int, in_cgroup: bool) -> list[int]:

@@ -89,16 +89,6 @@ def stopped(pid: int) -> bool:
     return _state(pid) == "T"
 
 
-def ray_worker(pid: int) -> bool:
-    """Whether ``pid`` is one of Ray's worker processes: its title starts ``ray::`` (``ray::IDLE``
-    waiting for work, ``ray::Worker.setup`` running it), as Ray titles every worker once it has
-    joined its raylet. A node's raylet, its agents and a worker still joining are not."""
-    try:
-        return (PROC / str(pid) / "cmdline").read_bytes().startswith(b"ray::")
-    except OSError:
-        return False
-
-
 def find(session: str | None = None, node: int | None = None) -> list[int]:
     """Live (non-zombie) pids of this home labelled with ``session`` (any rlsim session if None)
     and ``node``."""

@@ -20,6 +20,9 @@ GCS_SERVER = "gcs_server"  # the GCS's executable
 WORKER_SCRIPT = "default_worker.py"  # what a worker's interpreter runs before it retitles itself
 TITLE_PREFIX = "ray::"  # a worker's retitled argv[0]: ray::<Actor>.<method>, ray::IDLE
 AGENT_TITLES = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")  # the raylet's children, no workers
+IDLE_TITLE = "ray::IDLE"  # a worker waiting for a task or an actor
+# object spilling's workers (ray::IDLE_SpillWorker, ray::SPILL_SpillWorker, ...): no one's work
+IO_WORKER_NAMES = ("SpillWorker", "RestoreWorker")
 NODE_ID_FLAGS = ("--node_id", "--node-id")  # the raylet's own node (the second: other releases)
 GCS_PORT_FLAG = "--gcs_server_port"
 NODE_IP_FLAGS = ("--node-ip-address", "--node_ip_address")  # where the GCS says it listens
@@ -46,6 +49,18 @@ def is_gcs_server(name: str, cmdline: Sequence[str], port: int, hosts: frozenset
     an address): another cluster's GCS on the same host serves another port or address."""
     return (name == GCS_SERVER and flag(cmdline, GCS_PORT_FLAG) == str(port)
             and flag(cmdline, *NODE_IP_FLAGS) in {None, *hosts})
+
+
+def work_of(cmdline: Sequence[str]) -> str | None:
+    """What a Ray worker that runs tasks and actors is doing, by its title: ``""`` while it
+    waits for work (``ray::IDLE``), else its title (``ray::Worker.setup``); None for any other
+    process (the raylet's agents, object spilling's workers, a worker not yet retitled, no
+    worker at all)."""
+    title = cmdline[0].split(maxsplit=1)[0] if cmdline else ""
+    if not title.startswith(TITLE_PREFIX) or title in AGENT_TITLES or \
+            title.endswith(IO_WORKER_NAMES):
+        return None
+    return "" if title == IDLE_TITLE else title
 
 
 def is_worker(name: str, cmdline: Sequence[str]) -> bool:

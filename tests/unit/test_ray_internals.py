@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from rlsim import ray_internals as ri
 from rlsim.ray_internals import answers as kept_answers
-from rlsim.ray_internals import installed, releases, train
+from rlsim.ray_internals import installed, releases, stop, train
 from rlsim.ray_internals import record as kept
 
 INSTALLED = Version(ri.ray_version())
@@ -448,6 +448,14 @@ def test_rays_own_names_are_still_rays():
     ray_constants = text("_private/ray_constants.py")
     titles = set(re.findall(r'^AGENT_PROCESS_TYPE_\w+ = "([^"]+)"', ray_constants, re.M))
     assert titles <= set(nodes.AGENT_TITLES), f"Ray titles its agents {sorted(titles)}"
+    scripts = text("scripts/scripts.py")  # what `ray stop` prints (rlsim.ray_internals.stop)
+    assert f'"{stop.REFUSED} `{{}}` due to {{}}"' in scripts, "ray stop words a refusal anew"
+    for words in stop.STOPPED:
+        assert f'"{words} {{' in scripts or f'f"{words} {{' in scripts, \
+            f"ray stop no longer says {words!r}"
+    assert f'WORKER_PROCESS_TYPE_IDLE_WORKER = "{nodes.IDLE_TITLE}"' in ray_constants
+    io = set(re.findall(r'^WORKER_PROCESS_TYPE_\w+_NAME = "([^"]+)"', ray_constants, re.M))
+    assert io == set(nodes.IO_WORKER_NAMES), f"Ray names its I/O workers {sorted(io)}"
     assert f'SESSION_LATEST = "{session.LATEST}"' in ray_constants
     assert '"sockets"' in text("_private/node.py"), "Ray's session dir has no sockets folder"
     nvidia = text("_private/accelerators/nvidia_gpu.py")

@@ -1,10 +1,12 @@
-"""slow_start holds a node's Ray workers and nothing else of it: its verbs
-(:func:`rlsim.host.nodeops.stop_workers`, :func:`~rlsim.host.nodeops.continue_workers`) on real
-processes of this machine, labelled as a node's are, and the fault's parameters as data."""
+"""slow_start holds a node's Ray workers as they take work, and nothing else of the node: the
+titles it reads (:func:`rlsim.ray_internals.nodes.work_of`, on the titles Ray gives), its verbs
+(:func:`rlsim.host.nodeops.titles`, :func:`~rlsim.host.nodeops.signal_some`) on real
+processes of this machine labelled as a node's are, and the fault's parameters as data."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 
@@ -13,6 +15,23 @@ from pydantic import ValidationError
 
 from rlsim.faults.slow_start import SlowStart
 from rlsim.host import nodeops, procs
+from rlsim.ray_internals import nodes
+
+
+@pytest.mark.parametrize(("title", "work"), [
+    ("ray::IDLE", ""),
+    ("ray::Worker.setup", "ray::Worker.setup"),
+    ("ray::Worker", "ray::Worker"),
+    ("ray::DashboardAgent", None),
+    ("ray::RuntimeEnvAgent", None),
+    ("ray::IDLE_SpillWorker", None),
+    ("ray::SPILL_SpillWorker", None),
+    ("ray::RESTORE_RestoreWorker", None),
+    ("/usr/bin/raylet", None),
+    ("python", None),  # a worker not yet retitled: nothing to say of its work
+])
+def test_what_a_workers_title_says_it_does(title, work):
+    assert nodes.work_of([title]) == work
 
 
 @pytest.fixture
@@ -22,8 +41,9 @@ def node(tmp_path, monkeypatch):
     monkeypatch.setenv("RLSIM_HOME", str(tmp_path / "home"))
     started: list[subprocess.Popen] = []
 
-    def start(title: str) -> int:
-        env = {**os.environ, **procs.labels("s-hold"), procs.NODE_VAR: "0"}
+    def start(title: str, labelled: bool = True) -> int:
+        env = {**os.environ, **procs.labels("s-hold"), procs.NODE_VAR: "0"} if labelled \
+            else dict(os.environ)
         p = subprocess.Popen([title, "60"], executable="/bin/sleep", env=env)
         started.append(p)
         return p.pid
@@ -41,26 +61,22 @@ def state(pid: int, want: str) -> str:
     return now
 
 
-def test_only_the_nodes_ray_workers_are_held_and_each_goes_on_once(node):
-    idle, busy, raylet = node("ray::IDLE"), node("ray::Worker.setup"), node("raylet")
-    assert procs.ray_worker(idle) and not procs.ray_worker(raylet)
-    assert nodeops.stop_workers("s-hold", 0, False, spare=[busy]) == [idle]
-    assert state(idle, "T") == "T" and state(busy, "S") == "S" and state(raylet, "S") == "S"
-    assert nodeops.stop_workers("s-hold", 0, False, spare=[idle, busy]) == []
-    assert nodeops.stop_workers("s-hold", 1, False, spare=[]) == []  # another node's: none
-    assert nodeops.continue_workers("s-hold", 0, False, [idle, 999_999_999]) == [idle]
-    assert state(idle, "S") == "S"
-
-
-def test_a_pid_no_longer_the_nodes_is_not_signalled(node):
-    stranger = subprocess.Popen(["ray::IDLE", "60"], executable="/bin/sleep")  # no labels
-    try:
-        assert nodeops.continue_workers("s-hold", 0, False, [stranger.pid]) == []
-        assert nodeops.stop_workers("s-hold", 0, False, spare=[]) == []
-        assert state(stranger.pid, "S") == "S"
-    finally:
-        stranger.kill()
-        stranger.wait()
+def test_the_nodes_workers_are_seen_with_their_work_and_signalled_alone(node):
+    idle, busy = node("ray::IDLE"), node("ray::Worker.setup")
+    node("raylet")
+    node("ray::DashboardAgent")
+    stranger = node("ray::Worker.setup", labelled=False)  # no process of this node
+    seen = nodeops.titles("s-hold", 0, False)
+    assert stranger not in seen and nodeops.titles("s-hold", 1, False) == {}
+    assert {pid: work for pid, title in seen.items()
+            if (work := nodes.work_of([title])) is not None} == {idle: "",
+                                                                 busy: "ray::Worker.setup"}
+    sent = nodeops.signal_some("s-hold", 0, False, [busy, stranger], signal.SIGSTOP)
+    assert sent == [busy]
+    assert state(busy, "T") == "T" and state(stranger, "S") == "S" and state(idle, "S") == "S"
+    assert nodeops.signal_some("s-hold", 0, False, [busy, 999_999_999],
+                               signal.SIGCONT) == [busy]
+    assert state(busy, "S") == "S"
 
 
 @pytest.mark.parametrize(("params", "error"), [
