@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/blame_matrix.py [--quick] [--torchft] [--out DIR]
 
-Each cell is one scenario of the reference trainer (GRPO, disaggregated: the actor on node 1,
-the rollout on node 2, the head holding no GPU, so a node kill never takes the head): a fault type
+Each cell is one scenario of the reference trainer (GRPO, disaggregated: the actor and the
+rollout each on a GPU node of their own, a third GPU node spare for a rebuild after a node kill,
+the head holding no GPU, so a node kill never takes the head): a fault type
 (``kill_role``, ``hang_role``, ``kill_node``) aimed at a role's rank 0 (actor or rollout) at a
 step (3 or 5), under a recovery strategy: restart from the newest checkpoint, saved every 2 or
 every 4 steps. ``--torchft`` adds in-place replacement (torchft under Ray Train, the catalogue's
@@ -44,7 +45,7 @@ def cell(fault: str, role: str, step: int, save: int) -> dict:
     """One scenario of the matrix, as its YAML would say it."""
     return {
         "name": f"{fault}_{role}_s{step}_every{save}",
-        "cluster": {"nodes": 3, "gpus_per_node": 1, "node": {0: {"gpus": 0}}},
+        "cluster": {"nodes": 4, "gpus_per_node": 1, "node": {0: {"gpus": 0}}},
         "trainer": {"config": "grpo_tiny", "overrides": {
             "save_freq": save, "total_steps": 8,
             "fault_tolerance": {"step_timeout_s": 5, "max_restarts": 2},

@@ -319,8 +319,10 @@ def run(cfg: TrainerConfig) -> int:
                 break
             except TrainerError as e:
                 step = r.step
-                # a restarted attempt whose actors never started: once, as a job Ray lost
-                stale = isinstance(e, ActorsNeverStarted) and r.restarts > 0 and not stale_seen
+                # a restarted attempt none of whose actors started: once, as a job Ray lost
+                # (a lost job starts no actor anywhere; one slow start among others is no sign)
+                stale = isinstance(e, ActorsNeverStarted) and r.restarts > 0 and \
+                    getattr(e, "none_answered", True) and not stale_seen
                 stale_seen = stale_seen or stale
                 if not (e.recoverable or stale):
                     raise

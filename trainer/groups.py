@@ -200,6 +200,7 @@ class Roles:
                     + (f"; not answering at all: {'; '.join(map(self.describe, hung))}"
                        if hung else "") + f" ({setting})")
                 error.call, error.stuck = what, [self.describe(i) for i in hung or stuck]
+                error.none_answered = not owners or len(stuck) == len(owners)
                 raise error
             ref = done[0]
             if ref in pings:
