@@ -76,3 +76,24 @@ def test_another_users_job_ending_with_ray_stop_leaves_the_trainer_untouched(tmp
     # it stopped its own job's Ray, and reached for this cluster's processes in vain
     assert said["stopped"] > 0 and said["refused_of_this_cluster"] > 0, ended
     assert ended["job_tasks"] > 0 and not ended["gone"], ended
+
+
+@pytest.mark.slow
+def test_a_start_slow_every_time_fails_after_its_restarts_without_a_reconnect(tmp_path):
+    """Every start on the rollout's node slow (the fault never healed): each attempt times out
+    naming the rollout, the run fails once its restarts are spent, and the driver never
+    reconnects as if Ray had lost its job (one slow start among workers that answered is no
+    sign of that)."""
+    text = (CATALOGUE / "engine_start_slow.yaml").read_text()
+    assert "    heal_at: {event: restart}\n" in text
+    text = text.replace("    heal_at: {event: restart}\n", "").replace(
+        "fault_tolerance: {init_timeout_s: 4}", "fault_tolerance: {init_timeout_s: 4, "
+        "max_restarts: 2}")
+    (tmp_path / "s.yaml").write_text(text)
+    result = play(load(tmp_path / "s.yaml"), tmp_path / "out")
+    timeline = result.outcome.timeline
+    restarts = [e for e in timeline if e["type"] == "restart" and e.get("source") == "trainer"]
+    assert [e["cause"] for e in restarts] == ["start_timeout", "start_timeout"], restarts
+    assert not [e for e in timeline if e["type"] == "driver_reconnected"]
+    error = next(e for e in timeline if e["type"] == "error" and e.get("source") == "trainer")
+    assert error["kind"] == "start_timeout" and "rollout rank 0" in error["message"], error
