@@ -56,7 +56,7 @@ def work_of(cmdline: Sequence[str]) -> str | None:
     waits for work (``ray::IDLE``), else its title (``ray::Worker.setup``); None for any other
     process (the raylet's agents, object spilling's workers, a worker not yet retitled, no
     worker at all)."""
-    title = cmdline[0].split(maxsplit=1)[0] if cmdline else ""
+    title = next(iter(cmdline[0].split(maxsplit=1)), "") if cmdline else ""
     if not title.startswith(TITLE_PREFIX) or title in AGENT_TITLES or \
             title.endswith(IO_WORKER_NAMES):
         return None

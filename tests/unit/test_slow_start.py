@@ -29,6 +29,8 @@ from rlsim.ray_internals import nodes
     ("ray::RESTORE_RestoreWorker", None),
     ("/usr/bin/raylet", None),
     ("python", None),  # a worker not yet retitled: nothing to say of its work
+    ("", None),  # a process exiting (its cmdline empties before it is gone)
+    (" ", None),
 ])
 def test_what_a_workers_title_says_it_does(title, work):
     assert nodes.work_of([title]) == work
