@@ -14,7 +14,11 @@ import time
 import numpy as np
 import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayTaskError
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import (
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rlsim.contract import MEMORY_LABEL
@@ -101,7 +105,12 @@ class Roles:
             bundles = [{**b, **pin} for b in worker_bundles(self.plan, k)]
             self.pgs.append(placement_group(bundles, strategy="STRICT_PACK",
                                             name=f"trainer-n{k}"))
-        self._get([pg.ready() for pg in self.pgs], deadline, "placement groups", ResourceTimeout)
+        ready = [pg.ready() for pg in self.pgs]
+        try:
+            self._get(ready, deadline, "placement groups", ResourceTimeout)
+        except ResourceTimeout:
+            self._placed_but_not_ready(ready)
+            raise
         self.timings["placement_groups_s"] = time.monotonic() - t0
         cfg = self.cfg.model_dump()
         for slot in self.plan.workers:
@@ -117,6 +126,28 @@ class Roles:
         self.timings["workers_ready_s"] = time.monotonic() - t0
         self.timings = {k: round(v, 3) for k, v in self.timings.items()}
         return self
+
+    def _placed_but_not_ready(self, ready: list) -> None:
+        """After the wait for the placement groups ran out: when every group not ready was
+        placed all the same (the GCS says CREATED), what did not come is the readiness check
+        Ray runs as a task in a worker of the group's node (Ray 2.48 does): a worker there did
+        not start, raised as :class:`ActorsNeverStarted` naming the node and its ranks. A group
+        that was not placed is the caller's ResourceTimeout."""
+        done, _ = ray.wait(ready, num_returns=len(ready), timeout=0)
+        late = [k for k, ref in enumerate(ready) if ref not in done]
+        if not late or any(placement_group_table(self.pgs[k]).get("state") != "CREATED"
+                           for k in late):
+            return
+        stuck = [self.describe(slot.index) for k in late for slot in self.plan.workers
+                 if slot.node == k]
+        where = ", ".join(self.nodes[k]["NodeManagerAddress"] for k in late)
+        error = ActorsNeverStarted(
+            f"placement groups: placed, but the readiness check Ray runs in a worker of each "
+            f"did not return on {where}, so its workers cannot start: {'; '.join(stuck)} "
+            "(fault_tolerance.init_timeout_s)")
+        error.call, error.stuck = "placement groups", stuck
+        error.none_answered = len(late) == len(ready)
+        raise error
 
     def _setup(self, deadline: float) -> None:
         """Each set of workers training the same roles forms one process group (a "world"):

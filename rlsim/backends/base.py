@@ -243,8 +243,8 @@ class LabelsProcesses(Protocol):
     def process_labels(self) -> dict[str, str]:
         """The environment variables that make a process this cluster's."""
 
-    def processes_here(self) -> set[int]:
-        """The pids of this cluster's processes on this machine."""
+    def processes_here(self) -> dict[int, int | None]:
+        """This cluster's processes on this machine: pid -> its node's index (None: no node's)."""
 
 
 @runtime_checkable

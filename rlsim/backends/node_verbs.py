@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from rlsim.backends import zygote
 from rlsim.host.state import ClusterState
 from rlsim.ray_internals import nodes
 
@@ -50,13 +51,20 @@ class NodeVerbs:
 
     def workers(self: NodeVerbsNeed, index: int) -> dict[int, str]:
         """Node ``index``'s Ray workers that run tasks and actors, each with what it is doing
-        (:func:`rlsim.ray_internals.nodes.work_of` of its title: ``""`` idle). Needs the node's
+        (:func:`rlsim.ray_internals.nodes.work_of` of its title: ``""`` idle, as is a worker
+        that has not retitled itself yet: Ray's ``default_worker.py``, or one a workers' zygote
+        forked, :func:`rlsim.backends.zygote.forked_worker`). Needs the node's
         cgroup: Ray's retitling of a worker overwrites the labels in its environment, by which
         a node without one finds its processes."""
         self._check_cgroup(index, "finding a node's Ray workers")
-        found = {pid: nodes.work_of([title])
-                 for pid, title in self._node(index, "titles", True).items()}
-        return {pid: work for pid, work in found.items() if work is not None}
+        found = {}
+        for pid, argv in self._node(index, "cmdlines", True).items():
+            work = nodes.work_of(argv)
+            if work is None and (nodes.is_worker("", argv) or zygote.forked_worker(argv)):
+                work = ""  # not retitled yet (Ray 2.48 retitles an idle worker only later)
+            if work is not None:
+                found[pid] = work
+        return found
 
     def signal_workers(self: NodeVerbsNeed, index: int, chosen: list[int],
                        signum: int) -> list[int]:

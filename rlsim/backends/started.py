@@ -166,15 +166,16 @@ class StartedCluster:
         cluster on this machine: the cluster's teardown and the reaper end it with the nodes."""
         return procs.labels(self._st.session)
 
-    def processes_here(self) -> set[int]:
-        """This cluster's processes on this machine: its nodes' (by their cgroups where they
-        have them: Ray's retitled workers and agents keep no labels) and its labelled others."""
+    def processes_here(self) -> dict[int, int | None]:
+        """This cluster's processes on this machine, each with its node's index (None: of no
+        node, a driver): its nodes' by their cgroups where they have them (Ray's retitled
+        workers and agents keep no labels), and its labelled others."""
         from rlsim.host import nodeops
 
-        found = set(procs.find(self._st.session))
-        if self._st.cgroups:
-            for index in range(self.spec.nodes):
-                found.update(nodeops.pids(self._st.session, index, True))
+        found: dict[int, int | None] = dict.fromkeys(procs.find(self._st.session))
+        for index in range(self.spec.nodes):
+            for pid in nodeops.pids(self._st.session, index, bool(self._st.cgroups)):
+                found[pid] = index
         return found
 
     def connect_hints(self) -> list[str]:

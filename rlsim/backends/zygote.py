@@ -71,6 +71,7 @@ from rlsim.files import FileRefused, read_text, write_file, write_problem
 # process, every forked worker would start with this process's (no job: "GetProcessJobID" fails
 # its check). Each worker imports Ray itself, 0.5 s of CPU.
 NEVER_HERE = ("ray",)
+MODULE = "rlsim.backends.zygote"  # how a zygote is started: python -m MODULE ...
 
 
 def socket_path(root, name: str = "zygote") -> str:
@@ -142,7 +143,7 @@ def start_shared(run_dir, key: str, modules: list[str], env: dict[str, str]) -> 
         # started in the run directory: under -m its working directory is sys.path[0], and a
         # cluster's own folder there would be every later cluster's
         with guard.fresh_log(f"{stem}.log") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "rlsim.backends.zygote", path,
+            proc = subprocess.Popen([sys.executable, "-m", MODULE, path,
                                      ",".join(modules)], env=env, cwd=str(run_dir),
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     start_new_session=True)
@@ -528,6 +529,13 @@ class Zygote:
 def _log(line: str) -> None:
     """A line in the zygote's log (its stderr, which its starter points at ``NAME.log``)."""
     print(f"rlsim zygote: {line}", file=sys.stderr, flush=True)
+
+
+def forked_worker(argv: list[str]) -> bool:
+    """Whether a node's process whose command line is ``argv`` is a worker a workers' zygote
+    forked that has not retitled itself yet: it still has the zygote's command line (an agents'
+    zygote, ``--agents``, forks agents, no workers; the zygote itself is in no node's cgroup)."""
+    return argv[1:3] == ["-m", MODULE] and "--agents" not in argv
 
 
 def main(argv: list[str]) -> int:

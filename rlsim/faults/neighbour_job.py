@@ -122,13 +122,16 @@ class NeighbourJob(Fault):
         read = stop.said(said)
         after = self._cluster_pids()
         refused = read["refused"]
+        gone = sorted(set(before) - set(after))
+        reached = [pid for pid in [r["pid"] for r in refused] + gone if pid in before]
         return {"user": self.who, "job_address": f"{ADDRESS}:{self.port}",
                 "job_tasks": self._tasks(),
                 "ray_stop": {"stopped": read["stopped"], "refused": len(refused),
                              "refused_of_this_cluster": sum(r["pid"] in before
                                                             for r in refused),
                              **({"unread": read["unread"]} if read["unread"] else {})},
-                "refused": refused, "gone": sorted(before - after)}
+                "refused": refused, "gone": gone,
+                "nodes_reached": sorted({before[p] for p in reached if before[p] is not None})}
 
     def said(self, did):
         r = did["ray_stop"]
@@ -138,10 +141,14 @@ class NeighbourJob(Fault):
                 "cluster's)")
 
     def touched(self, did, footprint):
-        """The trainer's processes its ``ray stop`` reached for: refused, or gone by the time
-        it ended (``gone``: this cluster's processes alive before and not after)."""
+        """What of the trainer its ``ray stop`` reached: its processes that the ray stop was
+        refused or that were gone after it (``gone``), and all of it on a node one of whose
+        processes (the raylet, an agent) it reached (``nodes_reached``): which of a node's
+        processes ``ray stop`` picks differs by release (Ray 2.48 titles a worker in its
+        command line only), its raylet is always among them."""
         pids = {r["pid"] for r in did.get("refused", [])} | set(did.get("gone", []))
-        return [a for a in footprint if a.get("pid") in pids]
+        nodes = set(did.get("nodes_reached", []))
+        return [a for a in footprint if a.get("pid") in pids or a.get("node") in nodes]
 
     def teardown(self):
         """The other job ended quietly if the fault never fired (no ray stop: a named user's
@@ -231,10 +238,11 @@ class NeighbourJob(Fault):
             return read_text(self.folder / "job.log", limit=1 << 20)
         return ""
 
-    def _cluster_pids(self) -> set[int]:
-        """This cluster's processes here now, less the job's own (it carries the cluster's
-        labels, for the reaper)."""
-        return {pid for pid in self.ctx.cluster.processes_here() if _uid(pid) != self.uid}
+    def _cluster_pids(self) -> dict[int, int | None]:
+        """This cluster's processes here now (pid -> node index), less the job's own (it
+        carries the cluster's labels, for the reaper)."""
+        return {pid: node for pid, node in self.ctx.cluster.processes_here().items()
+                if _uid(pid) != self.uid}
 
     def _leftovers(self) -> list[int]:
         """The other job's processes still here: its user's, working in its folder (every

@@ -50,14 +50,14 @@ def throttle_writes(session: str, indexes, in_cgroup: bool, device: str,
     return cgroups.throttle_writes(device, bps, cgroups.io_groups_of(found))
 
 
-def titles(session: str, index: int, in_cgroup: bool) -> dict[int, str]:
-    """The title (argv[0], as the process may have rewritten it) of each process of node
-    ``index``."""
+def cmdlines(session: str, index: int, in_cgroup: bool) -> dict[int, list[str]]:
+    """The command line (argv, as the process may have rewritten it: its title) of each process
+    of node ``index``."""
     found = {}
     for pid in pids(session, index, in_cgroup):
         with contextlib.suppress(OSError):  # it ended meanwhile
-            argv = (procs.PROC / str(pid) / "cmdline").read_bytes().split(b"\0", 1)
-            found[pid] = argv[0].decode(errors="replace")
+            raw = (procs.PROC / str(pid) / "cmdline").read_bytes()
+            found[pid] = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
     return found
 
 

@@ -1,6 +1,6 @@
 """slow_start holds a node's Ray workers as they take work, and nothing else of the node: the
 titles it reads (:func:`rlsim.ray_internals.nodes.work_of`, on the titles Ray gives), its verbs
-(:func:`rlsim.host.nodeops.titles`, :func:`~rlsim.host.nodeops.signal_some`) on real
+(:func:`rlsim.host.nodeops.cmdlines`, :func:`~rlsim.host.nodeops.signal_some`) on real
 processes of this machine labelled as a node's are, and the fault's parameters as data."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import time
 import pytest
 from pydantic import ValidationError
 
+from rlsim.backends import zygote
 from rlsim.faults.slow_start import SlowStart
 from rlsim.host import nodeops, procs
 from rlsim.ray_internals import nodes
@@ -68,11 +69,12 @@ def test_the_nodes_workers_are_seen_with_their_work_and_signalled_alone(node):
     node("raylet")
     node("ray::DashboardAgent")
     stranger = node("ray::Worker.setup", labelled=False)  # no process of this node
-    seen = nodeops.titles("s-hold", 0, False)
-    assert stranger not in seen and nodeops.titles("s-hold", 1, False) == {}
-    assert {pid: work for pid, title in seen.items()
-            if (work := nodes.work_of([title])) is not None} == {idle: "",
-                                                                 busy: "ray::Worker.setup"}
+    seen = nodeops.cmdlines("s-hold", 0, False)
+    assert stranger not in seen and nodeops.cmdlines("s-hold", 1, False) == {}
+    assert seen[busy] == ["ray::Worker.setup", "60"]
+    assert {pid: work for pid, argv in seen.items()
+            if (work := nodes.work_of(argv)) is not None} == {idle: "",
+                                                              busy: "ray::Worker.setup"}
     sent = nodeops.signal_some("s-hold", 0, False, [busy, stranger], signal.SIGSTOP)
     assert sent == [busy]
     assert state(busy, "T") == "T" and state(stranger, "S") == "S" and state(idle, "S") == "S"
@@ -95,3 +97,15 @@ def test_its_parameters_are_refused_naming_the_field(params, error):
 def test_aimed_by_a_roles_rank_it_takes_the_rank_and_the_time():
     p = SlowStart.Params.model_validate({"role": "rollout", "rank": 1, "seconds": 2.5})
     assert (p.role, p.rank, p.seconds, p.node) == ("rollout", 1, 2.5, None)
+
+
+@pytest.mark.parametrize(("argv", "forked"), [
+    (["/venv/bin/python", "-m", "rlsim.backends.zygote", "/run/z.sock", "torch"], True),
+    (["/venv/bin/python", "-m", "rlsim.backends.zygote", "/run/a.sock", "ray", "--agents"],
+     False),  # an agents' zygote forks agents, no workers
+    (["/venv/bin/python", "/x/rlsim/ray_internals/worker_setup.py", "default_worker.py"],
+     False),  # the raylet's worker command, waiting on the zygote for its worker
+    (["python"], False),
+])
+def test_a_worker_a_zygote_forked_is_known_by_the_zygotes_command_line(argv, forked):
+    assert zygote.forked_worker(argv) is forked

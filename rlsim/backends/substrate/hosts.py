@@ -107,13 +107,13 @@ class Host:
 
     def node(self, home: str, session: str, index: int, verb: str, *args):
         """:mod:`rlsim.host.nodeops`'s ``verb`` (reaches, set_paused, throttle_cpu, residue,
-        kill, squeeze_memory, lift_memory, titles, signal_some) on node ``index`` of
+        kill, squeeze_memory, lift_memory, cmdlines, signal_some) on node ``index`` of
         ``session`` here, in the rlsim home ``home`` (its id names the node's cgroup)."""
         os.environ["RLSIM_HOME"] = home
         from rlsim.host import nodeops
 
         if verb not in ("reaches", "set_paused", "throttle_cpu", "residue", "kill",
-                        "squeeze_memory", "lift_memory", "titles", "signal_some"):
+                        "squeeze_memory", "lift_memory", "cmdlines", "signal_some"):
             raise ValueError(f"{verb!r} is no node verb")
         return getattr(nodeops, verb)(session, index, *args)
 
