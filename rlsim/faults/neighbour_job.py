@@ -173,7 +173,7 @@ class NeighbourJob(Fault):
     def _user(self) -> tuple[int, str]:
         """The other user's id and how the record names it: the named user's, checked now (on
         the machine that runs the job), or a user id no account or process here has."""
-        running = {_uid(int(p.name)) for p in Path("/proc").iterdir() if p.name.isdigit()}
+        running = set(procs.owners().values())
         if self.params.user is None:
             taken = {u.pw_uid for u in pwd.getpwall()} | running
             uid = random.SystemRandom().choice([u for u in OWN_UIDS if u not in taken])
@@ -241,20 +241,21 @@ class NeighbourJob(Fault):
     def _cluster_pids(self) -> dict[int, int | None]:
         """This cluster's processes here now (pid -> node index), less the job's own (it
         carries the cluster's labels, for the reaper)."""
+        owner = procs.owners()
         return {pid: node for pid, node in self.ctx.cluster.processes_here().items()
-                if _uid(pid) != self.uid}
+                if owner.get(pid) != self.uid}
 
     def _leftovers(self) -> list[int]:
         """The other job's processes still here: its user's, working in its folder (every
         process its ``ray start`` began does; their labels do not survive Ray's rewriting of
         their titles)."""
         work, left = str(self.work), []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit() and _uid(int(entry.name)) == self.uid:
+        for pid, uid in procs.owners().items():
+            if uid == self.uid:
                 with suppress(OSError):
-                    cwd = os.readlink(entry / "cwd").removesuffix(" (deleted)")
+                    cwd = os.readlink(procs.PROC / str(pid) / "cwd").removesuffix(" (deleted)")
                     if cwd == work or cwd.startswith(work + os.sep):
-                        left.append(int(entry.name))
+                        left.append(pid)
         return left
 
 
@@ -262,13 +263,6 @@ def _free_port() -> int:
     with closing(socket.socket()) as s:
         s.bind((ADDRESS, 0))
         return s.getsockname()[1]
-
-
-def _uid(pid: int) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
 
 
 def _tail(text: str, lines: int = 8) -> str:

@@ -66,13 +66,7 @@ def signal_some(session: str, index: int, in_cgroup: bool, chosen: list[int],
     """Send ``signum`` to those of ``chosen`` that are still processes of node ``index``;
     the pids signalled (one gone meanwhile is skipped, never the others)."""
     alive = set(pids(session, index, in_cgroup))
-    sent = []
-    for pid in chosen:
-        if pid in alive:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signum)
-                sent.append(pid)
-    return sent
+    return procs.signal_all([pid for pid in chosen if pid in alive], signum)
 
 
 def kill(session: str, index: int, in_cgroup: bool) -> list[int]:

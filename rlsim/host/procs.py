@@ -89,6 +89,18 @@ def stopped(pid: int) -> bool:
     return _state(pid) == "T"
 
 
+def owners() -> dict[int, int]:
+    """Every process on this machine, with the user id that owns it (its ``/proc`` entry's)."""
+    found = {}
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            try:
+                found[int(entry.name)] = entry.stat().st_uid
+            except OSError:  # it ended meanwhile
+                continue
+    return found
+
+
 def find(session: str | None = None, node: int | None = None) -> list[int]:
     """Live (non-zombie) pids of this home labelled with ``session`` (any rlsim session if None)
     and ``node``."""
